@@ -1,0 +1,1287 @@
+"""Scenario files -> :class:`~scheduler_engine.snapshot.Snapshot`, and back.
+
+The scenario format (``shared/scenario-format.md``) is the engine's public input: operators write
+it by hand for "what if" runs, the Django side writes it from the database, and golden test files
+use it.  So validation is exhaustive and collects *every* problem with its path
+(``jobs[3].tasks[0].gpu: must be >= 0``) instead of stopping at the first one: a person fixing a
+file wants the whole list, and the Django caller wants to map each problem to a field.
+
+Public API
+----------
+``load_scenario(path) -> Snapshot``         YAML (``.yaml``/``.yml``) or JSON file.
+``load_dict(data, *, source="<dict>")``      an already-parsed scenario dict.
+``snapshot_to_dict(snapshot) -> dict``       a scenario dict that loads back to an equal snapshot.
+``snapshots_equal(a, b) -> bool``            field-by-field equality (numpy-aware, ignores ``source``).
+``ScenarioError``                            ``.problems``: list of ``(path, message)``.
+
+Defaults follow the format: preemptible = priority < 100; minAvailable = number of tasks; task
+name ``<job>-<index>``; queue priority 100; a queue resource field that is absent is 0 (KAI's CRD
+has no default: quota 0, limit 0, weight 0 - see fairshare-spec a.1); ``overQuotaWeight: -1``
+means unset and becomes 1; ``kValue`` 0.  Job priority defaults to 50 (train).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import fields
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import yaml
+
+from .snapshot import (
+    ACTION_NAMES,
+    INPUT_STATES,
+    NRES,
+    RESOURCES,
+    UNLIMITED,
+    Config,
+    Jobs,
+    Nodes,
+    Queues,
+    Snapshot,
+    TaskState,
+    Tasks,
+)
+from .units import (
+    MAX_DURATION,
+    UnitError,
+    format_cpu,
+    format_duration,
+    format_memory,
+    parse_cpu,
+    parse_duration,
+    parse_gpu,
+    parse_memory,
+    parse_number,
+)
+
+__all__ = [
+    "ScenarioError",
+    "load_scenario",
+    "load_dict",
+    "snapshot_to_dict",
+    "snapshots_equal",
+    "STATUS_LABELS",
+    "JOB_STATUS_LABELS",
+]
+
+# statuses a cycle can report for a task / a job (expect values are checked against these)
+STATUS_LABELS = tuple(s.label for s in TaskState)
+JOB_STATUS_LABELS = STATUS_LABELS + ("Mixed",)
+
+# Sanity bounds: far above any real cluster, low enough that a typo cannot allocate gigabytes.
+MAX_GPUS_PER_NODE = 1_000_000
+MAX_REPLICAS = 1_000_000
+MAX_TASKS = 10_000_000
+MAX_MINUTES = MAX_DURATION / 60.0
+MAX_PRIORITY = 2**31 - 1
+MAX_ROUNDS = 10_000
+MAX_GPU_MEMORY_MIB = 2**40
+MAX_PROBLEMS_SHOWN = 200
+
+_TOP_KEYS = ("name", "config", "nodes", "queues", "jobs", "usage", "expect", "simulation")
+_CONFIG_KEYS = (
+    "actions",
+    "placement",
+    "kValue",
+    "defaultReclaimMinRuntime",
+    "defaultPreemptMinRuntime",
+    "reclaimMinRuntimeResolution",
+    "reclaimerUtilizationMultiplier",
+    "now",
+    "rounds",
+    "stalenessGracePeriod",
+    "stableRounds",
+)
+_NODE_KEYS = ("name", "gpus", "gpuMemory", "cpu", "memory", "labels", "unschedulable", "ready", "reservedByOthers")
+_QUEUE_KEYS = (
+    "name",
+    "parent",
+    "priority",
+    "createdMinutesAgo",
+    "resources",
+    "reclaimMinRuntime",
+    "preemptMinRuntime",
+)
+_QUEUE_RES_KEYS = ("quota", "overQuotaWeight", "limit")
+_JOB_KEYS = (
+    "name",
+    "queue",
+    "priority",
+    "preemptible",
+    "minAvailable",
+    "createdMinutesAgo",
+    "startedMinutesAgo",
+    "staleFor",
+    "stalenessGracePeriod",
+    "preemptionDelay",
+    "topology",
+    "tasks",
+    "replicas",
+    "task",
+)
+_TASK_KEYS = ("name", "gpu", "gpuMemory", "cpu", "memory", "state", "priority", "node", "gpuGroups", "nodeSelector")
+_EXPECT_KEYS = ("jobs", "tasks", "queues", "nodes")
+_EXPECT_JOB_KEYS = ("status", "node")
+_EXPECT_QUEUE_KEYS = ("fairShare", "allocated")
+_EXPECT_NODE_KEYS = ("idleGpus", "releasingGpus")
+_SIM_KEYS = ("cycles", "cycleSeconds", "windowSize", "windowType", "halfLifePeriod", "arrivals")
+_ARRIVAL_KEYS = (
+    "queue",
+    "count",
+    "atCycle",
+    "gpu",
+    "gpuMemory",
+    "cpu",
+    "memory",
+    "replicas",
+    "duration",
+    "priority",
+    "preemptible",
+    "minAvailable",
+)
+_PLACEMENTS = ("binpack", "spread")
+_PLACEMENT_RESOURCES = ("gpu", "cpu")
+_RESOLUTIONS = ("lca", "queue")
+_NODE_STATES = ("Running", "Releasing", "StuckInReleasing")  # input states that hold a node
+
+_PARSERS = {"gpu": parse_gpu, "cpu": parse_cpu, "memory": parse_memory}
+
+
+class ScenarioError(ValueError):
+    """An invalid scenario. ``problems`` lists every ``(path, message)`` found."""
+
+    def __init__(self, problems: list[tuple[str, str]], source: str = "<dict>"):
+        self.problems = list(problems)
+        self.source = source
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        lines = [f"{p}: {m}" if p else m for p, m in self.problems[:MAX_PROBLEMS_SHOWN]]
+        if len(self.problems) > MAX_PROBLEMS_SHOWN:
+            lines.append(f"... and {len(self.problems) - MAX_PROBLEMS_SHOWN} more problems")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self._render()
+
+
+# --------------------------------------------------------------------------------------------------
+# reading files
+
+
+_SafeBase = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml parser when available (much faster)
+
+
+class _UniqueKeyLoader(_SafeBase):  # type: ignore[misc, valid-type]
+    """Safe loader that refuses duplicate mapping keys (PyYAML silently keeps the last one)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    out: dict = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"unhashable mapping key {key!r}", key_node.start_mark
+            ) from None
+        if key in out:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        out[key] = loader.construct_object(value_node, deep=deep)
+    return out
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed in a scenario")
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def load_scenario(path: str | Path) -> Snapshot:
+    """Load and validate one scenario file (YAML, or JSON when the name ends in ``.json``)."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError([("", f"cannot read scenario file: {exc}")], source) from None
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_json_pairs)
+        else:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
+        kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
+        raise ScenarioError([("", f"not valid {kind}: {exc}")], source) from None
+    return load_dict(data, source=source)
+
+
+def load_dict(data: Any, *, source: str = "<dict>") -> Snapshot:
+    """Validate a parsed scenario dict and build the snapshot; raises :class:`ScenarioError`."""
+    v = _Validator()
+    snap = v.scenario(data, source)
+    if v.problems:
+        raise ScenarioError(v.problems, source)
+    assert snap is not None
+    return snap
+
+
+# --------------------------------------------------------------------------------------------------
+# validation
+
+_BAD = object()  # marks a value that failed validation (a problem was already recorded)
+
+
+def _type_name(x: Any) -> str:
+    if x is None:
+        return "null"
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer", float: "a number"}.get(
+        type(x), type(x).__name__
+    )
+
+
+class _Validator:
+    def __init__(self) -> None:
+        self.problems: list[tuple[str, str]] = []
+
+    # ---- primitives -----------------------------------------------------------------------------
+
+    def err(self, path: str, msg: str) -> Any:
+        self.problems.append((path, msg))
+        return _BAD
+
+    def mapping(self, x: Any, path: str, allowed: Iterable[str] | None) -> dict | Any:
+        if not isinstance(x, dict):
+            return self.err(path, f"must be a mapping, got {_type_name(x)}")
+        for k in x:
+            if not isinstance(k, str):
+                self.err(f"{path}.{k}" if path else str(k), f"keys must be strings, got {_type_name(k)}")
+        if allowed is not None:
+            allowed = tuple(allowed)
+            for k in x:
+                if isinstance(k, str) and k not in allowed:
+                    self.err(_join(path, k), f"unknown key (allowed: {', '.join(allowed)})")
+        return x
+
+    def list_(self, x: Any, path: str) -> list | Any:
+        if not isinstance(x, list):
+            return self.err(path, f"must be a list, got {_type_name(x)}")
+        return x
+
+    def string(self, x: Any, path: str, *, nonempty: bool = True) -> str | Any:
+        if not isinstance(x, str):
+            return self.err(path, f"must be a string, got {_type_name(x)}")
+        if nonempty and not x.strip():
+            return self.err(path, "must not be empty")
+        return x
+
+    def choice(self, x: Any, path: str, options: Iterable[str]) -> str | Any:
+        options = tuple(options)
+        if not isinstance(x, str) or x not in options:
+            return self.err(path, f"must be one of {', '.join(options)}, got {x!r}")
+        return x
+
+    def boolean(self, x: Any, path: str) -> bool | Any:
+        if not isinstance(x, bool):
+            return self.err(path, f"must be true or false, got {_type_name(x)} {x!r}")
+        return x
+
+    def integer(self, x: Any, path: str, *, minimum: int | None = None, maximum: int | None = None) -> int | Any:
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            return self.err(path, f"must be an integer, got {_type_name(x)} {x!r}")
+        if isinstance(x, float):
+            if not math.isfinite(x) or not x.is_integer():
+                return self.err(path, f"must be an integer, got {x!r}")
+            x = int(x)
+        if minimum is not None and x < minimum:
+            return self.err(path, f"must be >= {minimum}, got {x}")
+        if maximum is not None and x > maximum:
+            return self.err(path, f"is too large: {x} (at most {maximum})")
+        return x
+
+    def number(
+        self, x: Any, path: str, *, allow_negative: bool = False, maximum: float | None = None, minimum: float | None = None
+    ) -> float | Any:
+        try:
+            val = parse_number(x, allow_negative=True, maximum=maximum if maximum is not None else float(2**63))
+        except UnitError as exc:
+            return self.err(path, str(exc))
+        if minimum is not None and val < minimum:
+            return self.err(path, f"must be >= {minimum:g}, got {x!r}")
+        if val < 0 and not allow_negative:
+            return self.err(path, f"must be >= 0, got {x!r}")
+        return val
+
+    def resource(self, x: Any, path: str, res: str, *, allow_negative: bool = False) -> float | Any:
+        try:
+            return _PARSERS[res](x, allow_negative=allow_negative)
+        except UnitError as exc:
+            return self.err(path, str(exc))
+
+    def duration(self, x: Any, path: str, *, allow_negative: bool = False, nullable: bool = True) -> float | Any:
+        """Seconds; ``nan`` for null when nullable."""
+        if x is None:
+            if nullable:
+                return math.nan
+            return self.err(path, "must be a duration, got null")
+        try:
+            return parse_duration(x, allow_negative=allow_negative)
+        except UnitError as exc:
+            return self.err(path, str(exc))
+
+    def minutes(self, x: Any, path: str, *, nullable: bool) -> float | Any:
+        if x is None and nullable:
+            return math.nan
+        return self.number(x, path, maximum=MAX_MINUTES)
+
+    def str_map(self, x: Any, path: str) -> dict[str, str] | Any:
+        """Label-like maps: string keys, string (or integer, stringified) values."""
+        if x is None:
+            return {}
+        if self.mapping(x, path, None) is _BAD:
+            return _BAD
+        out: dict[str, str] = {}
+        for k, val in x.items():
+            if not isinstance(k, str):
+                continue  # already reported by mapping()
+            if isinstance(val, bool) or not isinstance(val, (str, int)):
+                self.err(_join(path, k), f"must be a string, got {_type_name(val)}")
+                continue
+            out[k] = str(val)
+        return out
+
+    # ---- scenario -------------------------------------------------------------------------------
+
+    def scenario(self, data: Any, source: str) -> Snapshot | None:
+        if self.mapping(data, "", _TOP_KEYS) is _BAD:
+            self.problems[-1] = ("", f"a scenario must be a mapping at the top level, got {_type_name(data)}")
+            return None
+        name = data.get("name", Path(source).stem if source != "<dict>" else "")
+        if name is None:
+            name = ""
+        if not isinstance(name, str):
+            self.err("name", f"must be a string, got {_type_name(name)}")
+            name = str(name)
+
+        config = self.config(data.get("config"))
+        nodes = self.nodes(data.get("nodes"))
+        queues = self.queues(data.get("queues"))
+        jobs, tasks = self.jobs(data.get("jobs"), nodes, queues)
+        usage = self.usage(data.get("usage"), queues)
+        expect = data.get("expect")
+        if expect is not None:
+            self.expect(expect, nodes, queues, jobs, tasks)
+        if data.get("simulation") is not None:
+            self.simulation(data["simulation"], queues)
+        if self.problems:
+            return None
+        return Snapshot(
+            name=name,
+            config=config,
+            nodes=nodes,
+            queues=queues,
+            jobs=jobs,
+            tasks=tasks,
+            usage=usage,
+            expect=copy.deepcopy(expect) if expect is not None else None,
+            source=_jsonable(data),
+        )
+
+    def config(self, c: Any) -> Config:
+        cfg = Config()
+        if c is None:
+            return cfg
+        if self.mapping(c, "config", _CONFIG_KEYS) is _BAD:
+            return cfg
+        if "actions" in c:
+            acts = self.list_(c["actions"], "config.actions")
+            if acts is not _BAD:
+                out: list[str] = []
+                for i, a in enumerate(acts):
+                    a = self.choice(a, f"config.actions[{i}]", ACTION_NAMES)
+                    if a is _BAD:
+                        continue
+                    if a in out:
+                        self.err(f"config.actions[{i}]", f"action {a!r} is listed twice")
+                        continue
+                    out.append(a)
+                cfg.actions = tuple(out)
+        if "placement" in c:
+            p = c["placement"]
+            if self.mapping(p, "config.placement", _PLACEMENT_RESOURCES) is not _BAD:
+                placement = dict(cfg.placement)
+                for res in _PLACEMENT_RESOURCES:
+                    if res in p:
+                        val = self.choice(p[res], f"config.placement.{res}", _PLACEMENTS)
+                        if val is not _BAD:
+                            placement[res] = val
+                cfg.placement = placement
+        if "kValue" in c:
+            k = self.number(c["kValue"], "config.kValue", maximum=1e12)
+            if k is not _BAD:
+                cfg.k_value = k
+        for key, attr in (("defaultReclaimMinRuntime", "default_reclaim_min_runtime"),
+                          ("defaultPreemptMinRuntime", "default_preempt_min_runtime")):
+            if key in c:
+                d = self.duration(c[key], f"config.{key}", nullable=False)
+                if d is not _BAD:
+                    setattr(cfg, attr, d)
+        if "reclaimMinRuntimeResolution" in c:
+            r = self.choice(c["reclaimMinRuntimeResolution"], "config.reclaimMinRuntimeResolution", _RESOLUTIONS)
+            if r is not _BAD:
+                cfg.reclaim_min_runtime_resolution = r
+        if "reclaimerUtilizationMultiplier" in c:
+            m = self.number(c["reclaimerUtilizationMultiplier"], "config.reclaimerUtilizationMultiplier",
+                            minimum=1.0, maximum=1e6)
+            if m is not _BAD:
+                cfg.reclaimer_utilization_multiplier = m
+        if "now" in c:
+            now = self.timestamp(c["now"], "config.now")
+            if now is not _BAD:
+                cfg.now = now
+        if "rounds" in c:
+            r = self.integer(c["rounds"], "config.rounds", minimum=1, maximum=MAX_ROUNDS)
+            if r is not _BAD:
+                cfg.rounds = r
+        if "stableRounds" in c:
+            r = self.integer(c["stableRounds"], "config.stableRounds", minimum=0, maximum=MAX_ROUNDS)
+            if r is not _BAD:
+                cfg.stable_rounds = r
+        if "stalenessGracePeriod" in c:
+            g = self.duration(c["stalenessGracePeriod"], "config.stalenessGracePeriod", allow_negative=True,
+                              nullable=False)
+            if g is not _BAD:
+                cfg.staleness_grace_period = g
+        return cfg
+
+    def timestamp(self, x: Any, path: str) -> datetime | None | Any:
+        if x is None:
+            return None
+        if isinstance(x, datetime):
+            dt = x
+        elif isinstance(x, date):
+            dt = datetime(x.year, x.month, x.day)
+        elif isinstance(x, str):
+            try:
+                dt = datetime.fromisoformat(x.strip())
+            except ValueError:
+                return self.err(path, f"must be an ISO 8601 timestamp like '2026-01-01T00:00:00Z', got {x!r}")
+        else:
+            return self.err(path, f"must be an ISO 8601 timestamp string, got {_type_name(x)}")
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        return dt.astimezone(timezone.utc)
+
+    # ---- nodes ----------------------------------------------------------------------------------
+
+    def nodes(self, raw: Any) -> Nodes:
+        names: list[str] = []
+        cap: list[list[float]] = []
+        reserved: list[list[float]] = []
+        gpus: list[int] = []
+        gpu_mem: list[float] = []
+        labels: list[dict[str, str]] = []
+        unsched: list[bool] = []
+        ready: list[bool] = []
+        seen: dict[str, int] = {}
+        items = [] if raw is None else self.list_(raw, "nodes")
+        if items is _BAD:
+            items = []
+        for i, n in enumerate(items):
+            p = f"nodes[{i}]"
+            if self.mapping(n, p, _NODE_KEYS) is _BAD:
+                continue
+            name = self.string(n.get("name"), f"{p}.name") if "name" in n else self.err(f"{p}.name", "is required")
+            if name is not _BAD:
+                if name in seen:
+                    self.err(f"{p}.name", f"duplicate node name {name!r} (also nodes[{seen[name]}])")
+                    name = _BAD
+                else:
+                    seen[name] = i
+            g = self.integer(n.get("gpus", 0), f"{p}.gpus", minimum=0, maximum=MAX_GPUS_PER_NODE)
+            gm = n.get("gpuMemory")
+            gm = 0.0 if gm is None else self.number(gm, f"{p}.gpuMemory", maximum=MAX_GPU_MEMORY_MIB)
+            cpu = self.resource(n.get("cpu", 0), f"{p}.cpu", "cpu")
+            mem = self.resource(n.get("memory", 0), f"{p}.memory", "memory")
+            lab = self.str_map(n.get("labels"), f"{p}.labels")
+            us = self.boolean(n.get("unschedulable", False), f"{p}.unschedulable")
+            rd = self.boolean(n.get("ready", True), f"{p}.ready")
+            rsv = [0.0, 0.0, 0.0]
+            r = n.get("reservedByOthers")
+            if r is not None and self.mapping(r, f"{p}.reservedByOthers", RESOURCES) is not _BAD:
+                for k, res in enumerate(RESOURCES):
+                    if res in r:
+                        val = self.resource(r[res], f"{p}.reservedByOthers.{res}", res)
+                        rsv[k] = 0.0 if val is _BAD else val
+            if _BAD in (name, g, gm, cpu, mem, lab, us, rd):
+                continue
+            names.append(name)
+            cap.append([float(g), cpu, mem])
+            reserved.append(rsv)
+            gpus.append(g)
+            gpu_mem.append(gm)
+            labels.append(lab)
+            unsched.append(us)
+            ready.append(rd)
+        return Nodes(
+            names=names,
+            capacity=np.array(cap, dtype=np.float64).reshape(-1, NRES),
+            reserved=np.array(reserved, dtype=np.float64).reshape(-1, NRES),
+            gpus=np.array(gpus, dtype=np.int64),
+            gpu_memory=np.array(gpu_mem, dtype=np.float64),
+            labels=labels,
+            unschedulable=np.array(unsched, dtype=bool),
+            ready=np.array(ready, dtype=bool),
+        )
+
+    # ---- queues ---------------------------------------------------------------------------------
+
+    def queue_value(self, x: Any, path: str, res: str, *, unlimited_ok: bool) -> float | Any:
+        """A quota/limit: ``-1`` = unlimited, otherwise a resource amount >= 0 (task-request units)."""
+        if unlimited_ok and not isinstance(x, bool) and isinstance(x, (int, float)) and x == -1:
+            return UNLIMITED
+        if unlimited_ok and isinstance(x, str) and x.strip() == "-1":
+            return UNLIMITED
+        try:
+            return _PARSERS[res](x)
+        except UnitError as exc:
+            hint = " (or -1 for unlimited)" if unlimited_ok else ""
+            return self.err(path, f"{exc}{hint}")
+
+    def queues(self, raw: Any) -> Queues:
+        items = [] if raw is None else self.list_(raw, "queues")
+        if items is _BAD:
+            items = []
+        names: list[str] = []
+        parent_names: list[tuple[str | None, str]] = []  # (parent name, path)
+        prio: list[int] = []
+        created: list[float] = []
+        deserved: list[list[float]] = []
+        weight: list[list[float]] = []
+        limit: list[list[float]] = []
+        rmr: list[float] = []
+        pmr: list[float] = []
+        seen: dict[str, int] = {}
+        for i, q in enumerate(items):
+            p = f"queues[{i}]"
+            if self.mapping(q, p, _QUEUE_KEYS) is _BAD:
+                continue
+            name = self.string(q.get("name"), f"{p}.name") if "name" in q else self.err(f"{p}.name", "is required")
+            if name is not _BAD:
+                if name in seen:
+                    self.err(f"{p}.name", f"duplicate queue name {name!r} (also queues[{seen[name]}])")
+                    name = _BAD
+                else:
+                    seen[name] = i
+            par = q.get("parent")
+            if par is not None:
+                par = self.string(par, f"{p}.parent")
+            pr = self.integer(q.get("priority", 100), f"{p}.priority", minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
+            ca = self.minutes(q.get("createdMinutesAgo", 0), f"{p}.createdMinutesAgo", nullable=False)
+            d = [0.0] * NRES
+            w = [0.0] * NRES
+            lim = [0.0] * NRES
+            res_ok = True
+            rs = q.get("resources")
+            if rs is not None and self.mapping(rs, f"{p}.resources", RESOURCES) is not _BAD:
+                for k, res in enumerate(RESOURCES):
+                    if res not in rs:
+                        continue
+                    rp = f"{p}.resources.{res}"
+                    spec = rs[res]
+                    if spec is None:
+                        continue
+                    if self.mapping(spec, rp, _QUEUE_RES_KEYS) is _BAD:
+                        res_ok = False
+                        continue
+                    if spec.get("quota") is not None:
+                        val = self.queue_value(spec["quota"], f"{rp}.quota", res, unlimited_ok=True)
+                        res_ok &= val is not _BAD
+                        d[k] = val if val is not _BAD else 0.0
+                    if spec.get("limit") is not None:
+                        val = self.queue_value(spec["limit"], f"{rp}.limit", res, unlimited_ok=True)
+                        res_ok &= val is not _BAD
+                        lim[k] = val if val is not _BAD else 0.0
+                    if spec.get("overQuotaWeight") is not None:
+                        ow = spec["overQuotaWeight"]
+                        if not isinstance(ow, bool) and isinstance(ow, (int, float)) and ow == -1:
+                            w[k] = 1.0  # -1 = unset, treated as 1 (scenario-format "Units")
+                        else:
+                            val = self.number(ow, f"{rp}.overQuotaWeight", maximum=1e12)
+                            if val is _BAD:
+                                self.problems[-1] = (
+                                    f"{rp}.overQuotaWeight",
+                                    self.problems[-1][1] + " (or -1 for unset)",
+                                )
+                                res_ok = False
+                            else:
+                                w[k] = val
+            elif rs is not None:
+                res_ok = False
+            r1 = self.duration(q.get("reclaimMinRuntime"), f"{p}.reclaimMinRuntime")
+            r2 = self.duration(q.get("preemptMinRuntime"), f"{p}.preemptMinRuntime")
+            if _BAD in (name, par, pr, ca, r1, r2) or not res_ok:
+                continue
+            names.append(name)
+            parent_names.append((par, f"{p}.parent"))
+            prio.append(pr)
+            created.append(ca)
+            deserved.append(d)
+            weight.append(w)
+            limit.append(lim)
+            rmr.append(r1)
+            pmr.append(r2)
+        index = {n: i for i, n in enumerate(names)}
+        parent = np.full(len(names), -1, dtype=np.int64)
+        for i, (par, path) in enumerate(parent_names):
+            if par is None:
+                continue
+            if par not in index:
+                if par in seen:  # the parent exists but was invalid; its own problem is reported
+                    continue
+                self.err(path, f"unknown parent queue {par!r}")
+            elif par == names[i]:
+                self.err(path, "a queue cannot be its own parent")
+            else:
+                parent[i] = index[par]
+        # cycle detection: walk up from every queue, at most Q steps
+        reported: set[int] = set()
+        for i in range(len(names)):
+            chain = [i]
+            j = int(parent[i])
+            while j >= 0 and j not in chain and len(chain) <= len(names):
+                chain.append(j)
+                j = int(parent[j])
+            if j >= 0 and j in chain:
+                cyc = chain[chain.index(j):]
+                if not reported.intersection(cyc):
+                    reported.update(cyc)
+                    ring = " -> ".join(names[c] for c in cyc + [j])
+                    self.err(parent_names[j][1], f"cycle in the queue tree: {ring}")
+        return Queues(
+            names=names,
+            parent=parent,
+            priority=np.array(prio, dtype=np.int64),
+            created_minutes_ago=np.array(created, dtype=np.float64),
+            deserved=np.array(deserved, dtype=np.float64).reshape(-1, NRES),
+            weight=np.array(weight, dtype=np.float64).reshape(-1, NRES),
+            limit=np.array(limit, dtype=np.float64).reshape(-1, NRES),
+            reclaim_min_runtime=np.array(rmr, dtype=np.float64),
+            preempt_min_runtime=np.array(pmr, dtype=np.float64),
+            index=index,
+        )
+
+    # ---- jobs and tasks -------------------------------------------------------------------------
+
+    def jobs(self, raw: Any, nodes: Nodes, queues: Queues) -> tuple[Jobs, Tasks]:
+        items = [] if raw is None else self.list_(raw, "jobs")
+        if items is _BAD:
+            items = []
+        is_leaf = queues.is_leaf
+        j_names: list[str] = []
+        j_queue: list[int] = []
+        j_prio: list[int] = []
+        j_pre: list[bool] = []
+        j_min: list[int] = []
+        j_created: list[float] = []
+        j_started: list[float] = []
+        j_stale: list[float] = []
+        j_grace: list[float] = []
+        j_delay: list[float] = []
+        j_topo_r: list[str | None] = []
+        j_topo_p: list[str | None] = []
+        j_start: list[int] = []
+        j_count: list[int] = []
+        t = _TaskColumns()
+        job_seen: dict[str, int] = {}
+        task_seen: dict[str, str] = {}
+        for i, job in enumerate(items):
+            p = f"jobs[{i}]"
+            if self.mapping(job, p, _JOB_KEYS) is _BAD:
+                continue
+            name = self.string(job.get("name"), f"{p}.name") if "name" in job else self.err(f"{p}.name", "is required")
+            if name is not _BAD:
+                if name in job_seen:
+                    self.err(f"{p}.name", f"duplicate job name {name!r} (also jobs[{job_seen[name]}])")
+                    name = _BAD
+                else:
+                    job_seen[name] = i
+            qi: Any = _BAD
+            if "queue" not in job:
+                self.err(f"{p}.queue", "is required")
+            else:
+                qn = self.string(job["queue"], f"{p}.queue")
+                if qn is not _BAD:
+                    if qn not in queues.index:
+                        self.err(f"{p}.queue", f"unknown queue {qn!r}")
+                    elif not is_leaf[queues.index[qn]]:
+                        self.err(f"{p}.queue", f"queue {qn!r} has child queues; only leaf queues take jobs")
+                    else:
+                        qi = queues.index[qn]
+            prio = self.integer(job.get("priority", 50), f"{p}.priority", minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
+            pre = job.get("preemptible")
+            if pre is None:
+                pre = (prio < 100) if prio is not _BAD else _BAD
+            else:
+                pre = self.boolean(pre, f"{p}.preemptible")
+            created = self.minutes(job.get("createdMinutesAgo", 0), f"{p}.createdMinutesAgo", nullable=False)
+            started = self.minutes(job.get("startedMinutesAgo"), f"{p}.startedMinutesAgo", nullable=True)
+            stale = self.duration(job.get("staleFor"), f"{p}.staleFor")
+            grace = self.duration(job.get("stalenessGracePeriod"), f"{p}.stalenessGracePeriod", allow_negative=True)
+            delay = self.duration(job.get("preemptionDelay"), f"{p}.preemptionDelay")
+            topo_r: Any = None
+            topo_p: Any = None
+            topo = job.get("topology")
+            if topo is not None and self.mapping(topo, f"{p}.topology", ("required", "preferred")) is not _BAD:
+                if topo.get("required") is not None:
+                    topo_r = self.string(topo["required"], f"{p}.topology.required")
+                if topo.get("preferred") is not None:
+                    topo_p = self.string(topo["preferred"], f"{p}.topology.preferred")
+            elif topo is not None:
+                topo_r = _BAD
+            task_list = self.job_tasks(job, p)
+            jname = name if name is not _BAD else f"jobs[{i}]"
+            n_before = len(t)
+            task_ok = True
+            for k, (task, tp) in enumerate(task_list):
+                task_ok &= self.task(task, tp, jname, k, nodes, t, task_seen)
+            n_tasks = len(t) - n_before
+            if task_list is not None and not task_list:
+                self.err(f"{p}.tasks", "a job needs at least one task")
+                task_ok = False
+            ma = job.get("minAvailable")
+            if ma is None:
+                ma = len(task_list)
+            else:
+                ma = self.integer(ma, f"{p}.minAvailable", minimum=1, maximum=MAX_REPLICAS)
+                if ma is not _BAD and task_list and ma > len(task_list):
+                    self.err(f"{p}.minAvailable", f"must be <= the number of tasks ({len(task_list)}), got {ma}")
+                    ma = _BAD
+            if len(t) > MAX_TASKS:
+                self.err(f"{p}", f"too many tasks in the scenario (at most {MAX_TASKS})")
+                break
+            if _BAD in (name, qi, prio, pre, created, started, stale, grace, delay, topo_r, topo_p, ma) or not task_ok:
+                t.truncate(n_before)
+                continue
+            j = len(j_names)
+            t.job.extend([j] * n_tasks)
+            j_names.append(name)
+            j_queue.append(qi)
+            j_prio.append(prio)
+            j_pre.append(pre)
+            j_min.append(ma)
+            j_created.append(created)
+            j_started.append(started)
+            j_stale.append(stale)
+            j_grace.append(grace)
+            j_delay.append(delay)
+            j_topo_r.append(topo_r)
+            j_topo_p.append(topo_p)
+            j_start.append(n_before)
+            j_count.append(n_tasks)
+        jobs = Jobs(
+            names=j_names,
+            queue=np.array(j_queue, dtype=np.int64),
+            priority=np.array(j_prio, dtype=np.int64),
+            preemptible=np.array(j_pre, dtype=bool),
+            min_available=np.array(j_min, dtype=np.int64),
+            created_minutes_ago=np.array(j_created, dtype=np.float64),
+            started_minutes_ago=np.array(j_started, dtype=np.float64),
+            stale_for=np.array(j_stale, dtype=np.float64),
+            staleness_grace_period=np.array(j_grace, dtype=np.float64),
+            preemption_delay=np.array(j_delay, dtype=np.float64),
+            topology_required=j_topo_r,
+            topology_preferred=j_topo_p,
+            task_start=np.array(j_start, dtype=np.int64),
+            task_count=np.array(j_count, dtype=np.int64),
+        )
+        return jobs, t.build()
+
+    def job_tasks(self, job: dict, p: str) -> list[tuple[Any, str]]:
+        """The job's task dicts with their paths, expanding ``replicas`` + ``task``."""
+        has_tasks = "tasks" in job
+        has_tmpl = "task" in job or "replicas" in job
+        if has_tasks and has_tmpl:
+            self.err(p, "give either `tasks` or `replicas` with a `task` template, not both")
+            return []
+        if has_tasks:
+            lst = self.list_(job["tasks"], f"{p}.tasks")
+            if lst is _BAD:
+                return []
+            return [(task, f"{p}.tasks[{k}]") for k, task in enumerate(lst)]
+        if has_tmpl:
+            if "task" not in job:
+                self.err(f"{p}.task", "is required with `replicas` (the template every replica copies)")
+                return []
+            if "replicas" not in job:
+                self.err(f"{p}.replicas", "is required with a `task` template")
+                return []
+            n = self.integer(job["replicas"], f"{p}.replicas", minimum=1, maximum=MAX_REPLICAS)
+            tmpl = job["task"]
+            if n is _BAD or self.mapping(tmpl, f"{p}.task", _TASK_KEYS) is _BAD:
+                return []
+            if "name" in tmpl:
+                self.err(f"{p}.task.name", "a template has no name (replicas are named <job>-<index>)")
+                return []
+            # Validate the template once; replicas only differ in their default names.
+            return [(tmpl, f"{p}.task")] * n
+        self.err(f"{p}.tasks", "is required (or `replicas` with a `task` template)")
+        return []
+
+    def task(self, task: Any, p: str, jname: str, k: int, nodes: Nodes, t: "_TaskColumns",
+             task_seen: dict[str, str]) -> bool:
+        tmpl = p.endswith(".task")  # a `replicas` template, already checked as a mapping
+        if not tmpl and self.mapping(task, p, _TASK_KEYS) is _BAD:
+            return False
+        n_problems = len(self.problems)
+        name = task.get("name")
+        if name is None:
+            name = f"{jname}-{k}"
+        else:
+            name = self.string(name, f"{p}.name")
+        if name is not _BAD:
+            where = f"{p}.name" if not tmpl else f"{p} (replica {k})"
+            if name in task_seen:
+                self.err(where, f"duplicate task name {name!r} (also {task_seen[name]})")
+                name = _BAD
+            else:
+                task_seen[name] = where
+        probs_before = len(self.problems)
+        gpu = self.resource(task.get("gpu", 0), f"{p}.gpu", "gpu")
+        if gpu is not _BAD and gpu > 1 and not float(gpu).is_integer():
+            gpu = self.err(f"{p}.gpu", f"a request above 1 gpu must be whole devices, got {task['gpu']!r}")
+        gm = task.get("gpuMemory")
+        gm = 0.0 if gm is None else self.number(gm, f"{p}.gpuMemory", maximum=MAX_GPU_MEMORY_MIB)
+        if gm is not _BAD and gpu is not _BAD and gm > 0 and gpu > 0:
+            gm = self.err(f"{p}.gpuMemory", "set either gpu or gpuMemory, not both")
+        cpu = self.resource(task.get("cpu", 0), f"{p}.cpu", "cpu")
+        mem = self.resource(task.get("memory", 0), f"{p}.memory", "memory")
+        state = self.choice(task.get("state", "Pending"), f"{p}.state", INPUT_STATES)
+        prio = task.get("priority")
+        prio = math.nan if prio is None else self.number(prio, f"{p}.priority", allow_negative=True,
+                                                          maximum=MAX_PRIORITY)
+        node: Any = -1
+        node_name = task.get("node")
+        if node_name is not None:
+            node_name = self.string(node_name, f"{p}.node")
+            if node_name is not _BAD:
+                if node_name not in nodes.index:
+                    node = self.err(f"{p}.node", f"unknown node {node_name!r}")
+                elif state == "Pending":
+                    node = self.err(f"{p}.node", "a Pending task has no node (leave it out or null)")
+                else:
+                    node = nodes.index[node_name]
+            else:
+                node = _BAD
+        elif state in _NODE_STATES:
+            node = self.err(f"{p}.node", f"is required for a {state} task")
+        groups: Any = []
+        g = task.get("gpuGroups")
+        if g is not None:
+            lst = self.list_(g, f"{p}.gpuGroups")
+            if lst is _BAD:
+                groups = _BAD
+            else:
+                for gi, x in enumerate(lst):
+                    if self.string(x, f"{p}.gpuGroups[{gi}]") is _BAD:
+                        groups = _BAD
+                if groups is not _BAD:
+                    groups = list(lst)
+                    if groups and node == -1:
+                        groups = self.err(f"{p}.gpuGroups", "only a task on a node has gpuGroups")
+        sel = self.str_map(task.get("nodeSelector"), f"{p}.nodeSelector")
+        if tmpl and k > 0 and len(self.problems) > probs_before:
+            # replicas of a bad template: the first replica already reported the same problems
+            del self.problems[probs_before:]
+        if len(self.problems) > n_problems or _BAD in (name, gpu, gm, cpu, mem, state, prio, node, groups, sel):
+            return False
+        t.add(name, [gpu, cpu, mem], gm, TaskState.parse(state), prio, node, groups, sel)
+        return True
+
+    # ---- usage, expect, simulation --------------------------------------------------------------
+
+    def usage(self, raw: Any, queues: Queues) -> np.ndarray:
+        usage = np.zeros((len(queues), NRES), dtype=np.float64)
+        if raw is None or self.mapping(raw, "usage", None) is _BAD:
+            return usage
+        for qn, per in raw.items():
+            p = _join("usage", qn)
+            if not isinstance(qn, str):
+                continue
+            if qn not in queues.index:
+                self.err(p, f"unknown queue {qn!r}")
+                continue
+            if self.mapping(per, p, RESOURCES) is _BAD:
+                continue
+            for k, res in enumerate(RESOURCES):
+                if res in per:
+                    val = self.number(per[res], f"{p}.{res}", maximum=1.0)
+                    if val is not _BAD:
+                        usage[queues.index[qn], k] = val
+                    elif self.problems:
+                        self.problems[-1] = (f"{p}.{res}", f"must be a number in [0, 1], got {per[res]!r}")
+        return usage
+
+    def expect(self, raw: Any, nodes: Nodes, queues: Queues, jobs: Jobs, tasks: Tasks) -> None:
+        if self.mapping(raw, "expect", _EXPECT_KEYS) is _BAD:
+            return
+        for section, known, what in (("jobs", jobs.index, "job"), ("tasks", tasks.index, "task")):
+            block = raw.get(section)
+            if block is None:
+                continue
+            if self.mapping(block, f"expect.{section}", None) is _BAD:
+                continue
+            for name, e in block.items():
+                if not isinstance(name, str):
+                    continue
+                p = _join(f"expect.{section}", name)
+                if name not in known:
+                    self.err(p, f"unknown {what} {name!r}")
+                    continue
+                if self.mapping(e, p, _EXPECT_JOB_KEYS) is _BAD:
+                    continue
+                if "status" in e:
+                    self.choice(e["status"], f"{p}.status", JOB_STATUS_LABELS if what == "job" else STATUS_LABELS)
+                if e.get("node") is not None:
+                    nn = self.string(e["node"], f"{p}.node")
+                    if nn is not _BAD and nn not in nodes.index:
+                        self.err(f"{p}.node", f"unknown node {nn!r}")
+        block = raw.get("queues")
+        if block is not None and self.mapping(block, "expect.queues", None) is not _BAD:
+            for name, e in block.items():
+                if not isinstance(name, str):
+                    continue
+                p = _join("expect.queues", name)
+                if name not in queues.index:
+                    self.err(p, f"unknown queue {name!r}")
+                    continue
+                if self.mapping(e, p, _EXPECT_QUEUE_KEYS) is _BAD:
+                    continue
+                for key in _EXPECT_QUEUE_KEYS:
+                    per = e.get(key)
+                    if per is None:
+                        continue
+                    if self.mapping(per, f"{p}.{key}", RESOURCES) is _BAD:
+                        continue
+                    for res in RESOURCES:
+                        if res in per:
+                            self.resource(per[res], f"{p}.{key}.{res}", res)
+        block = raw.get("nodes")
+        if block is not None and self.mapping(block, "expect.nodes", None) is not _BAD:
+            for name, e in block.items():
+                if not isinstance(name, str):
+                    continue
+                p = _join("expect.nodes", name)
+                if name not in nodes.index:
+                    self.err(p, f"unknown node {name!r}")
+                    continue
+                if self.mapping(e, p, _EXPECT_NODE_KEYS) is _BAD:
+                    continue
+                for key in _EXPECT_NODE_KEYS:
+                    if key in e:
+                        self.number(e[key], f"{p}.{key}", maximum=float(MAX_GPUS_PER_NODE))
+
+    def simulation(self, raw: Any, queues: Queues) -> None:
+        """Validated here so every scenario error is reported at load time; ``simulate`` reads
+        the block from ``Snapshot.source``."""
+        if self.mapping(raw, "simulation", _SIM_KEYS) is _BAD:
+            return
+        p = "simulation"
+        if "cycles" in raw:
+            self.integer(raw["cycles"], f"{p}.cycles", minimum=1, maximum=10_000_000)
+        if "cycleSeconds" in raw:
+            d = self.duration(raw["cycleSeconds"], f"{p}.cycleSeconds", nullable=False)
+            if d is not _BAD and d <= 0:
+                self.err(f"{p}.cycleSeconds", "must be > 0")
+        if "windowSize" in raw:
+            self.integer(raw["windowSize"], f"{p}.windowSize", minimum=1, maximum=10_000_000)
+        if "windowType" in raw:
+            self.choice(raw["windowType"], f"{p}.windowType", ("sliding", "tumbling"))
+        if "halfLifePeriod" in raw:
+            self.number(raw["halfLifePeriod"], f"{p}.halfLifePeriod", maximum=1e9)
+        arr = raw.get("arrivals")
+        if arr is None:
+            return
+        if self.list_(arr, f"{p}.arrivals") is _BAD:
+            return
+        is_leaf = queues.is_leaf
+        for i, a in enumerate(arr):
+            ap = f"{p}.arrivals[{i}]"
+            if self.mapping(a, ap, _ARRIVAL_KEYS) is _BAD:
+                continue
+            if "queue" not in a:
+                self.err(f"{ap}.queue", "is required")
+            else:
+                qn = self.string(a["queue"], f"{ap}.queue")
+                if qn is not _BAD:
+                    if qn not in queues.index:
+                        self.err(f"{ap}.queue", f"unknown queue {qn!r}")
+                    elif not is_leaf[queues.index[qn]]:
+                        self.err(f"{ap}.queue", f"queue {qn!r} has child queues; only leaf queues take jobs")
+            if "count" in a:
+                self.integer(a["count"], f"{ap}.count", minimum=1, maximum=MAX_REPLICAS)
+            if "atCycle" in a:
+                self.integer(a["atCycle"], f"{ap}.atCycle", minimum=0, maximum=10_000_000)
+            for res in RESOURCES:
+                if res in a:
+                    self.resource(a[res], f"{ap}.{res}", res)
+            if a.get("gpuMemory") is not None:
+                self.number(a["gpuMemory"], f"{ap}.gpuMemory", maximum=MAX_GPU_MEMORY_MIB)
+            replicas = 1
+            if "replicas" in a:
+                replicas = self.integer(a["replicas"], f"{ap}.replicas", minimum=1, maximum=MAX_REPLICAS)
+            if a.get("duration") is not None:
+                self.duration(a["duration"], f"{ap}.duration")
+            if "priority" in a:
+                self.integer(a["priority"], f"{ap}.priority", minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
+            if a.get("preemptible") is not None:
+                self.boolean(a["preemptible"], f"{ap}.preemptible")
+            if a.get("minAvailable") is not None:
+                ma = self.integer(a["minAvailable"], f"{ap}.minAvailable", minimum=1, maximum=MAX_REPLICAS)
+                if ma is not _BAD and replicas is not _BAD and ma > replicas:
+                    self.err(f"{ap}.minAvailable", f"must be <= replicas ({replicas}), got {ma}")
+
+
+class _TaskColumns:
+    """Growing per-task columns (lists), turned into a :class:`Tasks` at the end."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.job: list[int] = []
+        self.request: list[list[float]] = []
+        self.gpu_memory: list[float] = []
+        self.state: list[int] = []
+        self.priority: list[float] = []
+        self.node: list[int] = []
+        self.gpu_groups: list[list[str]] = []
+        self.node_selector: list[dict[str, str]] = []
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def add(self, name, request, gm, state, prio, node, groups, sel) -> None:
+        self.names.append(name)
+        self.request.append(request)
+        self.gpu_memory.append(gm)
+        self.state.append(int(state))
+        self.priority.append(prio)
+        self.node.append(node)
+        self.gpu_groups.append(groups)
+        self.node_selector.append(sel)
+
+    def truncate(self, n: int) -> None:
+        for attr in ("names", "request", "gpu_memory", "state", "priority", "node", "gpu_groups", "node_selector"):
+            del getattr(self, attr)[n:]
+
+    def build(self) -> Tasks:
+        return Tasks(
+            names=self.names,
+            job=np.array(self.job, dtype=np.int64),
+            request=np.array(self.request, dtype=np.float64).reshape(-1, NRES),
+            gpu_memory=np.array(self.gpu_memory, dtype=np.float64),
+            state=np.array(self.state, dtype=np.int8),
+            priority=np.array(self.priority, dtype=np.float64),
+            node=np.array(self.node, dtype=np.int64),
+            gpu_groups=self.gpu_groups,
+            node_selector=self.node_selector,
+        )
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _jsonable(x: Any) -> Any:
+    """Deep copy with timestamps as ISO strings, so ``Snapshot.source`` can be dumped as JSON."""
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, datetime):
+        if x.tzinfo is None:
+            x = x.replace(tzinfo=timezone.utc)
+        return x.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    if isinstance(x, date):
+        return x.isoformat()
+    return x
+
+
+# --------------------------------------------------------------------------------------------------
+# export
+
+
+def _num(x: float) -> int | float:
+    x = float(x)
+    return int(x) if x.is_integer() else x
+
+
+def _opt_duration(x: float) -> str | float | None:
+    return None if math.isnan(x) else format_duration(x)
+
+
+def _opt_minutes(x: float) -> int | float | None:
+    return None if math.isnan(x) else _num(x)
+
+
+def _queue_amount(x: float, res: str) -> Any:
+    if x == UNLIMITED:
+        return -1
+    if res == "cpu":
+        return format_cpu(x)
+    if res == "memory":
+        return format_memory(x)
+    return _num(x)
+
+
+def snapshot_to_dict(snapshot: Snapshot) -> dict:
+    """A scenario dict (scenario format, all defaults written out) that loads back to an equal snapshot.
+
+    Built from the arrays, not from ``snapshot.source``, so a snapshot rewritten between rounds
+    or assembled by the Django side exports what the engine actually sees.  Only input task
+    states can be exported (a Binding/Pipelined task is a cycle result, not an input).
+    """
+    cfg = snapshot.config
+    config: dict[str, Any] = {
+        "actions": list(cfg.actions),
+        "placement": dict(cfg.placement),
+        "kValue": _num(cfg.k_value),
+        "defaultReclaimMinRuntime": format_duration(cfg.default_reclaim_min_runtime),
+        "defaultPreemptMinRuntime": format_duration(cfg.default_preempt_min_runtime),
+        "reclaimMinRuntimeResolution": cfg.reclaim_min_runtime_resolution,
+        "reclaimerUtilizationMultiplier": _num(cfg.reclaimer_utilization_multiplier),
+        "rounds": int(cfg.rounds),
+        "stalenessGracePeriod": format_duration(cfg.staleness_grace_period),
+        "stableRounds": int(cfg.stable_rounds),
+    }
+    if cfg.now is not None:
+        config["now"] = _jsonable(cfg.now)
+    nd = snapshot.nodes
+    nodes = []
+    for i, name in enumerate(nd.names):
+        nodes.append({
+            "name": name,
+            "gpus": int(nd.gpus[i]),
+            "gpuMemory": _num(nd.gpu_memory[i]),
+            "cpu": format_cpu(nd.capacity[i, 1]),
+            "memory": format_memory(nd.capacity[i, 2]),
+            "labels": dict(nd.labels[i]),
+            "unschedulable": bool(nd.unschedulable[i]),
+            "ready": bool(nd.ready[i]),
+            "reservedByOthers": {
+                "gpu": _num(nd.reserved[i, 0]),
+                "cpu": format_cpu(nd.reserved[i, 1]),
+                "memory": format_memory(nd.reserved[i, 2]),
+            },
+        })
+    qs = snapshot.queues
+    queues = []
+    for i, name in enumerate(qs.names):
+        par = int(qs.parent[i])
+        queues.append({
+            "name": name,
+            "parent": qs.names[par] if par >= 0 else None,
+            "priority": int(qs.priority[i]),
+            "createdMinutesAgo": _num(qs.created_minutes_ago[i]),
+            "resources": {
+                res: {
+                    "quota": _queue_amount(qs.deserved[i, k], res),
+                    "overQuotaWeight": _num(qs.weight[i, k]),
+                    "limit": _queue_amount(qs.limit[i, k], res),
+                }
+                for k, res in enumerate(RESOURCES)
+            },
+            "reclaimMinRuntime": _opt_duration(qs.reclaim_min_runtime[i]),
+            "preemptMinRuntime": _opt_duration(qs.preempt_min_runtime[i]),
+        })
+    js, ts = snapshot.jobs, snapshot.tasks
+    jobs = []
+    for j, name in enumerate(js.names):
+        tasks = []
+        for t in js.tasks_of(j):
+            state = TaskState(int(ts.state[t]))
+            if state.label not in INPUT_STATES:
+                raise ValueError(f"task {ts.names[t]!r} is {state.label}: only input states can be exported")
+            node = int(ts.node[t])
+            tasks.append({
+                "name": ts.names[t],
+                "gpu": _num(ts.request[t, 0]),
+                "gpuMemory": _num(ts.gpu_memory[t]) if ts.gpu_memory[t] else None,
+                "cpu": format_cpu(ts.request[t, 1]),
+                "memory": format_memory(ts.request[t, 2]),
+                "state": state.label,
+                "priority": None if math.isnan(ts.priority[t]) else _num(ts.priority[t]),
+                "node": nd.names[node] if node >= 0 else None,
+                "gpuGroups": list(ts.gpu_groups[t]),
+                "nodeSelector": dict(ts.node_selector[t]),
+            })
+        jobs.append({
+            "name": name,
+            "queue": qs.names[int(js.queue[j])],
+            "priority": int(js.priority[j]),
+            "preemptible": bool(js.preemptible[j]),
+            "minAvailable": int(js.min_available[j]),
+            "createdMinutesAgo": _num(js.created_minutes_ago[j]),
+            "startedMinutesAgo": _opt_minutes(js.started_minutes_ago[j]),
+            "staleFor": _opt_duration(js.stale_for[j]),
+            "stalenessGracePeriod": _opt_duration(js.staleness_grace_period[j]),
+            "preemptionDelay": _opt_duration(js.preemption_delay[j]),
+            "topology": {"required": js.topology_required[j], "preferred": js.topology_preferred[j]},
+            "tasks": tasks,
+        })
+    out: dict[str, Any] = {"name": snapshot.name, "config": config, "nodes": nodes, "queues": queues, "jobs": jobs}
+    usage = {}
+    for i, name in enumerate(qs.names):
+        per = {res: float(snapshot.usage[i, k]) for k, res in enumerate(RESOURCES) if snapshot.usage[i, k]}
+        if per:
+            usage[name] = per
+    if usage:
+        out["usage"] = usage
+    if snapshot.expect is not None:
+        out["expect"] = copy.deepcopy(snapshot.expect)
+    if snapshot.source and snapshot.source.get("simulation") is not None:
+        out["simulation"] = copy.deepcopy(snapshot.source["simulation"])
+    return out
+
+
+def _field_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape:
+            return False
+        if a.dtype.kind == "f" or b.dtype.kind == "f":
+            return bool(np.array_equal(a, b, equal_nan=True))
+        return bool(np.array_equal(a, b))
+    return a == b
+
+
+def snapshots_equal(a: Snapshot, b: Snapshot) -> bool:
+    """Equality of everything the engine reads (``source`` is ignored: it is provenance)."""
+    if a.name != b.name or a.config != b.config or a.expect != b.expect:
+        return False
+    if not _field_equal(a.usage, b.usage):
+        return False
+    for part in ("nodes", "queues", "jobs", "tasks"):
+        pa, pb = getattr(a, part), getattr(b, part)
+        for f in fields(pa):
+            if not _field_equal(getattr(pa, f.name), getattr(pb, f.name)):
+                return False
+    return True
