@@ -1,0 +1,639 @@
+"""Mutable per-cycle scheduling state, shared by every action (allocate, consolidation, reclaim, ...).
+
+A :class:`CycleState` is built once per cycle from a :class:`~scheduler_engine.snapshot.Snapshot`
+(which is never mutated) and then changed only through the primitives below, so that every action
+sees the same accounting and every change can be undone (gang all-or-nothing, victim simulations).
+
+Public API (stable; other actions code against it)
+--------------------------------------------------
+
+Construction: ``CycleState(snapshot)``.
+
+Read-only references: ``snap, config, nodes, queues, jobs, tasks``; sizes ``N, Q, J, T``; ``G`` =
+max devices per node; ``total`` (3,) capacity of ready, schedulable nodes minus ``reservedByOthers``;
+``min_gpu_memory`` / ``max_gpu_memory`` (MiB per device over GPU nodes, 0 when unknown);
+``queue_path[q]`` int array ``[q, parent, ..., top]``; ``queue_is_leaf`` (Q,) bool;
+``job_task_range(j)`` -> range of task indices.
+
+Per-task (mutable): ``task_state`` (T,) int8 :class:`TaskState`; ``task_node`` (T,) int (-1 none);
+``task_gpu_groups`` list[list[str]]; ``task_devices`` list[list[int]] (device indices on the node);
+``task_order_req`` (T, 3): request with GPU memory converted with the *smallest* device memory
+(used for queue requests and ordering); ``task_quota_req`` (T, 3): GPU memory converted with the
+*largest* (used by queue admission, spec a.7); ``task_alloc`` (T, 3): what the task holds now on its
+node (GPU memory converted with that node's device memory).
+
+Per-queue (mutable, aggregated to every ancestor): ``queue_request`` (Q, 3) (fixed at session open),
+``queue_alloc`` (Q, 3) and ``queue_alloc_np`` (non-preemptible jobs only); ``fair_share`` (Q, 3),
+computed once at construction and never changed.
+
+Per-node (mutable): ``node_idle`` (N, 3) free now (capacity minus everything on the node, releasing
+tasks included), ``node_releasing`` (N, 3) held by Releasing tasks and not yet promised to a
+Pipelined task; ``node_schedulable`` (N,) bool (ready and not unschedulable). Per device:
+``dev_free`` (N, G) free fraction of each device, ``dev_rel`` (N, G) releasing fraction not yet
+promised; ``dev_group`` list (per node) of dict device -> gpuGroup name.
+
+``node_idle_gpus()`` / ``node_releasing_gpus()`` (N,) float: ``idleGpus`` = free GPU amount
+(whole free devices plus free fractions of shared ones), ``releasingGpus`` = GPU amount that victims
+are releasing and that nothing has been pipelined onto yet.
+
+Events: ``events`` list of dicts ``{"job", "reason", "message"[, "task"][, "victimOf"]}``;
+``add_event(job, reason, message, task=None, victim_of=None)``.
+
+Primitives:
+
+* ``task_request_on_node(t, n)`` -> (3,) request of task t if placed on node n.
+* ``fit_masks(t, nodes=None)`` -> ``(idle_ok, any_ok)`` (N,) bool: the task fits node n on free
+  resources only / on free plus releasing resources (resources incl. whole GPUs, fractions and GPU
+  memory on one device, nodeSelector, schedulable). ``nodes`` optional (N,) bool pre-mask.
+* ``choose_devices(t, n, pipelined)`` -> list of device indices or ``None``.
+* ``place(t, n, pipelined=False, devices=None)``: Pending -> Binding (free resources) or Pipelined
+  (resources being released); picks devices/gpuGroups; adds to the queue allocation.
+* ``evict(t, for_job=None, reason="Evicted", message=None)``: Running/Binding/Pipelined task is
+  given up. Running -> Releasing (its resources become releasing); Binding/Pipelined (placed in
+  this cycle) -> Pending again (resources returned). Queue allocation is reduced.
+* ``checkpoint()`` -> token; ``rollback(token)`` undoes every change (tasks, nodes, devices, queues,
+  events) made after the checkpoint. Cheap: an undo journal, no array copies.
+* ``queue_over_capacity(q, req, nonpreemptible)`` -> ``None`` or a message: spec a.7 limit check on
+  the leaf and every ancestor (per resource requested > 0) and, for non-preemptible jobs, the
+  deserved-quota check on ``queue_alloc_np``.
+* Job helpers: ``job_active_tasks(j)`` (Running/Binding/Pipelined), ``job_pending_tasks(j)``,
+  ``job_num_active(j)``, ``job_is_preemptible(j)``, ``job_queue(j)``.
+* ``job_signature(j, tasks)``: hashable key of a job's scheduling shape (used for failure caches);
+  ``resources_freed`` counter bumped whenever resources become free or releasing (cache invalidation).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .snapshot import CPU, GPU, MEM, NRES, UNLIMITED, Snapshot, TaskState
+
+log = logging.getLogger(__name__)
+
+EPS = 1e-9
+_PEND = int(TaskState.PENDING)
+_RUN = int(TaskState.RUNNING)
+_REL = int(TaskState.RELEASING)
+_STUCK = int(TaskState.STUCK_RELEASING)
+_BIND = int(TaskState.BINDING)
+_PIPE = int(TaskState.PIPELINED)
+ACTIVE_STATES = (_RUN, _BIND, _PIPE)
+RES_NAMES = ("gpu", "cpu", "memory")
+
+
+def fmt_amount(r: int, x: float) -> str:
+    """Human number in scenario units for messages: gpu devices, cpu cores, memory bytes."""
+    if r == CPU:
+        x = x / 1000.0
+    if abs(x - round(x)) < 1e-9:
+        return str(int(round(x)))
+    return f"{x:.3g}"
+
+
+class CycleState:
+    """Mutable scheduling state of one cycle; see the module docstring for the API."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snap = snapshot
+        self.config = snapshot.config
+        self.nodes = nodes = snapshot.nodes
+        self.queues = queues = snapshot.queues
+        self.jobs = jobs = snapshot.jobs
+        self.tasks = tasks = snapshot.tasks
+        self.N, self.Q, self.J, self.T = len(nodes), len(queues), len(jobs), len(tasks)
+        N, Q, T = self.N, self.Q, self.T
+
+        # ---------------- nodes & capacity
+        self.node_schedulable = np.asarray(nodes.ready, bool) & ~np.asarray(nodes.unschedulable, bool)
+        cap = np.asarray(nodes.capacity, float).reshape(N, NRES) - np.asarray(nodes.reserved, float).reshape(N, NRES)
+        cap = np.maximum(cap, 0.0)
+        gpus = np.asarray(nodes.gpus, dtype=np.int64).reshape(N)
+        reserved_gpu = np.ceil(np.asarray(nodes.reserved, float).reshape(N, NRES)[:, GPU] - EPS).astype(np.int64)
+        self.node_devices = np.maximum(gpus - np.maximum(reserved_gpu, 0), 0)  # usable devices per node
+        cap[:, GPU] = self.node_devices
+        self.node_capacity = cap
+        self.total = (cap * self.node_schedulable[:, None]).sum(axis=0)
+        self.node_gpu_memory = np.asarray(nodes.gpu_memory, float).reshape(N)
+        gm = self.node_gpu_memory[(gpus > 0) & (self.node_gpu_memory > 0)]
+        self.min_gpu_memory = float(gm.min()) if gm.size else 0.0
+        self.max_gpu_memory = float(gm.max()) if gm.size else 0.0
+        self.G = int(self.node_devices.max()) if N else 0
+        G = self.G
+        self.dev_valid = np.arange(G)[None, :] < self.node_devices[:, None]  # (N, G)
+        self.dev_free = self.dev_valid.astype(float)
+        self.dev_rel = np.zeros((N, G))
+        self.dev_group: list[dict[int, str]] = [dict() for _ in range(N)]
+        self.node_idle = cap.copy()
+        self.node_releasing = np.zeros((N, NRES))
+        self._selector_cache: dict[tuple, np.ndarray] = {}
+
+        # ---------------- queues
+        self.queue_path = [np.asarray(queues.path_to_root(q), dtype=np.int64) for q in range(Q)]
+        self.queue_is_leaf = queues.is_leaf
+        self.queue_deserved = np.asarray(queues.deserved, float).reshape(Q, NRES)
+        self.queue_limit = np.asarray(queues.limit, float).reshape(Q, NRES)
+
+        # ---------------- tasks
+        self.task_state = np.asarray(tasks.state, dtype=np.int8).copy()
+        self.task_node = np.asarray(tasks.node, dtype=np.int64).copy()
+        self.task_gpu_groups: list[list[str]] = [list(g or []) for g in tasks.gpu_groups]
+        self.task_devices: list[list[int]] = [[] for _ in range(T)]
+        self.task_job = np.asarray(tasks.job, dtype=np.int64)
+        req = np.asarray(tasks.request, float).reshape(T, NRES)
+        self.task_request = req
+        self.task_gpu_memory = np.asarray(tasks.gpu_memory, float).reshape(T)
+        g = req[:, GPU]
+        self.task_is_mem = self.task_gpu_memory > 0
+        self.task_is_frac = (~self.task_is_mem) & (g > EPS) & (g < 1.0 - EPS)
+        self.task_is_shared = self.task_is_mem | self.task_is_frac
+        self.task_whole = np.where(self.task_is_shared, 0, np.rint(g)).astype(np.int64)
+        self.task_order_req = req.copy()
+        self.task_quota_req = req.copy()
+        if self.task_is_mem.any():
+            mem = self.task_gpu_memory[self.task_is_mem]
+            self.task_order_req[self.task_is_mem, GPU] = mem / self.min_gpu_memory if self.min_gpu_memory else 0.0
+            self.task_quota_req[self.task_is_mem, GPU] = mem / self.max_gpu_memory if self.max_gpu_memory else 0.0
+        self.task_alloc = np.zeros((T, NRES))
+        self.task_rel_take = np.zeros((T, NRES))  # pipelined tasks: part taken from releasing
+        self.task_dev_take: list[list[float]] = [[] for _ in range(T)]
+        self.task_selector_key = [tuple(sorted((s or {}).items())) for s in tasks.node_selector]
+        self.job_queue_arr = np.asarray(jobs.queue, dtype=np.int64)
+        self.job_preemptible_arr = np.asarray(jobs.preemptible, bool)
+        self.job_start = np.asarray(jobs.task_start, dtype=np.int64)
+        self.job_count = np.asarray(jobs.task_count, dtype=np.int64)
+        self.job_min_available = np.asarray(jobs.min_available, dtype=np.int64)
+
+        # ---------------- place input tasks on nodes
+        self.queue_alloc = np.zeros((Q, NRES))
+        self.queue_alloc_np = np.zeros((Q, NRES))
+        self.queue_request = np.zeros((Q, NRES))
+        self._journal: list[tuple] | None = None  # no journaling while building
+        self._init_placements()
+
+        # queue requests: allocated (Running) + pending (requested, smallest GPU memory)
+        st = self.task_state
+        leaf_req = np.zeros((Q, NRES))
+        run = st == _RUN
+        pend = st == _PEND
+        tq = self.job_queue_arr[self.task_job] if T else np.zeros(0, dtype=np.int64)
+        np.add.at(leaf_req, tq[run], self.task_alloc[run])
+        np.add.at(leaf_req, tq[pend], self.task_order_req[pend])
+        self.queue_request = self._aggregate_up(leaf_req)
+        self.job_num_active_arr = np.zeros(self.J, dtype=np.int64)
+        act = np.isin(st, ACTIVE_STATES)
+        np.add.at(self.job_num_active_arr, self.task_job[act], 1)
+
+        # ---------------- fair share (fixed for the cycle)
+        self.fair_share = self._compute_fair_share()
+
+        self.events: list[dict] = []
+        self.resources_freed = 0
+        self._journal = []
+
+    # ------------------------------------------------------------------ construction helpers
+    def _aggregate_up(self, leaf: np.ndarray) -> np.ndarray:
+        out = np.zeros_like(leaf)
+        for q in range(self.Q):
+            if leaf[q].any():
+                out[self.queue_path[q]] += leaf[q]
+        return out
+
+    def _compute_fair_share(self) -> np.ndarray:
+        try:
+            from .fairshare import compute_fair_share
+        except ImportError:  # pragma: no cover - the module lands with engine-fairshare
+            log.warning("scheduler_engine.fairshare missing: fair share left at 0")
+            return np.zeros((self.Q, NRES))
+        q = self.queues
+        k = self.config.k_value
+        return np.asarray(
+            compute_fair_share(
+                parent=np.asarray(q.parent), deserved=self.queue_deserved, limit=self.queue_limit,
+                weight=np.asarray(q.weight, float), priority=np.asarray(q.priority),
+                request=self.queue_request, usage=np.asarray(self.snap.usage, float).reshape(self.Q, NRES),
+                order_rank=q.order_rank(), total=self.total, k_value=float(k or 0.0),
+            ),
+            dtype=float,
+        )
+
+    def _init_placements(self) -> None:
+        """Charge Running / Releasing / StuckInReleasing input tasks to their nodes and devices."""
+        st = self.task_state
+        on_node = np.isin(st, (_RUN, _REL, _STUCK)) & (self.task_node >= 0)
+        idx = np.flatnonzero(on_node)
+        # shared tasks with named groups first (they pin devices), then whole-GPU tasks
+        shared = [t for t in idx if self.task_is_shared[t]]
+        whole = [t for t in idx if not self.task_is_shared[t]]
+        for t in shared + whole:
+            n = int(self.task_node[t])
+            devs = self._input_devices(t, n)
+            self._charge(t, n, devs, pipelined=False, releasing=(st[t] == _REL))
+            if st[t] in (_RUN,):
+                q = self.job_queue_arr[self.task_job[t]]
+                path = self.queue_path[q]
+                self.queue_alloc[path] += self.task_alloc[t]
+                if not self.job_preemptible_arr[self.task_job[t]]:
+                    self.queue_alloc_np[path] += self.task_alloc[t]
+
+    def _input_devices(self, t: int, n: int) -> list[int]:
+        groups = self.dev_group[n]
+        if self.task_is_shared[t]:
+            names = self.task_gpu_groups[t] or []
+            devs = []
+            by_name = {v: k for k, v in groups.items()}
+            for name in names[:1] or [None]:
+                if name is not None and name in by_name:
+                    devs.append(by_name[name])
+                    continue
+                d = None
+                if name is not None and name.isdigit() and int(name) < self.node_devices[n] and int(name) not in groups \
+                        and self.dev_free[n, int(name)] >= 1 - EPS:
+                    d = int(name)
+                if d is None:
+                    need = self._shared_fraction(t, n)
+                    cand = [i for i in range(int(self.node_devices[n])) if i not in groups and self.dev_free[n, i] >= 1 - EPS]
+                    if not cand:
+                        cand = [i for i in range(int(self.node_devices[n])) if self.dev_free[n, i] >= need - EPS] or [0]
+                    d = cand[0]
+                if name is None:
+                    name = self._new_group_name(n, d)
+                groups[d] = name
+                devs.append(d)
+            if not self.task_gpu_groups[t]:
+                self.task_gpu_groups[t] = [groups[devs[0]]]
+            return devs if self.node_devices[n] > 0 else []
+        k = int(self.task_whole[t])
+        if k <= 0:
+            return []
+        free = [i for i in range(int(self.node_devices[n])) if self.dev_free[n, i] >= 1 - EPS]
+        return free[:k]  # an over-committed input simply gets fewer devices
+
+    def _new_group_name(self, n: int, d: int) -> str:
+        used = set(self.dev_group[n].values())
+        name = str(d)
+        i = 1
+        while name in used:
+            name = f"{d}-{i}"
+            i += 1
+        return name
+
+    # ------------------------------------------------------------------ basic queries
+    def job_task_range(self, j: int) -> range:
+        s = int(self.job_start[j])
+        return range(s, s + int(self.job_count[j]))
+
+    def job_queue(self, j: int) -> int:
+        return int(self.job_queue_arr[j])
+
+    def job_is_preemptible(self, j: int) -> bool:
+        return bool(self.job_preemptible_arr[j])
+
+    def job_active_tasks(self, j: int) -> list[int]:
+        """Active allocated tasks (Running, Binding, Pipelined); Releasing ones are not active."""
+        s, c = int(self.job_start[j]), int(self.job_count[j])
+        st = self.task_state[s:s + c]
+        return [s + i for i in np.flatnonzero((st == _RUN) | (st == _BIND) | (st == _PIPE))]
+
+    def job_pending_tasks(self, j: int) -> list[int]:
+        s, c = int(self.job_start[j]), int(self.job_count[j])
+        return [s + i for i in np.flatnonzero(self.task_state[s:s + c] == _PEND)]
+
+    def job_num_active(self, j: int) -> int:
+        return int(self.job_num_active_arr[j])
+
+    def node_idle_gpus(self) -> np.ndarray:
+        return np.maximum((self.dev_free * self.dev_valid).sum(axis=1), 0.0) if self.G else np.zeros(self.N)
+
+    def node_releasing_gpus(self) -> np.ndarray:
+        return np.maximum((self.dev_rel * self.dev_valid).sum(axis=1), 0.0) if self.G else np.zeros(self.N)
+
+    def _shared_fraction(self, t: int, n: int) -> float:
+        if self.task_is_mem[t]:
+            m = self.node_gpu_memory[n]
+            return float(self.task_gpu_memory[t] / m) if m > 0 else np.inf
+        return float(self.task_request[t, GPU])
+
+    def task_request_on_node(self, t: int, n: int) -> np.ndarray:
+        r = self.task_request[t].copy()
+        if self.task_is_mem[t]:
+            r[GPU] = self._shared_fraction(t, n)
+        return r
+
+    def selector_mask(self, key: tuple) -> np.ndarray:
+        """(N,) bool: nodes whose labels match every ``(label, value)`` of ``key``."""
+        m = self._selector_cache.get(key)
+        if m is None:
+            labels = self.nodes.labels
+            m = np.fromiter(
+                (all((lab or {}).get(k) == v for k, v in key) for lab in labels), dtype=bool, count=self.N
+            )
+            self._selector_cache[key] = m
+        return m
+
+    def label_values(self, label: str) -> list[str | None]:
+        return [(lab or {}).get(label) for lab in self.nodes.labels]
+
+    # ------------------------------------------------------------------ feasibility
+    def fit_masks(self, t: int, nodes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(idle_ok, any_ok)``: nodes where task t fits on free resources / on free + releasing."""
+        base = self.node_schedulable
+        if nodes is not None:
+            base = base & nodes
+        key = self.task_selector_key[t]
+        if key:
+            base = base & self.selector_mask(key)
+        req = self.task_request[t]
+        idle, rel = self.node_idle, self.node_releasing
+        idle_ok = base & (idle[:, CPU] >= req[CPU] - EPS) & (idle[:, MEM] >= req[MEM] - EPS)
+        any_ok = base & (idle[:, CPU] + rel[:, CPU] >= req[CPU] - EPS) & (idle[:, MEM] + rel[:, MEM] >= req[MEM] - EPS)
+        if self.task_is_shared[t]:
+            if self.G == 0:
+                z = np.zeros(self.N, bool)
+                return z, z
+            if self.task_is_mem[t]:
+                with np.errstate(divide="ignore"):
+                    f = np.where(self.node_gpu_memory > 0, self.task_gpu_memory[t] / np.maximum(self.node_gpu_memory, EPS), np.inf)
+                f = np.where(f <= 1 + EPS, f, np.inf)
+                fcol = f[:, None]
+            else:
+                fcol = req[GPU]
+            free = self.dev_free
+            idle_ok &= ((free >= fcol - EPS) & self.dev_valid).any(axis=1)
+            any_ok &= ((free + self.dev_rel >= fcol - EPS) & self.dev_valid).any(axis=1)
+        elif self.task_whole[t] > 0:
+            k = self.task_whole[t]
+            if self.G == 0:
+                z = np.zeros(self.N, bool)
+                return z, z
+            whole_idle = ((self.dev_free >= 1 - EPS) & self.dev_valid).sum(axis=1)
+            whole_any = ((self.dev_free + self.dev_rel >= 1 - EPS) & self.dev_valid).sum(axis=1)
+            idle_ok &= whole_idle >= k
+            any_ok &= whole_any >= k
+        return idle_ok, any_ok | idle_ok
+
+    def fits_on_node(self, t: int, n: int) -> tuple[bool, bool]:
+        """Scalar ``(fits_idle, fits_idle_or_releasing)`` for one node (no selector/schedulable check)."""
+        req = self.task_request_on_node(t, n)
+        idle, rel = self.node_idle[n], self.node_releasing[n]
+        fi = idle[CPU] >= req[CPU] - EPS and idle[MEM] >= req[MEM] - EPS
+        fa = idle[CPU] + rel[CPU] >= req[CPU] - EPS and idle[MEM] + rel[MEM] >= req[MEM] - EPS
+        if self.task_is_shared[t] or self.task_whole[t] > 0:
+            fi = fi and self.choose_devices(t, n, pipelined=False) is not None
+            fa = fa and (fi or self.choose_devices(t, n, pipelined=True) is not None)
+        return bool(fi), bool(fa or fi)
+
+    def choose_devices(self, t: int, n: int, pipelined: bool, spread: bool | None = None) -> list[int] | None:
+        """Devices of node n for task t, or None if they do not fit (free only, or free + releasing).
+
+        Shared requests pick one device: binpack prefers the most used device that fits (counting
+        releasing usage as used, so a request is pipelined onto a device being released before a
+        fresh device is opened, as KAI's GPU-sharing order does); spread prefers the emptiest.
+        Whole requests take fully free devices (pipelined: devices whose only load is releasing).
+        """
+        nd = int(self.node_devices[n])
+        if nd == 0:
+            return [] if (not self.task_is_shared[t] and self.task_whole[t] == 0) else None
+        free = self.dev_free[n, :nd]
+        rel = self.dev_rel[n, :nd]
+        if spread is None:
+            spread = self.config.placement.get("gpu", "binpack") == "spread"
+        if self.task_is_shared[t]:
+            f = self._shared_fraction(t, n)
+            if not np.isfinite(f) or f > 1 + EPS:
+                return None
+            room = free + rel if pipelined else free
+            ok = np.flatnonzero(room >= f - EPS)
+            if ok.size == 0:
+                return None
+            occupied = 1.0 - free  # releasing load counts as occupied
+            if spread:
+                order = sorted(ok, key=lambda d: (occupied[d], d))
+            else:
+                order = sorted(ok, key=lambda d: (-occupied[d], d))
+            if not pipelined:
+                return [int(order[0])]
+            # pipelined mode: the device choice precedes the bind/pipeline decision
+            return [int(order[0])]
+        k = int(self.task_whole[t])
+        if k == 0:
+            return []
+        if pipelined:
+            ok = np.flatnonzero(free + rel >= 1 - EPS)
+            # prefer fully free devices, then those being released
+            ok = sorted(ok, key=lambda d: (free[d] < 1 - EPS, d))
+        else:
+            ok = list(np.flatnonzero(free >= 1 - EPS))
+        if len(ok) < k:
+            return None
+        return [int(d) for d in ok[:k]]
+
+    # ------------------------------------------------------------------ journal
+    def checkpoint(self) -> tuple[int, int]:
+        return (len(self._journal), len(self.events))
+
+    def rollback(self, cp: tuple[int, int]) -> None:
+        jlen, elen = cp
+        j = self._journal
+        while len(j) > jlen:
+            self._undo(j.pop())
+        del self.events[elen:]
+
+    def _undo(self, rec: tuple) -> None:
+        (t, state, node, devs, groups, alloc, n, node_idle, node_rel, dev_rows, gmap, qpath, qa, qanp, nact,
+         rel_take, dev_take) = rec
+        self.task_rel_take[t] = rel_take
+        self.task_dev_take[t] = dev_take
+        self.task_state[t] = state
+        self.task_node[t] = node
+        self.task_devices[t] = devs
+        self.task_gpu_groups[t] = groups
+        self.task_alloc[t] = alloc
+        if n >= 0:
+            self.node_idle[n] = node_idle
+            self.node_releasing[n] = node_rel
+            if dev_rows is not None:
+                self.dev_free[n], self.dev_rel[n] = dev_rows
+            self.dev_group[n] = gmap
+        if qpath is not None:
+            self.queue_alloc[qpath] = qa
+            self.queue_alloc_np[qpath] = qanp
+        self.job_num_active_arr[self.task_job[t]] = nact
+
+    def _record(self, t: int, n: int) -> None:
+        if self._journal is None:
+            return
+        j = int(self.task_job[t])
+        q = int(self.job_queue_arr[j])
+        path = self.queue_path[q]
+        self._journal.append((
+            t, int(self.task_state[t]), int(self.task_node[t]), list(self.task_devices[t]),
+            list(self.task_gpu_groups[t]), self.task_alloc[t].copy(), n,
+            self.node_idle[n].copy() if n >= 0 else None, self.node_releasing[n].copy() if n >= 0 else None,
+            (self.dev_free[n].copy(), self.dev_rel[n].copy()) if (n >= 0 and self.G) else None,
+            dict(self.dev_group[n]) if n >= 0 else None,
+            path, self.queue_alloc[path].copy(), self.queue_alloc_np[path].copy(), int(self.job_num_active_arr[j]),
+            self.task_rel_take[t].copy(), list(self.task_dev_take[t]),
+        ))
+
+    # ------------------------------------------------------------------ mutations
+    def _charge(self, t: int, n: int, devs: list[int], pipelined: bool, releasing: bool = False) -> None:
+        """Take the task's resources on node n (free first for binds; releasing first for pipelines)."""
+        req = self.task_request_on_node(t, n)
+        if self.task_whole[t] > 0 and not self.task_is_shared[t]:
+            req[GPU] = float(len(devs)) if devs else req[GPU]
+        self.task_alloc[t] = req
+        if pipelined:
+            take = np.minimum(np.maximum(self.node_releasing[n], 0.0), req)
+            self.node_releasing[n] -= take
+            self.node_idle[n] -= req - take
+            self.task_rel_take[t] = take
+        else:
+            self.node_idle[n] -= req
+            if releasing:
+                self.node_releasing[n] += req
+        self.task_dev_take[t] = []
+        if devs:
+            per = self._shared_fraction(t, n) if self.task_is_shared[t] else 1.0
+            for d in devs:
+                if pipelined:
+                    take = min(max(self.dev_rel[n, d], 0.0), per)
+                    self.dev_rel[n, d] -= take
+                    self.dev_free[n, d] -= per - take
+                    self.task_dev_take[t].append(take)
+                else:
+                    self.dev_free[n, d] -= per
+                    if releasing:
+                        self.dev_rel[n, d] += per
+        self.task_devices[t] = list(devs)
+
+    def place(self, t: int, n: int, pipelined: bool = False, devices: Sequence[int] | None = None) -> None:
+        """Place pending task t on node n: Binding on free resources, or Pipelined on releasing ones."""
+        if self.task_state[t] != _PEND:
+            raise ValueError(f"task {self.tasks.names[t]} is not pending")
+        if devices is None:
+            devices = self.choose_devices(t, n, pipelined)
+            if devices is None:
+                raise ValueError(f"task {self.tasks.names[t]} does not fit node {self.nodes.names[n]}")
+        self._record(t, n)
+        devs = list(devices)
+        self._charge(t, n, devs, pipelined)
+        if self.task_is_shared[t]:
+            groups = []
+            for d in devs:
+                name = self.dev_group[n].get(d)
+                if name is None:
+                    name = self._new_group_name(n, d)
+                    self.dev_group[n][d] = name
+                groups.append(name)
+            self.task_gpu_groups[t] = groups
+        else:
+            self.task_gpu_groups[t] = []
+        self.task_state[t] = _PIPE if pipelined else _BIND
+        self.task_node[t] = n
+        j = int(self.task_job[t])
+        path = self.queue_path[int(self.job_queue_arr[j])]
+        self.queue_alloc[path] += self.task_alloc[t]
+        if not self.job_preemptible_arr[j]:
+            self.queue_alloc_np[path] += self.task_alloc[t]
+        self.job_num_active_arr[j] += 1
+
+    def evict(self, t: int, for_job: int | str | None = None, reason: str = "Evicted",
+              message: str | None = None) -> None:
+        """Give up an active task: Running -> Releasing; Binding/Pipelined (this cycle) -> Pending."""
+        s = int(self.task_state[t])
+        if s not in ACTIVE_STATES:
+            raise ValueError(f"task {self.tasks.names[t]} is not active ({TaskState(s).label})")
+        n = int(self.task_node[t])
+        self._record(t, n)
+        alloc = self.task_alloc[t].copy()
+        devs = self.task_devices[t]
+        per = (alloc[GPU] if self.task_is_shared[t] else 1.0)
+        if s == _RUN:
+            self.node_releasing[n] += alloc
+            for d in devs:
+                self.dev_rel[n, d] += per
+            self.task_state[t] = _REL
+        else:
+            # undo a placement made in this cycle: return what it took
+            if s == _BIND:
+                self.node_idle[n] += alloc
+                for d in devs:
+                    self.dev_free[n, d] += per
+            else:  # pipelined: give back exactly what it took from releasing and from free
+                take = self.task_rel_take[t]
+                self.node_releasing[n] += take
+                self.node_idle[n] += alloc - take
+                for d, dt in zip(devs, self.task_dev_take[t]):
+                    self.dev_rel[n, d] += dt
+                    self.dev_free[n, d] += per - dt
+                self.task_rel_take[t] = 0.0
+                self.task_dev_take[t] = []
+            self.task_state[t] = _PEND
+            self.task_node[t] = -1
+            self.task_devices[t] = []
+            self.task_gpu_groups[t] = []
+            self.task_alloc[t] = 0.0
+        j = int(self.task_job[t])
+        path = self.queue_path[int(self.job_queue_arr[j])]
+        self.queue_alloc[path] -= alloc
+        if not self.job_preemptible_arr[j]:
+            self.queue_alloc_np[path] -= alloc
+        self.job_num_active_arr[j] -= 1
+        self.resources_freed += 1
+        if for_job is not None or message is not None:
+            jn = self.jobs.names[j]
+            ev = {"job": jn, "reason": reason,
+                  "message": message or f"task {self.tasks.names[t]} evicted"}
+            ev["task"] = self.tasks.names[t]
+            if for_job is not None:
+                ev["victimOf"] = for_job if isinstance(for_job, str) else self.jobs.names[int(for_job)]
+            self.events.append(ev)
+
+    def add_event(self, job: int | str, reason: str, message: str, task: int | str | None = None,
+                  victim_of: int | str | None = None) -> None:
+        ev = {"job": job if isinstance(job, str) else self.jobs.names[int(job)], "reason": reason, "message": message}
+        if task is not None:
+            ev["task"] = task if isinstance(task, str) else self.tasks.names[int(task)]
+        if victim_of is not None:
+            ev["victimOf"] = victim_of if isinstance(victim_of, str) else self.jobs.names[int(victim_of)]
+        self.events.append(ev)
+
+    # ------------------------------------------------------------------ queue capacity (spec a.7)
+    def queue_over_capacity(self, q: int, req: np.ndarray, nonpreemptible: bool) -> str | None:
+        """``None`` if ``req`` may be added to leaf q, else why not (limit / non-preemptible quota)."""
+        req = np.asarray(req, float)
+        asked = req > EPS
+        if not asked.any():
+            return None
+        for a in self.queue_path[q]:
+            lim = self.queue_limit[a]
+            alloc = self.queue_alloc[a]
+            for r in np.flatnonzero(asked):
+                if lim[r] != UNLIMITED and alloc[r] + req[r] > lim[r] + EPS:
+                    return (f"queue {self.queues.names[a]} is over its limit for {RES_NAMES[r]}: "
+                            f"{fmt_amount(r, alloc[r])} used + {fmt_amount(r, req[r])} requested > "
+                            f"{fmt_amount(r, lim[r])}")
+            if nonpreemptible:
+                d = self.queue_deserved[a]
+                anp = self.queue_alloc_np[a]
+                for r in np.flatnonzero(asked):
+                    if d[r] != UNLIMITED and anp[r] + req[r] > d[r] + EPS:
+                        return (f"queue {self.queues.names[a]} quota for non-preemptible jobs exceeded for "
+                                f"{RES_NAMES[r]}: {fmt_amount(r, anp[r])} used + {fmt_amount(r, req[r])} "
+                                f"requested > {fmt_amount(r, d[r])} deserved")
+        return None
+
+    # ------------------------------------------------------------------ signatures
+    def task_signature(self, t: int) -> tuple:
+        r = self.task_request[t]
+        return (float(r[GPU]), float(r[CPU]), float(r[MEM]), float(self.task_gpu_memory[t]), self.task_selector_key[t])
+
+    def job_signature(self, j: int, tasks: Iterable[int]) -> tuple:
+        """Scheduling shape: queue, preemptibility, topology, sorted task shapes (cache key)."""
+        return (
+            int(self.job_queue_arr[j]), bool(self.job_preemptible_arr[j]),
+            self.jobs.topology_required[j], self.jobs.topology_preferred[j],
+            tuple(sorted(self.task_signature(t) for t in tasks)),
+        )
