@@ -1,0 +1,387 @@
+"""Per-queue share quantities and reclaim predicates of KAI's proportion plugin (spec a.6, b, c).
+
+Everything here is a pure function over numpy arrays in KAI internal units (resource columns
+``GPU, CPU, MEM`` = devices, millicores, bytes). ``-1`` means unlimited in deserved / limit (and is
+accepted in fair-share arguments too, as upstream does). Nothing is mutated; nothing imports Django.
+
+Why a separate module: fair share is computed once per cycle (``fairshare.py``); these predicates are
+evaluated many times per cycle by the reclaim / preempt actions and queue ordering on *changing*
+allocations, so they take the allocation arrays explicitly instead of reading a mutable session.
+
+API (vectors are ``(3,)``; per-queue arrays are ``(Q, 3)``; leading axes broadcast where noted)
+-----------------------------------------------------------------------------------------------
+Comparisons and derived quantities
+    ``compare_quantities(a, b)`` -> int array (-1/0/1), -1 compares as +inf, |a-b| <= 1e-9 is equal.
+    ``less_equal(a, b)`` -> bool over the last axis: every resource ``a <= b`` (compare_quantities).
+    ``requestable(request, limit)``; ``allocatable(deserved, fair_share, limit)``.
+    ``dominant_share(allocated, allocatable_share, total)`` -> max_r A/alloc (noFairShareDrfMultiplier).
+    ``fair_share_less_than_allocated(fair_share, allocated)``  (queue order rule 1: F < A in all three)
+    ``within_deserved(allocated, job, deserved)``               (rule 2 / GDQ: A + job <= D in all)
+    ``zero_share_violation(allocatable_share, allocated, job)`` (rule 4)
+    ``weaker_allocatable(alloc_l, alloc_r)``                    (rule 7)
+Tree
+    ``path_to_root(parent, q)``; ``leveled_pair(parent, reclaimer_leaf, victim_leaf)`` -> (A*, B*).
+Strategy predicates (spec c; upstream ``strategies.go``)
+    ``fits_maintain_fair_share(remaining, allocatable_b)``
+    ``reclaimer_fits_deserved(allocated_a, req, deserved_a)``
+    ``reclaimee_exceeds_deserved(remaining, deserved_b)``
+    ``fits_reclaim_strategy(req=, allocated_a=, deserved_a=, remaining_b=, deserved_b=, allocatable_b=)``
+Reclaim gates (operate on a :class:`QueueShares` snapshot of the queue state)
+    ``can_reclaim_resources(shares, leaf, req, preemptible)``           (CanReclaimResources)
+    ``victim_filter(shares, reclaimer_leaf, victim_leaf, req)``         (proportion ReclaimVictimFilter)
+    ``saturation_ratio(allocated, fair_share)``; ``saturation_lower(...)`` (sibling saturation check)
+    ``validate_reclaim(shares, reclaimer_leaf=, req=, reclaimer_preemptible=, victims=, multiplier=)``
+        -> :class:`Verdict` (truthy iff the scenario is acceptable; ``reason`` says why not).
+    ``effective_multiplier(value)``: the saturation multiplier rule (malformed or < 1 -> 1.0).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+UNLIMITED = -1.0
+NRES = 3
+RESOURCES = ("gpu", "cpu", "memory")
+# upstream resource_info.floatComparisonTolerance: absorbs float noise from summing fractional GPUs
+TOLERANCE = 1e-9
+# upstream noFairShareDrfMultiplier: a resource with allocatable 0 weighs 1000x its allocation
+NO_FAIR_SHARE_DRF_MULTIPLIER = 1000.0
+
+
+# --------------------------------------------------------------------------------------------------
+# comparisons and derived quantities
+
+
+def compare_quantities(a, b, tol: float = TOLERANCE) -> np.ndarray:
+    """Elementwise three-way compare where -1 means +infinity (upstream ``compareQuantities``).
+
+    Returns an int array: 1 if a > b, -1 if a < b, 0 if equal (within ``tol``, or both -1).
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    a_inf = a == UNLIMITED
+    b_inf = b == UNLIMITED
+    a_le_b = (a <= b) | (np.abs(a - b) <= tol)
+    b_le_a = (b <= a) | (np.abs(a - b) <= tol)
+    finite = np.where(~a_le_b, 1, np.where(~b_le_a, -1, 0))
+    return np.where(a_inf, np.where(b_inf, 0, 1), np.where(b_inf, -1, finite)).astype(np.int64)
+
+
+def less_equal(a, b) -> np.ndarray | bool:
+    """True where ``a <= b`` in every resource (last axis), -1 = +inf (upstream ``LessEqual``)."""
+    res = np.all(compare_quantities(a, b) <= 0, axis=-1)
+    return bool(res) if np.ndim(res) == 0 else res
+
+
+def requestable(request, limit) -> np.ndarray:
+    """Request capped by the limit (``GetRequestableShare``); limit -1 = no cap."""
+    request = np.asarray(request, dtype=np.float64)
+    limit = np.asarray(limit, dtype=np.float64)
+    return np.where(limit == UNLIMITED, request, np.minimum(limit, request))
+
+
+def allocatable(deserved, fair_share, limit) -> np.ndarray:
+    """Allocatable share (``GetAllocatableShare``).
+
+    ``L`` if ``D == -1`` (fair share ignored: an unlimited-quota queue is bounded only by its limit);
+    otherwise ``max(D, F)``, capped by ``L`` unless ``L == -1``.
+    """
+    deserved = np.asarray(deserved, dtype=np.float64)
+    fair_share = np.asarray(fair_share, dtype=np.float64)
+    limit = np.asarray(limit, dtype=np.float64)
+    base = np.maximum(deserved, fair_share)
+    capped = np.where(limit == UNLIMITED, base, np.minimum(limit, base))
+    return np.where(deserved == UNLIMITED, limit, capped)
+
+
+def dominant_share(allocated, allocatable_share, total) -> np.ndarray | float:
+    """DRF dominant share ``max_r A_r / alloc_r`` (``GetDominantResourceShare``).
+
+    ``alloc_r = total_r`` when allocatable is -1; a resource with allocatable 0 contributes
+    ``A_r * 1000`` instead of a division by zero (zero-share queues sort last). Never below 0.
+    Works on (3,) or (Q, 3) inputs; ``total`` is (3,).
+    """
+    allocated = np.asarray(allocated, dtype=np.float64)
+    alloc = np.asarray(allocatable_share, dtype=np.float64)
+    total = np.broadcast_to(np.asarray(total, dtype=np.float64), alloc.shape)
+    alloc = np.where(alloc == UNLIMITED, total, alloc)
+    safe = np.where(alloc == 0, 1.0, alloc)
+    value = np.where(alloc == 0, allocated * NO_FAIR_SHARE_DRF_MULTIPLIER, allocated / safe)
+    res = np.maximum(0.0, np.max(value, axis=-1))
+    return float(res) if np.ndim(res) == 0 else res
+
+
+def fair_share_less_than_allocated(fair_share, allocated) -> np.ndarray | bool:
+    """Queue order rule 1: "over fair share" iff ``F < A`` strictly in *all three* resources."""
+    res = np.all(np.asarray(fair_share, float) < np.asarray(allocated, float), axis=-1)
+    return bool(res) if np.ndim(res) == 0 else res
+
+
+def within_deserved(allocated, job, deserved) -> np.ndarray | bool:
+    """``A + job <= D`` in every resource (-1 = unlimited). Queue order rule 2 and GDQ's reclaimer side."""
+    return less_equal(np.asarray(allocated, float) + np.asarray(job, float), deserved)
+
+
+def zero_share_violation(allocatable_share, allocated, job) -> np.ndarray | bool:
+    """Queue order rule 4: some resource has allocatable 0 while ``A + job > 0``."""
+    total = np.asarray(allocated, float) + np.asarray(job, float)
+    res = np.any((np.asarray(allocatable_share, float) == 0) & (total > 0), axis=-1)
+    return bool(res) if np.ndim(res) == 0 else res
+
+
+def weaker_allocatable(alloc_l, alloc_r) -> bool:
+    """Queue order rule 7: ``alloc_l <= alloc_r`` in every resource and ``<`` in at least one."""
+    le = compare_quantities(alloc_l, alloc_r)
+    return bool(np.all(le <= 0) and np.any(le < 0))
+
+
+# --------------------------------------------------------------------------------------------------
+# tree
+
+
+def path_to_root(parent: np.ndarray, q: int) -> list[int]:
+    """``[q, parent(q), ..., top-level]``; raises ``ValueError`` on a cycle (bounded walk)."""
+    parent = np.asarray(parent)
+    out = [int(q)]
+    for _ in range(parent.size + 1):
+        p = int(parent[out[-1]])
+        if p < 0:
+            return out
+        out.append(p)
+    raise ValueError(f"parent: the queue tree has a cycle through queue index {q}")
+
+
+def leveled_pair(parent: np.ndarray, reclaimer_leaf: int, victim_leaf: int) -> tuple[int, int]:
+    """The queues compared for a reclaimer/victim pair (upstream ``getLeveledQueues``).
+
+    Walk both root paths top-down; return the pair at the first depth where they differ, i.e. the two
+    children of the lowest common ancestor (two different top-level queues if they share none). If one
+    path is a prefix of the other (only possible when a "leaf" is an ancestor of the other), the
+    deepest common-depth pair is returned, as upstream does.
+    """
+    a = path_to_root(parent, reclaimer_leaf)[::-1]
+    b = path_to_root(parent, victim_leaf)[::-1]
+    pair = (a[0], b[0])
+    for x, y in zip(a, b):
+        pair = (x, y)
+        if x != y:
+            break
+    return pair
+
+
+# --------------------------------------------------------------------------------------------------
+# strategy predicates (pure, on vectors)
+
+
+def fits_maintain_fair_share(remaining, allocatable_b) -> bool:
+    """MaintainFairShare: the victim side is still above its allocatable share in >= 1 resource."""
+    return not less_equal(remaining, allocatable_b)
+
+
+def reclaimer_fits_deserved(allocated_a, req, deserved_a) -> bool:
+    """The reclaimer side stays within deserved in every resource after adding ``req``."""
+    return bool(within_deserved(allocated_a, req, deserved_a))
+
+
+def reclaimee_exceeds_deserved(remaining, deserved_b) -> bool:
+    """The victim side is above deserved in at least one resource."""
+    return not less_equal(remaining, deserved_b)
+
+
+def fits_reclaim_strategy(*, req, allocated_a, deserved_a, remaining_b, deserved_b, allocatable_b) -> bool:
+    """MaintainFairShare OR GuaranteeDeservedQuota, for one victim chunk (checked before subtracting it)."""
+    if fits_maintain_fair_share(remaining_b, allocatable_b):
+        return True
+    return reclaimer_fits_deserved(allocated_a, req, deserved_a) and reclaimee_exceeds_deserved(remaining_b, deserved_b)
+
+
+# --------------------------------------------------------------------------------------------------
+# queue-state snapshot and reclaim gates
+
+
+@dataclass(frozen=True)
+class QueueShares:
+    """Queue state the reclaim predicates read: all (Q, 3) except ``parent`` (Q,) and ``total`` (3,).
+
+    ``allocated`` / ``allocated_np`` are per queue *including descendants* (as upstream accumulates
+    every task into its leaf and all ancestors). Callers build one per reclaim attempt (cheap: views).
+    """
+
+    parent: np.ndarray
+    deserved: np.ndarray
+    limit: np.ndarray
+    fair_share: np.ndarray
+    allocated: np.ndarray
+    allocated_np: np.ndarray
+    total: np.ndarray
+
+    def allocatable(self, q: int) -> np.ndarray:
+        return allocatable(self.deserved[q], self.fair_share[q], self.limit[q])
+
+
+def can_reclaim_resources(shares: QueueShares, leaf: int, req, preemptible: bool) -> bool:
+    """Gate before looking for victims (``CanReclaimResources``): only the reclaimer's leaf is checked.
+
+    ``A + req <= F`` in every resource; a non-preemptible reclaimer also needs ``Anp + req <= D``.
+    """
+    req = np.asarray(req, dtype=np.float64)
+    if not less_equal(shares.allocated[leaf] + req, shares.fair_share[leaf]):
+        return False
+    if preemptible:
+        return True
+    return bool(less_equal(shares.allocated_np[leaf] + req, shares.deserved[leaf]))
+
+
+def victim_filter(shares: QueueShares, reclaimer_leaf: int, victim_leaf: int, req) -> bool:
+    """Proportion victim filter (upstream ``FilterVictim``): may jobs of ``victim_leaf`` be candidates?
+
+    On the leveled pair (A*, B*): if the reclaimer does not fit A*'s deserved, keep iff B* is over its
+    allocatable share in some resource. Otherwise, over the resources the reclaimer requests (> 0) and
+    whose D_B* is not -1: keep iff some has A_B* > D_B*, or none has A_B* < D_B* ("exactly at deserved"
+    is kept, for consolidation).
+    """
+    req = np.asarray(req, dtype=np.float64)
+    a_star, b_star = leveled_pair(shares.parent, reclaimer_leaf, victim_leaf)
+    if not reclaimer_fits_deserved(shares.allocated[a_star], req, shares.deserved[a_star]):
+        return fits_maintain_fair_share(shares.allocated[b_star], shares.allocatable(b_star))
+    d = shares.deserved[b_star]
+    a = shares.allocated[b_star]
+    considered = (req > 0) & (d != UNLIMITED)
+    if np.any(considered & (a > d)):
+        return True
+    return not bool(np.any(considered & (a < d)))
+
+
+def saturation_ratio(allocated: float, fair_share: float) -> float:
+    """``allocated / fair_share`` with upstream's edge cases: F = 0 -> +inf if A > 0 else 0; F = -1 -> 0."""
+    if fair_share == 0:
+        return math.inf if allocated > 0 else 0.0
+    if fair_share == UNLIMITED:
+        return 0.0
+    return allocated / fair_share
+
+
+def saturation_lower(involved, x_alloc, x_fair, s_remaining, s_fair, multiplier: float) -> bool:
+    """Sibling saturation check (``isFairShareSaturationLowerPerResource``) over involved resources.
+
+    Refuse (False) if for some involved r: ``ratio_X > 1`` and ``F_S > 0`` and ``ratio_X * m >= ratio_S``.
+    A resource where both fair shares are -1 is skipped.
+    """
+    for r in range(NRES):
+        if not involved[r]:
+            continue
+        fx, fs = float(x_fair[r]), float(s_fair[r])
+        if fx == UNLIMITED and fs == UNLIMITED:
+            continue
+        rx = saturation_ratio(float(x_alloc[r]), fx)
+        rs = saturation_ratio(float(s_remaining[r]), fs)
+        if rx > 1 and fs > 0 and rx * multiplier >= rs:
+            return False
+    return True
+
+
+def effective_multiplier(value) -> float:
+    """Saturation multiplier as upstream ``proportion.New`` reads it: malformed, NaN or < 1 -> 1.0."""
+    try:
+        m = float(value)
+    except (TypeError, ValueError):
+        return 1.0
+    if math.isnan(m) or m < 1:
+        return 1.0
+    return m
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Result of :func:`validate_reclaim`; truthy iff acceptable. ``reason`` is for logs and events."""
+
+    ok: bool
+    reason: str = "ok"
+    queue: int = -1  # the queue whose check failed (-1 when ok)
+    resource: int = -1  # the resource column that failed, where one does
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def validate_reclaim(
+    shares: QueueShares,
+    *,
+    reclaimer_leaf: int,
+    req,
+    reclaimer_preemptible: bool,
+    victims: Mapping[int, Sequence] | Iterable[tuple[int, Sequence]],
+    multiplier: float = 1.0,
+) -> Verdict:
+    """Proportion scenario validator (upstream ``Reclaimable``), spec c "Proportion validator".
+
+    ``victims`` maps each victim leaf queue to its list of resource vectors, in the order they are to be
+    checked: per victim job, the core (first ``minAvailable`` tasks summed) then each elastic task on its
+    own. Leave out tasks that the scenario re-placed (allowConsolidatingReclaim). The mapping's order is
+    the order in which victim leaves are processed (upstream iterates a Go map; pass victim order).
+
+    1. For each victim leaf b and vector v: with rem = remaining allocation of B* (leveled pair), require
+       *before subtracting v*: MaintainFairShare(rem) or GuaranteeDeservedQuota(A*, req, rem); then
+       subtract v from b and every ancestor.
+    2. For each X on the reclaimer's path: ``X_alloc = remaining(X) + req``; for each sibling S of X that
+       a victim touched, over (reclaimer's requested resources U resources held by S's victims): refuse
+       if ``ratio_X > 1 and F_S > 0 and ratio_X * m >= ratio_S``. A non-preemptible reclaimer also needs
+       ``Anp_X + req <= D_X`` on every X of the path.
+    """
+    req = np.asarray(req, dtype=np.float64)
+    parent = np.asarray(shares.parent)
+    items = list(victims.items()) if isinstance(victims, Mapping) else list(victims)
+    remaining: dict[int, np.ndarray] = {}
+    involved: dict[int, np.ndarray] = {}
+
+    # 1. per-chunk strategy checks, then subtraction up the victim's path
+    for victim_leaf, vectors in items:
+        victim_leaf = int(victim_leaf)
+        vecs = [np.asarray(v, dtype=np.float64) for v in vectors]
+        a_star, b_star = leveled_pair(parent, reclaimer_leaf, victim_leaf)
+        leaf_involved = np.zeros(NRES, dtype=bool)
+        for v in vecs:
+            leaf_involved |= v > 0
+        involved[victim_leaf] = involved.get(victim_leaf, np.zeros(NRES, bool)) | leaf_involved
+        if b_star not in remaining:
+            remaining[b_star] = shares.allocated[b_star].astype(np.float64).copy()
+        alloc_b = shares.allocatable(b_star)
+        for v in vecs:
+            ok = fits_reclaim_strategy(
+                req=req,
+                allocated_a=shares.allocated[a_star],
+                deserved_a=shares.deserved[a_star],
+                remaining_b=remaining[b_star],
+                deserved_b=shares.deserved[b_star],
+                allocatable_b=alloc_b,
+            )
+            if not ok:
+                return Verdict(False, f"strategy: queue {b_star} may not give up {v.tolist()}", queue=b_star)
+            for q in path_to_root(parent, victim_leaf):
+                if q not in remaining:
+                    remaining[q] = shares.allocated[q].astype(np.float64).copy()
+                remaining[q] = remaining[q] - v
+                if q != victim_leaf:
+                    involved[q] = involved.get(q, np.zeros(NRES, bool)) | involved[victim_leaf]
+
+    # 2. the reclaimer's side must stay less saturated than every touched sibling
+    req_involved = req > 0
+    for x in path_to_root(parent, reclaimer_leaf):
+        x_alloc = (remaining[x] if x in remaining else shares.allocated[x]) + req
+        for s in remaining:
+            if s == x or int(parent[s]) != int(parent[x]):
+                continue
+            inv = involved.get(s, np.zeros(NRES, bool)) | req_involved
+            if not saturation_lower(inv, x_alloc, shares.fair_share[x], remaining[s], shares.fair_share[s], multiplier):
+                return Verdict(False, f"saturation: queue {x} would be more saturated than sibling {s}", queue=x)
+        if not reclaimer_preemptible:
+            cmp = compare_quantities(shares.allocated_np[x] + req, shares.deserved[x])
+            if np.any(cmp > 0):
+                r = int(np.flatnonzero(cmp > 0)[0])
+                return Verdict(
+                    False, f"non-preemptible over quota: queue {x} for {RESOURCES[r]}", queue=x, resource=r
+                )
+    return Verdict(True)
