@@ -1,0 +1,1 @@
+"""Usage accounting, decay and fair-share reports (issue #6)."""

@@ -1,0 +1,36 @@
+"""The Celery application.
+
+Configuration comes from Django settings (``CELERY_*``).  The beat schedule is declared here
+in code, so every worker started with ``-B`` and every ``celery beat`` process uses the same
+schedule; periodic work must be safe to trigger twice (see reliability.md 2.1).
+"""
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kaiplatform.settings")
+
+app = Celery("kaiplatform")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+# Project-level tasks live in kaiplatform/tasks.py (not an installed app); app tasks are
+# found in each installed app's tasks.py.
+app.conf.imports = ("kaiplatform.tasks",)
+app.autodiscover_tasks()
+
+
+def _beat_schedule() -> dict:
+    from django.conf import settings
+
+    return {
+        "heartbeat": {
+            "task": "kaiplatform.tasks.heartbeat",
+            "schedule": float(settings.KAI_HEARTBEAT_SECONDS),
+            # A trigger queued during a broker outage is dropped, not replayed in a burst.
+            "options": {"expires": float(settings.KAI_HEARTBEAT_SECONDS)},
+        },
+    }
+
+
+app.conf.beat_schedule = _beat_schedule()

@@ -1,0 +1,28 @@
+"""Root URLconf.  App URLconfs are included only if they exist, so the API engineer can add
+``queues_app/api/urls.py`` (and fairshare_app its own) without editing this file."""
+from __future__ import annotations
+
+from importlib.util import find_spec
+
+from django.contrib import admin
+from django.http import HttpRequest, JsonResponse
+from django.urls import include, path
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness probe: the process serves requests (no database round trip)."""
+    return JsonResponse({"status": "ok"})
+
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("healthz", healthz, name="healthz"),
+]
+
+for _module, _prefix in (("queues_app.api.urls", "api/v1/"), ("fairshare_app.api.urls", "api/v1/fairshare/")):
+    try:
+        _found = find_spec(_module) is not None
+    except ModuleNotFoundError:
+        _found = False
+    if _found:
+        urlpatterns.append(path(_prefix, include(_module)))

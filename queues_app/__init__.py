@@ -1,0 +1,1 @@
+"""Queues, quotas, nodes, workloads, tenants and the scheduling-cycle records."""

@@ -1,0 +1,21 @@
+"""Models of queues_app, split by entity and re-exported here."""
+from queues_app.models.cycles import Heartbeat, SchedulerState, SchedulingCycle, SchedulingEvent
+from queues_app.models.nodes import Node
+from queues_app.models.queues import Queue, QueueResource, QueueStatus, QuotaChange
+from queues_app.models.tenants import Tenant
+from queues_app.models.workloads import Task, Workload
+
+__all__ = [
+    "Heartbeat",
+    "Node",
+    "Queue",
+    "QueueResource",
+    "QueueStatus",
+    "QuotaChange",
+    "SchedulerState",
+    "SchedulingCycle",
+    "SchedulingEvent",
+    "Task",
+    "Tenant",
+    "Workload",
+]

@@ -1,0 +1,77 @@
+"""Node writes.  A node cannot shrink below what tasks bound to it hold (invariant I1)."""
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Mapping
+
+from django.db import transaction
+from django.db.models import Sum
+
+from queues_app.choices import TASK_STATES_HOLDING, TaskState
+from queues_app.errors import ApplicationError
+from queues_app.models import Node, Task
+from queues_app.services.common import validate
+
+NODE_FIELDS = (
+    "gpus", "gpu_memory_mib", "cpu_millis", "memory_bytes", "labels", "unschedulable", "ready",
+    "reserved_gpus", "reserved_cpu_millis", "reserved_memory_bytes",
+)
+
+
+@transaction.atomic
+def node_upsert(*, name: str, **fields: Any) -> tuple[Node, bool]:
+    """Create or update a node by name (what a cluster sync calls).  Returns (node, created).
+
+    Keyword arguments are the Node fields in NODE_FIELDS; unknown ones are a field error.
+    The row is locked while checking that bound tasks still fit, so a concurrent bind (which
+    locks the node too) cannot slip in between.
+    """
+    unknown = sorted(set(fields) - set(NODE_FIELDS))
+    if unknown:
+        raise ApplicationError("Invalid node.", extra={k: ["Unknown node field."] for k in unknown})
+    node = Node.objects.select_for_update().filter(name=name).first()
+    created = node is None
+    if created:
+        node = Node(name=name)
+    for k, v in fields.items():
+        if k == "labels" and v is None:
+            v = {}
+        if k == "reserved_gpus" and isinstance(v, float):
+            v = Decimal(repr(v))
+        setattr(node, k, v)
+    validate(node, message="Invalid node.")
+    if not created:
+        held = Task.objects.filter(node=node, state__in=TASK_STATES_HOLDING).aggregate(gpu=Sum("gpu"))["gpu"] or 0
+        if node.gpus < held:
+            raise ApplicationError("Invalid node.", extra={"gpus": [
+                f"Tasks bound to {name} hold {held} GPUs; capacity cannot drop to {node.gpus}."]})
+        node.version += 1
+    node.save()
+    return node, created
+
+
+@transaction.atomic
+def node_set_schedulable(*, node: Node, schedulable: bool) -> Node:
+    """Cordon / uncordon.  Running tasks stay; the scheduler stops placing new ones."""
+    node_upsert(name=node.name, unschedulable=not schedulable)
+    node.refresh_from_db()
+    return node
+
+
+@transaction.atomic
+def node_delete(*, node: Node) -> None:
+    """Delete a node no task holds resources on; finished tasks forget it (history only)."""
+    fresh = Node.objects.select_for_update().filter(pk=node.pk).first()
+    if fresh is None:
+        return
+    busy = Task.objects.filter(node=fresh).exclude(state__in=(TaskState.SUCCEEDED, TaskState.FAILED)).count()
+    if busy:
+        raise ApplicationError(f"Node {fresh.name!r} cannot be deleted.", extra={"tasks": [
+            f"{busy} task(s) are bound to it; drain it first."]})
+    Task.objects.filter(node=fresh).update(node=None)
+    fresh.delete()
+
+
+def node_fields_from(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The subset of ``data`` that node_upsert accepts (for sync code holding extra keys)."""
+    return {k: v for k, v in data.items() if k in NODE_FIELDS}

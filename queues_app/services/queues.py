@@ -1,0 +1,237 @@
+"""Queue tree writes: create, update (incl. re-parent), quota edits with audit, delete.
+
+Every tree mutation runs under the ``queue_tree`` advisory lock (PostgreSQL) or SQLite's
+write lock (BEGIN IMMEDIATE), and re-reads the rows it validates *after* taking the lock,
+so two concurrent re-parents (A under B, B under A) cannot both pass the cycle check.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any, Mapping
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from queues_app import constants
+from queues_app.choices import QuotaField, Resource
+from queues_app.errors import ApplicationError
+from queues_app.models import Queue, QueueResource, QuotaChange, Tenant, Workload
+from queues_app.services.common import advisory_xact_lock, model_update, validate
+
+_UNSET: Any = object()
+QUOTA_FIELDS = (QuotaField.QUOTA.value, QuotaField.OVER_QUOTA_WEIGHT.value, QuotaField.LIMIT.value)
+QUEUE_UPDATE_FIELDS = ("name", "description", "parent", "priority", "reclaim_min_runtime", "preempt_min_runtime")
+DEFAULT_QUOTA = {"quota": Decimal(0), "over_quota_weight": Decimal(1), "limit": constants.UNLIMITED}
+
+
+def _path_for(queue: Queue, parent: Queue | None) -> tuple[str, int]:
+    segment = f"{queue.pk:0{Queue.PATH_SEGMENT_WIDTH}d}."
+    if parent is None:
+        return segment, 1
+    return parent.path + segment, parent.depth + 1
+
+
+def to_decimal(value: Any, *, field: str) -> Decimal:
+    """Numbers (int, float, Decimal, numeric string) to Decimal; anything else is a field error.
+
+    NaN / infinity convert fine here and are rejected by the model validators with the field's
+    name, so every path reports them the same way.
+    """
+    if isinstance(value, bool) or value is None:
+        raise ApplicationError("Invalid quota.", extra={field: ["Must be a number."]})
+    if isinstance(value, Decimal):
+        return value
+    try:
+        if isinstance(value, str):
+            return Decimal(value.strip())
+        if isinstance(value, float):
+            return Decimal(repr(value))  # repr: 0.1 -> Decimal("0.1"), not its binary expansion
+        return Decimal(value)
+    except (InvalidOperation, TypeError, ValueError):
+        raise ApplicationError("Invalid quota.", extra={field: ["Must be a number."]}) from None
+
+
+def _actor_name(actor: AbstractBaseUser | None) -> str:
+    return actor.get_username() if actor is not None else ""
+
+
+def _build_resources(queue: Queue, quotas: Mapping[str, Mapping[str, Any]] | None) -> list[QueueResource]:
+    """Three QueueResource rows (defaults + given values), validated; errors name
+    ``quotas.<resource>.<field>``."""
+    quotas = dict(quotas or {})
+    unknown = sorted(set(quotas) - set(Resource.values))
+    if unknown:
+        raise ApplicationError("Invalid quota.", extra={"quotas": [f"Unknown resource(s): {', '.join(unknown)}; "
+                                                                   f"use {', '.join(Resource.values)}."]})
+    rows, errors = [], {}
+    for resource in Resource.values:
+        given = dict(quotas.get(resource) or {})
+        bad = sorted(set(given) - set(QUOTA_FIELDS))
+        if bad:
+            errors[f"quotas.{resource}"] = [f"Unknown field(s): {', '.join(bad)}."]
+            continue
+        values = {k: to_decimal(given[k], field=f"quotas.{resource}.{k}") if k in given else v
+                  for k, v in DEFAULT_QUOTA.items()}
+        row = QueueResource(queue=queue, resource=resource, **values)
+        try:
+            row.full_clean(exclude=["queue"], validate_unique=False, validate_constraints=False)
+        except ValidationError as exc:
+            for k, msgs in exc.message_dict.items():
+                errors[f"quotas.{resource}.{k}"] = msgs
+        rows.append(row)
+    if errors:
+        raise ApplicationError("Invalid quota.", extra=errors)
+    return rows
+
+
+@transaction.atomic
+def queue_create(
+    *,
+    name: str,
+    parent: Queue | None = None,
+    priority: int = 100,
+    description: str = "",
+    reclaim_min_runtime: timedelta | None = None,
+    preempt_min_runtime: timedelta | None = None,
+    quotas: Mapping[str, Mapping[str, Any]] | None = None,
+    created_at: datetime | None = None,
+    actor: AbstractBaseUser | None = None,
+    source: str = "service",
+) -> Queue:
+    """Create a queue with its three resource rows (missing values: quota 0, weight 1,
+    limit -1) and an audit row per initial value."""
+    advisory_xact_lock("queue_tree")
+    if parent is not None:
+        # Lock the parent so a concurrent workload_submit on it waits (and then sees a child).
+        parent = Queue.objects.select_for_update().filter(pk=parent.pk).first()
+        if parent is None:
+            raise ApplicationError("Invalid queue.", extra={"parent": ["The parent queue does not exist."]})
+    queue = Queue(
+        name=name, parent=parent, priority=priority, description=description,
+        reclaim_min_runtime=reclaim_min_runtime, preempt_min_runtime=preempt_min_runtime,
+        created_at=created_at or timezone.now(),
+    )
+    validate(queue, message="Invalid queue.", exclude=["path", "depth"])
+    rows = _build_resources(queue, quotas)
+    queue.save()
+    queue.path, queue.depth = _path_for(queue, parent)
+    queue.save(update_fields=["path", "depth"])
+    for row in rows:
+        row.queue = queue
+    QueueResource.objects.bulk_create(rows)
+    QuotaChange.objects.bulk_create([
+        QuotaChange(queue=queue, queue_name=queue.name, resource=row.resource, field=f, old_value=None,
+                    new_value=getattr(row, f), changed_by=actor, changed_by_name=_actor_name(actor), source=source)
+        for row in rows for f in QUOTA_FIELDS
+    ])
+    return queue
+
+
+@transaction.atomic
+def queue_update(*, queue: Queue, data: Mapping[str, Any], actor: AbstractBaseUser | None = None) -> Queue:
+    """Update name, description, parent, priority and min-runtimes (quotas: queue_set_quota).
+
+    A new parent is validated under the tree lock against the current tree: no cycle, depth
+    within KAI_MAX_QUEUE_DEPTH counting the moved subtree, no workloads on the new parent.
+    Paths of the whole moved subtree are rewritten in the same transaction.
+    """
+    unknown = sorted(set(data) - set(QUEUE_UPDATE_FIELDS))
+    if unknown:
+        raise ApplicationError("Invalid queue.", extra={k: ["This field cannot be updated here."] for k in unknown})
+    advisory_xact_lock("queue_tree")
+    fresh = Queue.objects.select_for_update().filter(pk=queue.pk).first()
+    if fresh is None:
+        raise ApplicationError("Invalid queue.", extra={"queue": ["The queue no longer exists."]})
+    old_parent_id = fresh.parent_id
+    fresh, changed = model_update(instance=fresh, fields=QUEUE_UPDATE_FIELDS, data=dict(data), message="Invalid queue.")
+    if changed and fresh.parent_id != old_parent_id:
+        parent = Queue.objects.select_for_update().get(pk=fresh.parent_id) if fresh.parent_id else None
+        old_prefix = fresh.path
+        fresh.path, fresh.depth = _path_for(fresh, parent)
+        fresh.save(update_fields=["path", "depth"])
+        descendants = list(Queue.objects.filter(path__startswith=old_prefix).exclude(pk=fresh.pk))
+        for d in descendants:
+            d.path = fresh.path + d.path[len(old_prefix):]
+            d.depth = d.path.count(".")
+        Queue.objects.bulk_update(descendants, ["path", "depth"])
+    return fresh
+
+
+@transaction.atomic
+def queue_set_quota(
+    *,
+    queue: Queue,
+    resource: str,
+    quota: Any = _UNSET,
+    over_quota_weight: Any = _UNSET,
+    limit: Any = _UNSET,
+    actor: AbstractBaseUser | None = None,
+    source: str = "service",
+) -> QueueResource:
+    """Change one resource's quota / weight / limit; each changed value gets an audit row
+    (who, when, old -> new) in the same transaction, and the queue's version is bumped so a
+    cycle holding an older snapshot drops its new decisions for this queue."""
+    if resource not in Resource.values:
+        raise ApplicationError("Invalid quota.", extra={"resource": [f"Use one of {', '.join(Resource.values)}."]})
+    given = {k: v for k, v in (("quota", quota), ("over_quota_weight", over_quota_weight), ("limit", limit))
+             if v is not _UNSET}
+    values = {k: to_decimal(v, field=k) for k, v in given.items()}
+    row = QueueResource.objects.select_for_update().filter(queue_id=queue.pk, resource=resource).first()
+    if row is None:
+        if not Queue.objects.filter(pk=queue.pk).exists():
+            raise ApplicationError("Invalid quota.", extra={"queue": ["The queue no longer exists."]})
+        row = QueueResource(queue_id=queue.pk, resource=resource, **DEFAULT_QUOTA)
+        old = {k: None for k in QUOTA_FIELDS}
+    else:
+        old = {k: getattr(row, k) for k in QUOTA_FIELDS}
+    for k, v in values.items():
+        setattr(row, k, v)
+    validate(row, message="Invalid quota.")
+    changed = [k for k in QUOTA_FIELDS if old[k] is None or old[k] != getattr(row, k)]
+    if not changed:
+        return row
+    row.save()
+    queue_name = Queue.objects.filter(pk=queue.pk).values_list("name", flat=True).first() or ""
+    QuotaChange.objects.bulk_create([
+        QuotaChange(queue_id=queue.pk, queue_name=queue_name, resource=resource, field=k, old_value=old[k],
+                    new_value=getattr(row, k), changed_by=actor, changed_by_name=_actor_name(actor), source=source)
+        for k in changed
+    ])
+    Queue.objects.filter(pk=queue.pk).update(version=F("version") + 1, updated_at=timezone.now())
+    return row
+
+
+@transaction.atomic
+def queue_delete(*, queue: Queue, actor: AbstractBaseUser | None = None) -> None:
+    """Delete a queue that has no children, no workloads and no tenant grants.
+
+    Refusing (instead of cascading) keeps the tree a forest without orphans (I4) and never
+    deletes a tenant's work as a side effect.
+    """
+    advisory_xact_lock("queue_tree")
+    fresh = Queue.objects.select_for_update().filter(pk=queue.pk).first()
+    if fresh is None:
+        return
+    errors: dict[str, list[str]] = {}
+    children = list(Queue.objects.filter(parent_id=fresh.pk).values_list("name", flat=True)[:5])
+    if children:
+        errors["children"] = [f"Queue has child queues ({', '.join(children)}); delete or move them first."]
+    n_workloads = Workload.objects.filter(queue_id=fresh.pk).count()
+    if n_workloads:
+        errors["workloads"] = [f"Queue has {n_workloads} workload(s); delete them first."]
+    grants = list(Tenant.objects.filter(queues=fresh).values_list("name", flat=True)[:5])
+    if grants:
+        errors["tenants"] = [f"Queue is granted to tenant(s) {', '.join(grants)}; revoke the grants first."]
+    if errors:
+        raise ApplicationError(f"Queue {fresh.name!r} cannot be deleted.", extra=errors)
+    # The history outlives the queue (FK SET_NULL): record the last values, new = None.
+    QuotaChange.objects.bulk_create([
+        QuotaChange(queue=fresh, queue_name=fresh.name, resource=row.resource, field=k, old_value=getattr(row, k),
+                    new_value=None, changed_by=actor, changed_by_name=_actor_name(actor), source="delete")
+        for row in QueueResource.objects.filter(queue_id=fresh.pk) for k in QUOTA_FIELDS
+    ])
+    fresh.delete()
