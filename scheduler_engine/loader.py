@@ -462,6 +462,7 @@ class _Validator:
             r = self.integer(c["rounds"], "config.rounds", minimum=1, maximum=MAX_ROUNDS)
             if r is not _BAD:
                 cfg.rounds = r
+                cfg.rounds_given = True
         if "stableRounds" in c:
             r = self.integer(c["stableRounds"], "config.stableRounds", minimum=0, maximum=MAX_ROUNDS)
             if r is not _BAD:
@@ -1168,10 +1169,11 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict:
         "defaultPreemptMinRuntime": format_duration(cfg.default_preempt_min_runtime),
         "reclaimMinRuntimeResolution": cfg.reclaim_min_runtime_resolution,
         "reclaimerUtilizationMultiplier": _num(cfg.reclaimer_utilization_multiplier),
-        "rounds": int(cfg.rounds),
         "stalenessGracePeriod": format_duration(cfg.staleness_grace_period),
         "stableRounds": int(cfg.stable_rounds),
     }
+    if cfg.rounds_given or cfg.rounds != 1:
+        config["rounds"] = int(cfg.rounds)
     if cfg.now is not None:
         config["now"] = _jsonable(cfg.now)
     nd = snapshot.nodes

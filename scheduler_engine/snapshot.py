@@ -77,6 +77,9 @@ class Config:
     rounds: int = 1
     staleness_grace_period: float = 60.0  # seconds; negative = never
     stable_rounds: int = 0
+    # True when the scenario sets `rounds` (even `rounds: 1`): `expect` is then compared with the
+    # snapshot rewritten after the last cycle (scenario-format "Rounds"), not with the raw result.
+    rounds_given: bool = False
 
 
 @dataclass
