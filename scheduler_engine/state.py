@@ -539,6 +539,16 @@ class CycleState:
             self.queue_alloc_np[path] += self.task_alloc[t]
         self.job_num_active_arr[j] += 1
 
+    def mark_pipelined(self, t: int) -> None:
+        """Binding -> Pipelined without moving resources (KAI pipelines a whole job once one of its
+        tasks had to be pipelined; the task keeps what it took from free resources)."""
+        if self.task_state[t] != _BIND:
+            raise ValueError(f"task {self.tasks.names[t]} is not binding")
+        self._record(t, int(self.task_node[t]))
+        self.task_state[t] = _PIPE
+        self.task_rel_take[t] = 0.0
+        self.task_dev_take[t] = [0.0] * len(self.task_devices[t])
+
     def evict(self, t: int, for_job: int | str | None = None, reason: str = "Evicted",
               message: str | None = None) -> None:
         """Give up an active task: Running -> Releasing; Binding/Pipelined (this cycle) -> Pending."""

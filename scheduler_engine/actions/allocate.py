@@ -1,0 +1,305 @@
+"""The allocate action: place pending jobs on free (Binding) or releasing (Pipelined) resources.
+
+Jobs are taken in hierarchical queue order (spec b) and job order (spec f). Each attempt places
+the job's next tasks (the missing ``minAvailable`` of a gang, all-or-nothing, or one elastic task
+once the gang is satisfied; spec g) and is rolled back entirely if any task fails. A task goes to
+the first node in placement order (binpack / spread per resource, ``config.placement``) where it fits
+on free plus releasing resources: on free resources it is Binding, otherwise Pipelined; once one
+task of a job is pipelined the whole job is pipelined, as KAI does. Queue limits and the
+non-preemptible quota are checked per attempt and per task per node (spec a.7).
+
+Every job that stays Pending gets an ``Unschedulable`` event naming the blocking reason with
+numbers. Identical job shapes that failed are not retried against the cluster in the same cycle
+until resources are freed (failure cache keyed by ``CycleState.job_signature``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ordering import JobQueue, next_tasks_to_allocate, task_order
+from ..snapshot import CPU, GPU, MEM, TaskState
+from ..state import EPS, CycleState, fmt_amount
+
+_PEND = int(TaskState.PENDING)
+_BIND = int(TaskState.BINDING)
+_PIPE = int(TaskState.PIPELINED)
+
+
+class _Fail(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def run(state: CycleState) -> None:
+    allocator = Allocator(state)
+    allocator.run()
+
+
+class Allocator:
+    """One allocate pass; reusable pieces (``try_job``, ``place_tasks``) serve other actions too."""
+
+    def __init__(self, state: CycleState) -> None:
+        self.state = state
+        self.placement = dict(state.config.placement or {})
+        self.fail_cache: dict[tuple, tuple[int, str]] = {}
+        self.failures: dict[int, str] = {}
+
+    # ------------------------------------------------------------------ driver
+    def candidate_jobs(self) -> list[int]:
+        s = self.state
+        if s.T == 0:
+            return []
+        pend = np.zeros(s.J, dtype=bool)
+        pend[s.task_job[s.task_state == _PEND]] = True
+        leaf = s.queue_is_leaf[s.job_queue_arr]
+        return [int(j) for j in np.flatnonzero(pend & leaf)]
+
+    def run(self) -> None:
+        s = self.state
+        jobs = self.candidate_jobs()
+        if not jobs:
+            return
+        jq = JobQueue(s, jobs)
+        placed_any: set[int] = set()
+        while True:
+            j = jq.pop()
+            if j is None:
+                break
+            leaf = s.job_queue(j)
+            tasks = next_tasks_to_allocate(s, j)
+            if not tasks:
+                if s.job_num_active(j) < int(s.job_min_available[j]):
+                    n_pend = len(s.job_pending_tasks(j))
+                    self.failures[j] = (f"gang needs minAvailable={int(s.job_min_available[j])} tasks but only "
+                                        f"{s.job_num_active(j)} are running and {n_pend} pending")
+                continue
+            ok, pipelined, msg = self.try_job(j, tasks)
+            if not ok:
+                self.failures[j] = msg
+                continue
+            placed_any.add(j)
+            self.failures.pop(j, None)
+            if pipelined:
+                jq.refresh(leaf)
+                continue
+            if s.job_pending_tasks(j):
+                jq.push(j)
+            else:
+                jq.refresh(leaf)
+        for j, msg in self.failures.items():
+            if j in placed_any and not s.job_pending_tasks(j):
+                continue
+            if j in placed_any:
+                s.add_event(j, "Unschedulable", f"elastic growth stopped: {msg}")
+            else:
+                s.add_event(j, "Unschedulable", msg)
+
+    # ------------------------------------------------------------------ one attempt
+    def try_job(self, j: int, tasks: list[int]) -> tuple[bool, bool, str]:
+        """Place ``tasks`` of job j all-or-nothing. Returns ``(placed, pipelined, failure message)``."""
+        s = self.state
+        sig = s.job_signature(j, tasks)
+        hit = self.fail_cache.get(sig)
+        if hit is not None and hit[0] == s.resources_freed:
+            return False, False, hit[1]
+        cp = s.checkpoint()
+        try:
+            self._attempt(j, tasks)
+        except _Fail as f:
+            s.rollback(cp)
+            self.fail_cache[sig] = (s.resources_freed, f.message)
+            return False, False, f.message
+        pipelined = any(s.task_state[t] == _PIPE for t in s.job_task_range(j))
+        if pipelined:
+            for t in s.job_task_range(j):
+                if s.task_state[t] == _BIND:
+                    s.mark_pipelined(t)
+        return True, pipelined, ""
+
+    def _attempt(self, j: int, tasks: list[int]) -> None:
+        s = self.state
+        q = s.job_queue(j)
+        nonpre = not s.job_is_preemptible(j)
+        req = s.task_quota_req[tasks].sum(axis=0)
+        msg = s.queue_over_capacity(q, req, nonpre)
+        if msg:
+            raise _Fail(msg)
+        tasks = task_order(s, tasks)
+        required = s.jobs.topology_required[j]
+        preferred = s.jobs.topology_preferred[j]
+        if not required and not preferred:
+            self.place_tasks(j, tasks, None)
+            return
+        if required:
+            domains = self._domains(required, None, tasks)
+            if not domains:
+                raise _Fail(f"topology: no node carries the required label {required}")
+            last = None
+            for name, mask in domains:
+                cp = s.checkpoint()
+                try:
+                    self._place_preferred(j, tasks, mask, preferred)
+                    return
+                except _Fail as f:
+                    s.rollback(cp)
+                    last = f"{required}={name}: {f.message}"
+            raise _Fail(f"topology: no domain of {required} can hold all {len(tasks)} tasks (last tried {last})")
+        self._place_preferred(j, tasks, None, preferred)
+
+    def _place_preferred(self, j: int, tasks: list[int], within: np.ndarray | None, preferred: str | None) -> None:
+        s = self.state
+        if preferred:
+            for _, mask in self._domains(preferred, within, tasks):
+                cp = s.checkpoint()
+                try:
+                    self.place_tasks(j, tasks, mask)
+                    return
+                except _Fail:
+                    s.rollback(cp)
+        self.place_tasks(j, tasks, within)
+
+    def _domains(self, label: str, within: np.ndarray | None, tasks: list[int]) -> list[tuple[str, np.ndarray]]:
+        """Domains of ``label`` (node masks), tightest first for binpack, emptiest first for spread."""
+        s = self.state
+        values = s.label_values(label)
+        groups: dict[str, list[int]] = {}
+        for n, v in enumerate(values):
+            if v is None or not s.node_schedulable[n] or (within is not None and not within[n]):
+                continue
+            groups.setdefault(v, []).append(n)
+        gpu_job = bool(s.task_request[tasks, GPU].sum() > 0 or s.task_gpu_memory[tasks].sum() > 0)
+        col = GPU if gpu_job else CPU
+        free_by = {}
+        out = []
+        for v, ns in groups.items():
+            mask = np.zeros(s.N, dtype=bool)
+            mask[ns] = True
+            free = float(s.node_idle[ns, col].sum())
+            free_by[v] = free
+            out.append((v, mask))
+        spread = self.placement.get("gpu" if gpu_job else "cpu", "binpack") == "spread"
+        out.sort(key=lambda vm: (-free_by[vm[0]] if spread else free_by[vm[0]]))
+        return out
+
+    # ------------------------------------------------------------------ tasks -> nodes
+    def place_tasks(self, j: int, tasks: list[int], within: np.ndarray | None) -> None:
+        """Place every task (in order) or raise ``_Fail``; the caller rolls back."""
+        s = self.state
+        gang = len(tasks) > 1
+        for i, t in enumerate(tasks):
+            try:
+                self.place_task(j, t, within)
+            except _Fail as f:
+                if gang:
+                    raise _Fail(f"gang of {len(tasks)} needs {len(tasks)} tasks placed together; "
+                                f"only {i} fit: {f.message}") from None
+                raise
+
+    def node_order(self, t: int, cand: np.ndarray) -> np.ndarray:
+        """Candidate node indices in placement order (KAI nodeplacement: binpack = least free first)."""
+        s = self.state
+        idx = np.flatnonzero(cand)
+        if idx.size <= 1:
+            return idx
+        cpu_only = s.task_request[t, GPU] <= EPS and s.task_gpu_memory[t] <= 0
+        col = CPU if cpu_only else GPU
+        strategy = self.placement.get("cpu" if cpu_only else "gpu", "binpack")
+        overall = s.node_capacity[idx, col]
+        free = s.node_idle[idx, col]
+        if strategy == "spread":
+            score = np.where(overall > 0, free / np.where(overall > 0, overall, 1), 0.0)
+        else:
+            has = overall > 0
+            if has.any():
+                lo, hi = free[has].min(), free[has].max()
+                score = np.where(has, 1.0 - (free - lo) / (hi - lo) if hi > lo else 1.0, 0.0)
+            else:
+                score = np.zeros(idx.size)
+        order = np.argsort(-score, kind="stable")
+        return idx[order]
+
+    def place_task(self, j: int, t: int, within: np.ndarray | None) -> None:
+        s = self.state
+        idle_ok, any_ok = s.fit_masks(t, within)
+        if not any_ok.any():
+            raise _Fail(self.explain(t, within))
+        q = s.job_queue(j)
+        nonpre = not s.job_is_preemptible(j)
+        node_quota_msg = None
+        for n in self.node_order(t, any_ok):
+            n = int(n)
+            req = s.task_request_on_node(t, n)
+            msg = s.queue_over_capacity(q, req, nonpre)
+            if msg:
+                node_quota_msg = node_quota_msg or msg
+                if not s.task_is_mem[t]:
+                    break  # node independent: no other node helps
+                continue
+            if s.task_is_shared[t]:
+                # KAI: the preferred device is chosen counting releasing load; the task is
+                # pipelined if that device (or the node) lacks free room
+                devs = s.choose_devices(t, n, pipelined=True)
+                if devs is None:
+                    continue
+                d = devs[0]
+                f = req[GPU]
+                fits_free = bool(idle_ok[n]) and s.dev_free[n, d] >= f - EPS
+                s.place(t, n, pipelined=not fits_free, devices=devs)
+                return
+            if idle_ok[n]:
+                s.place(t, n, pipelined=False)
+            else:
+                s.place(t, n, pipelined=True)
+            return
+        if node_quota_msg:
+            raise _Fail(node_quota_msg + (" on every node where it fits" if s.task_is_mem[t] else ""))
+        raise _Fail(self.explain(t, within))
+
+    # ------------------------------------------------------------------ explanations
+    def explain(self, t: int, within: np.ndarray | None) -> str:
+        """Why task t fits no node, with numbers."""
+        s = self.state
+        name = s.tasks.names[t]
+        base = s.node_schedulable.copy()
+        if within is not None:
+            base &= within
+        if not base.any():
+            return f"task {name}: no schedulable node" + (" in the domain" if within is not None else "")
+        key = s.task_selector_key[t]
+        if key:
+            base &= s.selector_mask(key)
+            if not base.any():
+                sel = ", ".join(f"{k}={v}" for k, v in key)
+                return f"task {name}: no schedulable node matches nodeSelector {sel}"
+        idx = np.flatnonzero(base)
+        avail = s.node_idle[idx] + s.node_releasing[idx]
+        req = s.task_request[t]
+        parts = []
+        if s.task_whole[t] > 0:
+            k = int(s.task_whole[t])
+            whole = ((s.dev_free[idx] + s.dev_rel[idx] >= 1 - EPS) & s.dev_valid[idx]).sum(axis=1)
+            if whole.max() < k:
+                parts.append(f"no node has {k} free GPUs (largest free: {int(whole.max())})")
+        elif s.task_is_frac[t]:
+            room = np.where(s.dev_valid[idx], s.dev_free[idx] + s.dev_rel[idx], 0.0)
+            best = float(room.max()) if room.size else 0.0
+            if best < req[GPU] - EPS:
+                parts.append(f"no GPU device has {req[GPU]:.3g} of a GPU free (largest free fraction: {best:.3g})")
+        elif s.task_is_mem[t]:
+            room = np.where(s.dev_valid[idx], s.dev_free[idx] + s.dev_rel[idx], 0.0) * s.node_gpu_memory[idx, None]
+            best = float(room.max()) if room.size else 0.0
+            if best < s.task_gpu_memory[t] - EPS:
+                parts.append(f"no GPU device has {s.task_gpu_memory[t]:g} MiB GPU memory free "
+                             f"(largest free: {best:g} MiB)")
+        for r, label in ((CPU, "cpu"), (MEM, "memory")):
+            if req[r] > 0 and avail[:, r].max() < req[r] - EPS:
+                parts.append(f"no node has {fmt_amount(r, req[r])} free {label} "
+                             f"(largest free: {fmt_amount(r, float(avail[:, r].max()))})")
+        if parts:
+            return f"task {name}: " + "; ".join(parts)
+        want = f"gpu={fmt_amount(GPU, req[GPU] if not s.task_is_mem[t] else 0)}"
+        if s.task_is_mem[t]:
+            want = f"gpuMemory={s.task_gpu_memory[t]:g}MiB"
+        return (f"task {name}: no single node has {want}, cpu={fmt_amount(CPU, req[CPU])}, "
+                f"memory={fmt_amount(MEM, req[MEM])} free together ({idx.size} candidate nodes)")

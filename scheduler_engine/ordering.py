@@ -1,0 +1,306 @@
+"""Queue order (spec b), job order inside a queue (spec f) and the hierarchical job queue.
+
+Public API
+----------
+
+* ``allocatable_share(state)`` -> (Q, 3): spec a.6 allocatable (``-1`` = unlimited).
+* ``dominant_share(state, q, alloc)`` -> float: spec a.6 dominant resource share of ``alloc``.
+* ``queue_less(state, l, r, l_req, r_req, victim=False)`` -> bool: True iff queue ``l`` is served
+  before queue ``r`` (rules 1-8 of spec b) when their representative jobs would add ``l_req`` /
+  ``r_req``. With ``victim=True`` the requests are *subtracted* in rule 5 (candidate victims) and
+  only rule 5 sees them (the victim side asks for nothing).
+* ``job_order_key(state, j)``: sort key, smaller first: higher priority, then elastic state
+  (below minAvailable, at it, above it), then older, then name.
+* ``task_order(state, tasks)``: tasks of a job in KAI task order (task priority desc, unset last,
+  then input order).
+* ``next_tasks_to_allocate(state, j)``: pending tasks of the next attempt of job j: the missing
+  ``minAvailable - active`` (gang) or one elastic task once the gang is satisfied.
+* ``JobQueue(state, jobs, victim=False, request_fn=None)``: the hierarchical priority queue:
+  top-level queues -> ... -> leaf -> best job; ``pop()`` returns the next job (or ``None``),
+  ``push(j)`` puts a job back (elastic growth), ``refresh(q)`` recomputes the order on the path of
+  leaf q after its allocation changed (``pop``/``push`` do it for their own leaf), ``refresh_all()``
+  after changes elsewhere. ``victim=True`` reverses every comparison (queue and job order) for
+  picking victims; ``request_fn(j)`` then gives the resources the job would give back.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Callable, Iterable
+
+import numpy as np
+
+from .snapshot import NRES, UNLIMITED, TaskState
+
+_EPS = 1e-9
+_INF = math.inf
+
+
+def allocatable_share(state) -> np.ndarray:
+    """Spec a.6: ``L`` if ``D == -1`` (fair share ignored), else ``max(D, F)`` capped by ``L``."""
+    d, f, lim = state.queue_deserved, state.fair_share, state.queue_limit
+    out = np.maximum(d, f)
+    capped = (lim != UNLIMITED) & (lim < out)
+    out = np.where(capped, lim, out)
+    return np.where(d == UNLIMITED, lim, out)
+
+
+def _dom(alloc, allocatable, total) -> float:
+    best = 0.0
+    for r in range(NRES):
+        a = alloc[r]
+        al = allocatable[r]
+        if al == UNLIMITED:
+            den = total[r]
+            ratio = a / den if den > 0 else (0.0 if a <= 0 else _INF)
+        elif al <= 0:
+            ratio = a * 1000.0
+        else:
+            ratio = a / al
+        if ratio > best:
+            best = ratio
+    return best
+
+
+def dominant_share(state, q: int, alloc) -> float:
+    return _dom(list(alloc), _alloc_rows(state)[q], state.total.tolist())
+
+
+def _alloc_rows(state) -> list:
+    cache = getattr(state, "_ordering_allocatable", None)
+    if cache is None:
+        cache = allocatable_share(state).tolist()
+        state._ordering_allocatable = cache
+    return cache
+
+
+def _le_inf(x: float, cap: float) -> bool:
+    """compareQuantities: ``cap == -1`` is +infinity."""
+    return cap == UNLIMITED or x <= cap + _EPS
+
+
+class _QueueProfile:
+    """Everything the comparator needs about one queue with one representative job."""
+
+    __slots__ = ("q", "over", "starved", "prio", "violates", "dom_with", "dom_without", "allocatable", "rank")
+
+    def __init__(self, state, q: int, req, victim: bool) -> None:
+        a = state.queue_alloc[q].tolist()
+        f = state.fair_share[q].tolist()
+        d = state.queue_deserved[q].tolist()
+        al = _alloc_rows(state)[q]
+        tot = state.total.tolist()
+        req = [0.0, 0.0, 0.0] if req is None else list(req)
+        self.q = q
+        self.over = all(f[r] < a[r] - _EPS for r in range(NRES))
+        if victim:
+            job = [0.0, 0.0, 0.0]
+            with_job = [a[r] - req[r] for r in range(NRES)]
+        else:
+            job = req
+            with_job = [a[r] + req[r] for r in range(NRES)]
+        self.starved = all(_le_inf(a[r] + job[r], d[r]) for r in range(NRES))
+        self.prio = int(state.queues.priority[q])
+        self.violates = any(al[r] == 0 and a[r] + job[r] > _EPS for r in range(NRES))
+        self.dom_with = _dom(with_job, al, tot)
+        self.dom_without = _dom(a, al, tot)
+        self.allocatable = al
+        self.rank = int(_ranks(state)[q])
+
+
+def _ranks(state) -> np.ndarray:
+    r = getattr(state, "_ordering_rank", None)
+    if r is None:
+        r = state.queues.order_rank()
+        state._ordering_rank = r
+    return r
+
+
+def _weaker(a, b) -> bool:
+    """Allocatable ``a <= b`` in every resource and ``<`` in one (``-1`` is +infinity)."""
+    def le(x, y):
+        return y == UNLIMITED or (x != UNLIMITED and x <= y)
+
+    def lt(x, y):
+        return (y == UNLIMITED and x != UNLIMITED) or (x != UNLIMITED and y != UNLIMITED and x < y)
+
+    return all(le(x, y) for x, y in zip(a, b)) and any(lt(x, y) for x, y in zip(a, b))
+
+
+def _profile_less(lp: _QueueProfile, rp: _QueueProfile) -> bool:
+    """Rules 1-8 of spec b: True iff ``lp`` is served first."""
+    if lp.over != rp.over:
+        return not lp.over
+    if lp.starved != rp.starved:
+        return lp.starved
+    if lp.prio != rp.prio:
+        return lp.prio > rp.prio
+    if lp.violates != rp.violates:
+        return not lp.violates
+    if abs(lp.dom_with - rp.dom_with) > 1e-12:
+        return lp.dom_with < rp.dom_with
+    if abs(lp.dom_without - rp.dom_without) > 1e-12:
+        return lp.dom_without < rp.dom_without
+    if _weaker(lp.allocatable, rp.allocatable):
+        return True
+    if _weaker(rp.allocatable, lp.allocatable):
+        return False
+    return lp.rank < rp.rank  # older first, then name (the format's documented tie-break)
+
+
+def queue_less(state, l: int, r: int, l_req, r_req, victim: bool = False) -> bool:
+    """True iff queue ``l`` is served before queue ``r`` (negate for victim order)."""
+    return _profile_less(_QueueProfile(state, l, l_req, victim), _QueueProfile(state, r, r_req, victim))
+
+
+# ---------------------------------------------------------------------------- jobs and tasks
+def elastic_state(state, j: int) -> int:
+    act = state.job_num_active(j)
+    m = int(state.job_min_available[j])
+    return 0 if act < m else (1 if act == m else 2)
+
+
+def job_order_key(state, j: int) -> tuple:
+    jobs = state.jobs
+    return (-int(jobs.priority[j]), elastic_state(state, j), -float(jobs.created_minutes_ago[j]), jobs.names[j])
+
+
+def task_order(state, tasks: Iterable[int]) -> list[int]:
+    prio = state.tasks.priority
+
+    def key(t):
+        p = prio[t]
+        return (1, 0.0, t) if math.isnan(p) else (0, -float(p), t)
+
+    return sorted(tasks, key=key)
+
+
+def next_tasks_to_allocate(state, j: int) -> list[int]:
+    pending = task_order(state, state.job_pending_tasks(j))
+    if not pending:
+        return []
+    missing = int(state.job_min_available[j]) - state.job_num_active(j)
+    if missing > 0:
+        return pending[:missing] if len(pending) >= missing else []
+    return pending[:1]
+
+
+def _default_request(state, j: int) -> list:
+    ts = next_tasks_to_allocate(state, j)
+    if not ts:
+        return [0.0, 0.0, 0.0]
+    return state.task_order_req[ts].sum(axis=0).tolist()
+
+
+# ---------------------------------------------------------------------------- hierarchical queue
+class JobQueue:
+    """Hierarchical priority queue of jobs (spec b): pop the best job of the best leaf."""
+
+    def __init__(self, state, jobs: Iterable[int], victim: bool = False,
+                 request_fn: Callable[[int], Iterable[float]] | None = None) -> None:
+        self.state = state
+        self.victim = victim
+        self.request_fn = request_fn or (lambda j: _default_request(state, j))
+        Q = state.Q
+        self.heaps: list[list] = [[] for _ in range(Q)]
+        self.children: list[list[int]] = [[] for _ in range(Q)]
+        self.top: list[int] = []
+        parent = state.queues.parent
+        for q in range(Q):
+            p = int(parent[q])
+            (self.children[p] if p >= 0 else self.top).append(q)
+        self.rep = [-1] * Q  # representative job of each queue
+        self.profile: list[_QueueProfile | None] = [None] * Q
+        self.best_child = [-1] * Q
+        for j in jobs:
+            self._heap_push(int(j))
+        self.refresh_all()
+
+    # -- jobs inside a leaf
+    def _job_key(self, j: int) -> tuple:
+        k = job_order_key(self.state, j)
+        if self.victim:
+            return (int(self.state.jobs.priority[j]), -k[1], float(self.state.jobs.created_minutes_ago[j]),
+                    _Rev(self.state.jobs.names[j]))
+        return k
+
+    def _heap_push(self, j: int) -> None:
+        q = int(self.state.job_queue_arr[j])
+        heapq.heappush(self.heaps[q], (self._job_key(j), j))
+
+    # -- order maintenance
+    def _less(self, a: int, b: int) -> bool:
+        pa, pb = self.profile[a], self.profile[b]
+        return _profile_less(pb, pa) if self.victim else _profile_less(pa, pb)
+
+    def _recompute(self, q: int) -> None:
+        kids = self.children[q]
+        if not kids:
+            h = self.heaps[q]
+            self.rep[q] = h[0][1] if h else -1
+        else:
+            best = -1
+            for c in kids:
+                if self.rep[c] < 0:
+                    continue
+                if best < 0 or self._less(c, best):
+                    best = c
+            self.best_child[q] = best
+            self.rep[q] = self.rep[best] if best >= 0 else -1
+        j = self.rep[q]
+        self.profile[q] = _QueueProfile(self.state, q, list(self.request_fn(j)), self.victim) if j >= 0 else None
+
+    def refresh(self, leaf: int) -> None:
+        """Recompute representatives and order on the path of ``leaf`` (after its state changed)."""
+        for q in self.state.queue_path[leaf]:
+            self._recompute(int(q))
+
+    def refresh_all(self) -> None:
+        order = sorted(range(self.state.Q), key=lambda q: -len(self.state.queue_path[q]))
+        for q in order:
+            self._recompute(q)
+
+    def best_top(self) -> int:
+        best = -1
+        for q in self.top:
+            if self.rep[q] < 0:
+                continue
+            if best < 0 or self._less(q, best):
+                best = q
+        return best
+
+    def peek(self) -> int | None:
+        q = self.best_top()
+        return None if q < 0 else self.rep[q]
+
+    def pop(self) -> int | None:
+        q = self.best_top()
+        if q < 0:
+            return None
+        while self.children[q]:
+            q = self.best_child[q]
+        _, j = heapq.heappop(self.heaps[q])
+        self.refresh(q)
+        return j
+
+    def push(self, j: int) -> None:
+        self._heap_push(j)
+        self.refresh(int(self.state.job_queue_arr[j]))
+
+    def __bool__(self) -> bool:
+        return self.best_top() >= 0
+
+
+class _Rev:
+    """Reverses string order inside a sort key (victim order: later names first)."""
+
+    __slots__ = ("s",)
+
+    def __init__(self, s: str) -> None:
+        self.s = s
+
+    def __lt__(self, other: "_Rev") -> bool:
+        return self.s > other.s
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Rev) and self.s == other.s
