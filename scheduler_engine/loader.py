@@ -262,6 +262,9 @@ def _type_name(x: Any) -> str:
 class _Validator:
     def __init__(self) -> None:
         self.problems: list[tuple[str, str]] = []
+        # names declared in the file, valid or not: a reference to an invalid object is not also
+        # reported as "unknown" (its own problem already is)
+        self.declared: dict[str, set[str]] = {"node": set(), "queue": set(), "job": set(), "task": set()}
 
     # ---- primitives -----------------------------------------------------------------------------
 
@@ -512,6 +515,8 @@ class _Validator:
             if self.mapping(n, p, _NODE_KEYS) is _BAD:
                 continue
             name = self.string(n.get("name"), f"{p}.name") if "name" in n else self.err(f"{p}.name", "is required")
+            if isinstance(name, str):
+                self.declared["node"].add(name)
             if name is not _BAD:
                 if name in seen:
                     self.err(f"{p}.name", f"duplicate node name {name!r} (also nodes[{seen[name]}])")
@@ -587,6 +592,8 @@ class _Validator:
             if self.mapping(q, p, _QUEUE_KEYS) is _BAD:
                 continue
             name = self.string(q.get("name"), f"{p}.name") if "name" in q else self.err(f"{p}.name", "is required")
+            if isinstance(name, str):
+                self.declared["queue"].add(name)
             if name is not _BAD:
                 if name in seen:
                     self.err(f"{p}.name", f"duplicate queue name {name!r} (also queues[{seen[name]}])")
@@ -720,6 +727,8 @@ class _Validator:
             if self.mapping(job, p, _JOB_KEYS) is _BAD:
                 continue
             name = self.string(job.get("name"), f"{p}.name") if "name" in job else self.err(f"{p}.name", "is required")
+            if isinstance(name, str):
+                self.declared["job"].add(name)
             if name is not _BAD:
                 if name in job_seen:
                     self.err(f"{p}.name", f"duplicate job name {name!r} (also jobs[{job_seen[name]}])")
@@ -733,7 +742,8 @@ class _Validator:
                 qn = self.string(job["queue"], f"{p}.queue")
                 if qn is not _BAD:
                     if qn not in queues.index:
-                        self.err(f"{p}.queue", f"unknown queue {qn!r}")
+                        if qn not in self.declared["queue"]:
+                            self.err(f"{p}.queue", f"unknown queue {qn!r}")
                     elif not is_leaf[queues.index[qn]]:
                         self.err(f"{p}.queue", f"queue {qn!r} has child queues; only leaf queues take jobs")
                     else:
@@ -860,6 +870,7 @@ class _Validator:
         else:
             name = self.string(name, f"{p}.name")
         if name is not _BAD:
+            self.declared["task"].add(name)
             where = f"{p}.name" if not tmpl else f"{p} (replica {k})"
             if name in task_seen:
                 self.err(where, f"duplicate task name {name!r} (also {task_seen[name]})")
@@ -886,7 +897,8 @@ class _Validator:
             node_name = self.string(node_name, f"{p}.node")
             if node_name is not _BAD:
                 if node_name not in nodes.index:
-                    node = self.err(f"{p}.node", f"unknown node {node_name!r}")
+                    node = _BAD if node_name in self.declared["node"] else self.err(
+                        f"{p}.node", f"unknown node {node_name!r}")
                 elif state == "Pending":
                     node = self.err(f"{p}.node", "a Pending task has no node (leave it out or null)")
                 else:
@@ -929,7 +941,8 @@ class _Validator:
             if not isinstance(qn, str):
                 continue
             if qn not in queues.index:
-                self.err(p, f"unknown queue {qn!r}")
+                if qn not in self.declared["queue"]:
+                    self.err(p, f"unknown queue {qn!r}")
                 continue
             if self.mapping(per, p, RESOURCES) is _BAD:
                 continue
@@ -956,7 +969,8 @@ class _Validator:
                     continue
                 p = _join(f"expect.{section}", name)
                 if name not in known:
-                    self.err(p, f"unknown {what} {name!r}")
+                    if name not in self.declared[what]:
+                        self.err(p, f"unknown {what} {name!r}")
                     continue
                 if self.mapping(e, p, _EXPECT_JOB_KEYS) is _BAD:
                     continue
@@ -964,7 +978,7 @@ class _Validator:
                     self.choice(e["status"], f"{p}.status", JOB_STATUS_LABELS if what == "job" else STATUS_LABELS)
                 if e.get("node") is not None:
                     nn = self.string(e["node"], f"{p}.node")
-                    if nn is not _BAD and nn not in nodes.index:
+                    if nn is not _BAD and nn not in self.declared["node"]:
                         self.err(f"{p}.node", f"unknown node {nn!r}")
         block = raw.get("queues")
         if block is not None and self.mapping(block, "expect.queues", None) is not _BAD:
@@ -973,7 +987,8 @@ class _Validator:
                     continue
                 p = _join("expect.queues", name)
                 if name not in queues.index:
-                    self.err(p, f"unknown queue {name!r}")
+                    if name not in self.declared["queue"]:
+                        self.err(p, f"unknown queue {name!r}")
                     continue
                 if self.mapping(e, p, _EXPECT_QUEUE_KEYS) is _BAD:
                     continue
@@ -993,7 +1008,8 @@ class _Validator:
                     continue
                 p = _join("expect.nodes", name)
                 if name not in nodes.index:
-                    self.err(p, f"unknown node {name!r}")
+                    if name not in self.declared["node"]:
+                        self.err(p, f"unknown node {name!r}")
                     continue
                 if self.mapping(e, p, _EXPECT_NODE_KEYS) is _BAD:
                     continue
@@ -1035,7 +1051,8 @@ class _Validator:
                 qn = self.string(a["queue"], f"{ap}.queue")
                 if qn is not _BAD:
                     if qn not in queues.index:
-                        self.err(f"{ap}.queue", f"unknown queue {qn!r}")
+                        if qn not in self.declared["queue"]:
+                            self.err(f"{ap}.queue", f"unknown queue {qn!r}")
                     elif not is_leaf[queues.index[qn]]:
                         self.err(f"{ap}.queue", f"queue {qn!r} has child queues; only leaf queues take jobs")
             if "count" in a:
