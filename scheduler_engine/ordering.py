@@ -20,7 +20,8 @@ Public API
   ``push(j)`` puts a job back (elastic growth), ``refresh(q)`` recomputes the order on the path of
   leaf q after its allocation changed (``pop``/``push`` do it for their own leaf), ``refresh_all()``
   after changes elsewhere. ``victim=True`` reverses every comparison (queue and job order) for
-  picking victims; ``request_fn(j)`` then gives the resources the job would give back.
+  picking victims; ``request_fn(j)`` then gives the resources the job would give back (default:
+  what its active tasks hold).
 """
 from __future__ import annotations
 
@@ -192,6 +193,13 @@ def _default_request(state, j: int) -> list:
     return state.task_order_req[ts].sum(axis=0).tolist()
 
 
+def _victim_request(state, j: int) -> list:
+    ts = state.job_active_tasks(j)
+    if not ts:
+        return [0.0, 0.0, 0.0]
+    return state.task_alloc[ts].sum(axis=0).tolist()
+
+
 # ---------------------------------------------------------------------------- hierarchical queue
 class JobQueue:
     """Hierarchical priority queue of jobs (spec b): pop the best job of the best leaf."""
@@ -200,7 +208,9 @@ class JobQueue:
                  request_fn: Callable[[int], Iterable[float]] | None = None) -> None:
         self.state = state
         self.victim = victim
-        self.request_fn = request_fn or (lambda j: _default_request(state, j))
+        if request_fn is None:
+            request_fn = (lambda j: _victim_request(state, j)) if victim else (lambda j: _default_request(state, j))
+        self.request_fn = request_fn
         Q = state.Q
         self.heaps: list[list] = [[] for _ in range(Q)]
         self.children: list[list[int]] = [[] for _ in range(Q)]

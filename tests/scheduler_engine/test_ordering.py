@@ -1,0 +1,155 @@
+"""Queue order (spec b), job order (spec f), next tasks (spec g) and the hierarchical job queue."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scheduler_engine.ordering import (
+    JobQueue,
+    allocatable_share,
+    dominant_share,
+    job_order_key,
+    next_tasks_to_allocate,
+    queue_less,
+    task_order,
+)
+from scheduler_engine.snapshot import GPU
+from scheduler_engine.state import CycleState
+from tests.scheduler_engine.alloc_builders import simple
+
+NODE = {"name": "n0", "gpus": 8, "cpu": "64", "memory": "256Gi", "gpuMemory": 80}
+
+
+def _state(queues, jobs, nodes=None):
+    return CycleState(simple(nodes or [NODE], queues, jobs))
+
+
+def _pend(name, queue, gpu=1, n=1, **kw):
+    return {"name": name, "queue": queue, "tasks": [{"gpu": gpu} for _ in range(n)], **kw}
+
+
+def _run(name, queue, gpu=1, n=1, **kw):
+    return {"name": name, "queue": queue,
+            "tasks": [{"gpu": gpu, "state": "Running", "node": "n0"} for _ in range(n)], **kw}
+
+
+def test_allocatable_share_table():
+    s = _state([{"name": "a", "parent": None, "gpu": (2, 1, 3)}, {"name": "b", "parent": None, "gpu": (-1, 1, 1)},
+                {"name": "c", "parent": None, "gpu": (-1, 1, -1)}], [])
+    s.fair_share[:, GPU] = [1, 5, 5]
+    al = allocatable_share(s)
+    assert list(al[:, GPU]) == [2, 1, -1]
+    s.fair_share[0, GPU] = 5
+    assert allocatable_share(s)[0, GPU] == 3  # max(D, F) capped by L
+
+
+def test_dominant_share_cases():
+    s = _state([{"name": "a", "parent": None, "gpu": (1000, 1, -1), "cpu": (1000, 1, -1), "memory": (1000, 1, -1)}], [])
+    s.fair_share[:] = 0
+    assert dominant_share(s, 0, [500, 100, 200]) == pytest.approx(0.5)
+    s.queue_deserved[0] = [1000, 0, 1000]
+    s._ordering_allocatable = None
+    assert dominant_share(s, 0, [0, 500, 0]) == pytest.approx(500000)
+    s.queue_deserved[0] = [-1, 1000, 1000]
+    s._ordering_allocatable = None
+    s.total[:] = [2000, 1e9, 1e12]
+    assert dominant_share(s, 0, [700, 0, 0]) == pytest.approx(0.35)
+
+
+def test_starved_queue_beats_higher_priority():
+    qs = [{"name": "top", "parent": None},
+          {"name": "lo", "parent": "top", "priority": 50, "gpu": (4, 1, -1)},
+          {"name": "hi", "parent": "top", "priority": 200, "gpu": (1, 1, -1)}]
+    s = _state(qs, [_run("r", "hi", gpu=1), _pend("a", "lo"), _pend("b", "hi")])
+    one = [1.0, 0, 0]
+    assert queue_less(s, 1, 2, one, one)  # lo stays within deserved with its job, hi does not
+    assert not queue_less(s, 2, 1, one, one)
+
+
+def test_priority_then_dominant_share_then_age():
+    qs = [{"name": "top", "parent": None},
+          {"name": "a", "parent": "top", "gpu": (0, 1, -1), "createdMinutesAgo": 5},
+          {"name": "b", "parent": "top", "gpu": (0, 1, -1), "createdMinutesAgo": 1, "priority": 101}]
+    s = _state(qs, [_pend("x", "a"), _pend("y", "b")])
+    one = [1.0, 0, 0]
+    assert queue_less(s, 2, 1, one, one)  # higher priority (neither is starved: deserved 0)
+    s.queues.priority[2] = 100
+    s.fair_share[1:, GPU] = [2, 2]
+    s._ordering_allocatable = None
+    s.queue_alloc[1, GPU] = 1
+    assert queue_less(s, 2, 1, one, one)  # smaller dominant share with the job
+    s.queue_alloc[1, GPU] = 0
+    assert queue_less(s, 1, 2, one, one) and not queue_less(s, 2, 1, one, one)  # older first
+
+
+def test_job_order_priority_elastic_age():
+    qs = [{"name": "q", "parent": None}]
+    jobs = [
+        _pend("old", "q", createdMinutesAgo=9),
+        _pend("new", "q", createdMinutesAgo=1),
+        _pend("vip", "q", priority=125, createdMinutesAgo=0),
+        {"name": "grown", "queue": "q", "minAvailable": 1, "createdMinutesAgo": 20,
+         "tasks": [{"gpu": 1, "state": "Running", "node": "n0"}, {"gpu": 1}]},
+    ]
+    s = _state(qs, jobs)
+    order = sorted(range(4), key=lambda j: job_order_key(s, j))
+    assert [s.jobs.names[j] for j in order] == ["vip", "old", "new", "grown"]
+
+
+def test_next_tasks_gang_then_one_elastic_and_task_priority():
+    qs = [{"name": "q", "parent": None}]
+    job = {"name": "e", "queue": "q", "minAvailable": 2,
+           "tasks": [{"gpu": 1}, {"gpu": 1, "priority": 5}, {"gpu": 1}, {"gpu": 1, "priority": 1}]}
+    s = _state(qs, [job])
+    assert task_order(s, [0, 1, 2, 3]) == [1, 3, 0, 2]
+    assert next_tasks_to_allocate(s, 0) == [1, 3]
+    s.place(1, 0)
+    s.place(3, 0)
+    assert next_tasks_to_allocate(s, 0) == [0]
+    short = _state(qs, [{"name": "g", "queue": "q", "minAvailable": 3, "tasks": [{"gpu": 1}, {"gpu": 1}]}])
+    assert next_tasks_to_allocate(short, 0) == []
+
+
+def test_job_queue_hierarchy_and_reversal():
+    qs = [{"name": "d1", "parent": None, "gpu": (1, 1, -1)}, {"name": "d2", "parent": None, "gpu": (2, 1, -1)},
+          {"name": "q0", "parent": "d1", "gpu": (3, 0, -1)}, {"name": "q1", "parent": "d1", "gpu": (2, 0, -1)},
+          {"name": "q2", "parent": "d2", "gpu": (1, 0, -1)}]
+    jobs = [_pend("j0", "q0", createdMinutesAgo=3), _pend("j1", "q1", createdMinutesAgo=2),
+            _pend("j2", "q2", createdMinutesAgo=1)]
+    s = _state(qs, jobs, nodes=[{**NODE, "gpus": 1}])
+    jq = JobQueue(s, range(3))
+    # d2 has the smaller dominant share with the job (1/2 vs 1/1): its job comes first
+    assert s.jobs.names[jq.pop()] == "j2"
+    rest = [s.jobs.names[jq.pop()], s.jobs.names[jq.pop()]]
+    assert sorted(rest) == ["j0", "j1"] and jq.pop() is None
+
+
+def test_victim_queue_order_is_reversed():
+    qs = [{"name": "d1", "parent": None, "gpu": (1, 1, -1)}, {"name": "d2", "parent": None, "gpu": (2, 1, -1)},
+          {"name": "q0", "parent": "d1", "gpu": (1, 0, -1)}, {"name": "q2", "parent": "d2", "gpu": (2, 0, -1)}]
+    jobs = [_run("r0", "q0"), _run("r2", "q2"), _run("r2b", "q2", priority=40, createdMinutesAgo=0)]
+    s = _state(qs, jobs)
+    s.fair_share[:, GPU] = [1, 2, 1, 2]
+    s._ordering_allocatable = None
+    # normal order: d1 is "weaker" (allocatable 1 < 2) and is served first
+    assert s.jobs.names[JobQueue(s, range(3)).peek()] == "r0"
+    # victim order: reversed, with each queue's candidate victim subtracted in rule 5 (d2 keeps
+    # 1 of 2 after losing one job, d1 keeps 0 of 1), and inside q2 the lower-priority job first
+    vq = JobQueue(s, range(3), victim=True)
+    assert [s.jobs.names[vq.pop()] for _ in range(3)] == ["r2b", "r2", "r0"]
+
+
+def test_job_queue_push_back_and_refresh_after_allocation():
+    qs = [{"name": "top", "parent": None}, {"name": "a", "parent": "top", "gpu": (1, 0, -1), "createdMinutesAgo": 2},
+          {"name": "b", "parent": "top", "gpu": (1, 0, -1), "createdMinutesAgo": 1}]
+    jobs = [_pend("a0", "a"), _pend("a1", "a"), _pend("b0", "b")]
+    s = _state(qs, jobs)
+    jq = JobQueue(s, range(3))
+    j = jq.pop()
+    assert s.jobs.names[j] == "a0"
+    s.place(0, 0)
+    jq.refresh(s.job_queue(j))
+    # queue a is no longer within deserved with its next job: b goes first
+    assert s.jobs.names[jq.pop()] == "b0"
+    assert s.jobs.names[jq.pop()] == "a1"
+    assert not jq
