@@ -17,7 +17,7 @@ MAX_OVER_QUOTA_WEIGHT = Decimal(10**6)
 MAX_PRIORITY = 10**6
 
 #: Node capacity bounds.
-MAX_NODE_GPUS = 1024
+MAX_NODE_GPUS = 100_000  # simulation scenarios use one huge node
 MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB per device
 MAX_NODE_CPU_MILLIS = 10**9  # one million cores
 MAX_NODE_MEMORY_BYTES = 2**60  # 1 EiB

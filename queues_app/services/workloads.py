@@ -124,8 +124,6 @@ def _create(
         raise ApplicationError("Invalid workload.", extra=errors)
 
     workload.status = _status_of([t.state for t in built])
-    if workload.started_at is None and any(t.state != TaskState.PENDING for t in built) and allow_state:
-        workload.started_at = workload.created_at
     workload.save()
     for t in built:
         t.workload = workload

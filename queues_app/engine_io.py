@@ -1,0 +1,427 @@
+"""The boundary between the database and the scheduling engine.
+
+This is the ONLY Django module that imports ``scheduler_engine``.  Direction DB -> engine:
+:func:`build_engine_input` reads the live state with a fixed number of SQL queries (one per
+table, whatever the number of rows) into a scenario-format dict -- the engine's documented
+input, so what the cycle schedules can be exported as a file and replayed with
+``python -m scheduler_engine cycle FILE`` -- plus an :class:`EngineIndex` mapping snapshot
+rows back to database ids and row versions (the cycle applies decisions by id and version).
+Direction scenario -> DB: :func:`import_scenario` records a scenario's state through the
+services (tests, "what if" set-ups, the DB-expresses-every-scenario check).
+
+State mapping DB -> scenario: ``Binding`` exports as ``Running`` (the bind was issued, the
+node is taken) and ``Pipelined`` as ``Pending`` without a node, exactly the rewrite the
+format defines between rounds.  Workloads are exported while active, or while a task still
+holds node resources (e.g. a cancelled workload whose pods are terminating).
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from decimal import Decimal
+from typing import Any, Mapping
+
+import numpy as np
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from queues_app.choices import TASK_STATES_HOLDING, WORKLOAD_STATUSES_ACTIVE, Resource, TaskState
+from queues_app.errors import ApplicationError
+from queues_app.models import Node, Queue, QueueResource, Task, Workload
+from scheduler_engine import loader as engine_loader
+from scheduler_engine import units as engine_units
+from scheduler_engine.snapshot import CPU, GPU, MEM, Snapshot
+from scheduler_engine.snapshot import TaskState as EngineTaskState
+
+__all__ = [
+    "EngineIndex",
+    "EngineInput",
+    "build_engine_input",
+    "build_scenario_dict",
+    "build_snapshot",
+    "build_snapshot_with_index",
+    "import_scenario",
+    "parse_cpu_millis",
+    "parse_memory_bytes",
+    "parse_gpu",
+    "parse_duration",
+    "ScenarioError",
+]
+
+ScenarioError = engine_loader.ScenarioError
+DEFAULT_SCENARIO_NAME = "kaiplatform live state"
+
+
+# ----------------------------------------------------------------------------- index
+
+
+@dataclass
+class EngineIndex:
+    """Scenario names -> database ids, and database ids -> row versions at snapshot time.
+
+    Use :meth:`aligned` to get id arrays in snapshot order (``ids.task[t]`` is the Task id
+    of snapshot task ``t``).
+    """
+
+    node_id: dict[str, int] = field(default_factory=dict)
+    queue_id: dict[str, int] = field(default_factory=dict)
+    workload_id: dict[str, int] = field(default_factory=dict)
+    task_id: dict[str, int] = field(default_factory=dict)
+    node_version: dict[int, int] = field(default_factory=dict)
+    queue_version: dict[int, int] = field(default_factory=dict)
+    workload_version: dict[int, int] = field(default_factory=dict)
+    task_version: dict[int, int] = field(default_factory=dict)
+    #: DB state of each exported task (so the cycle knows a "Pending" input was Pipelined).
+    task_db_state: dict[int, str] = field(default_factory=dict)
+
+    def aligned(self, snapshot: Snapshot) -> "AlignedIds":
+        return AlignedIds(
+            node=np.array([self.node_id[n] for n in snapshot.nodes.names], dtype=np.int64),
+            queue=np.array([self.queue_id[n] for n in snapshot.queues.names], dtype=np.int64),
+            workload=np.array([self.workload_id[n] for n in snapshot.jobs.names], dtype=np.int64),
+            task=np.array([self.task_id[n] for n in snapshot.tasks.names], dtype=np.int64),
+        )
+
+
+@dataclass
+class AlignedIds:
+    node: np.ndarray
+    queue: np.ndarray
+    workload: np.ndarray
+    task: np.ndarray
+
+
+@dataclass
+class EngineInput:
+    data: dict[str, Any]
+    index: EngineIndex
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _num(x: Decimal | float | int) -> int | float:
+    """Integral values as int (files read ``4``, not ``4.0``); others as float."""
+    if isinstance(x, Decimal):
+        return int(x) if x == x.to_integral_value() else float(x)
+    f = float(x)
+    return int(f) if f.is_integer() else f
+
+
+def _seconds(d: timedelta | None) -> float | None:
+    return None if d is None else _num(d.total_seconds())
+
+
+def _minutes_ago(now: datetime, then: datetime | None) -> int | float | None:
+    if then is None:
+        return None
+    return _num(max(0.0, (now - then).total_seconds() / 60.0))
+
+
+def _iso(now: datetime) -> str:
+    return now.astimezone(dt_timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ").replace(".000000Z", "Z")
+
+
+def _usage_from_provider() -> dict[str, dict[str, float]]:
+    path = getattr(settings, "KAI_USAGE_PROVIDER", None)
+    if not path:
+        return {}
+    module, _, attr = path.rpartition(".")
+    return dict(getattr(importlib.import_module(module), attr)() or {})
+
+
+def _unique_names(names: list[str], qualifiers: list[str]) -> list[str]:
+    """Names unique in the export: a name used twice is qualified ``<qualifier>/<name>``."""
+    counts = Counter(names)
+    return [f"{q}/{n}" if counts[n] > 1 else n for n, q in zip(names, qualifiers)]
+
+
+# ----------------------------------------------------------------------------- DB -> scenario
+
+
+def build_engine_input(
+    *,
+    now: datetime | None = None,
+    config: Mapping[str, Any] | None = None,
+    usage: Mapping[str, Mapping[str, float]] | None = None,
+    name: str = DEFAULT_SCENARIO_NAME,
+) -> EngineInput:
+    """Read the scheduling state into a scenario dict and its :class:`EngineIndex`.
+
+    Exactly five queries (nodes, queues, queue resources, workloads, tasks), plus whatever
+    the usage provider runs.  Call it inside a REPEATABLE READ / read-only transaction if all
+    five must see one snapshot (PostgreSQL); on SQLite a transaction already gives that.
+    ``config`` keys (scenario names) override ``settings.KAI_SCHEDULER_CONFIG``; ``now``
+    defaults to the current time; ``usage`` to ``settings.KAI_USAGE_PROVIDER``'s result.
+    """
+    now = now or timezone.now()
+    index = EngineIndex()
+
+    nodes = []
+    for n in Node.objects.order_by("name").values(
+        "id", "name", "gpus", "gpu_memory_mib", "cpu_millis", "memory_bytes", "labels", "unschedulable", "ready",
+        "reserved_gpus", "reserved_cpu_millis", "reserved_memory_bytes", "version",
+    ):
+        index.node_id[n["name"]] = n["id"]
+        index.node_version[n["id"]] = n["version"]
+        nodes.append({
+            "name": n["name"],
+            "gpus": int(n["gpus"]),
+            "gpuMemory": int(n["gpu_memory_mib"]),
+            "cpu": f"{int(n['cpu_millis'])}m",
+            "memory": int(n["memory_bytes"]),
+            "labels": dict(n["labels"] or {}),
+            "unschedulable": bool(n["unschedulable"]),
+            "ready": bool(n["ready"]),
+            "reservedByOthers": {
+                "gpu": _num(n["reserved_gpus"]),
+                "cpu": f"{int(n['reserved_cpu_millis'])}m",
+                "memory": int(n["reserved_memory_bytes"]),
+            },
+        })
+
+    resources: dict[int, dict[str, dict[str, Any]]] = {}
+    for r in QueueResource.objects.values("queue_id", "resource", "quota", "over_quota_weight", "limit"):
+        resources.setdefault(r["queue_id"], {})[r["resource"]] = {
+            "quota": _num(r["quota"]), "overQuotaWeight": _num(r["over_quota_weight"]), "limit": _num(r["limit"]),
+        }
+    default_res = {"quota": 0, "overQuotaWeight": 1, "limit": -1}
+    queue_rows = list(Queue.objects.order_by("path", "name").values(
+        "id", "name", "parent_id", "priority", "created_at", "reclaim_min_runtime", "preempt_min_runtime", "version",
+    ))
+    queue_name = {q["id"]: q["name"] for q in queue_rows}
+    queues = []
+    for q in queue_rows:
+        index.queue_id[q["name"]] = q["id"]
+        index.queue_version[q["id"]] = q["version"]
+        res = resources.get(q["id"], {})
+        queues.append({
+            "name": q["name"],
+            "parent": queue_name.get(q["parent_id"]) if q["parent_id"] is not None else None,
+            "priority": int(q["priority"]),
+            "createdMinutesAgo": _minutes_ago(now, q["created_at"]),
+            "resources": {r: dict(res.get(r, default_res)) for r in Resource.values},
+            "reclaimMinRuntime": _seconds(q["reclaim_min_runtime"]),
+            "preemptMinRuntime": _seconds(q["preempt_min_runtime"]),
+        })
+
+    holding = Task.objects.filter(workload=OuterRef("pk"), state__in=TASK_STATES_HOLDING)
+    exported = Workload.objects.filter(Q(status__in=WORKLOAD_STATUSES_ACTIVE) | Q(Exists(holding)))
+    wl_rows = list(exported.order_by("created_at", "name", "id").values(
+        "id", "name", "queue__name", "priority", "preemptible", "min_available", "created_at", "started_at",
+        "stale_since", "staleness_grace_period", "preemption_delay", "topology_required", "topology_preferred",
+        "node_selector", "version",
+    ))
+    job_names = _unique_names([w["name"] for w in wl_rows], [w["queue__name"] for w in wl_rows])
+    task_rows: dict[int, list[dict[str, Any]]] = {}
+    for t in Task.objects.filter(workload__in=exported).order_by("workload_id", "index").values(
+        "id", "workload_id", "name", "gpu", "gpu_memory_mib", "cpu_millis", "memory_bytes", "priority",
+        "node_selector", "state", "node__name", "gpu_groups", "version",
+    ):
+        task_rows.setdefault(t["workload_id"], []).append(t)
+
+    jobs = []
+    all_tasks: list[dict[str, Any]] = []
+    task_ids: list[int] = []
+    task_owner: list[str] = []
+    for w, job_name in zip(wl_rows, job_names):
+        index.workload_id[job_name] = w["id"]
+        index.workload_version[w["id"]] = w["version"]
+        selector = dict(w["node_selector"] or {})
+        tasks = []
+        for t in task_rows.get(w["id"], []):
+            state, node, groups = t["state"], t["node__name"], list(t["gpu_groups"] or [])
+            if state == TaskState.BINDING:
+                state = TaskState.RUNNING
+            elif state == TaskState.PIPELINED:
+                state, node, groups = TaskState.PENDING, None, []
+            index.task_version[t["id"]] = t["version"]
+            index.task_db_state[t["id"]] = t["state"]
+            task = {
+                "name": t["name"],
+                "gpu": _num(t["gpu"]),
+                "gpuMemory": int(t["gpu_memory_mib"]) if t["gpu_memory_mib"] else None,
+                "cpu": f"{int(t['cpu_millis'])}m",
+                "memory": int(t["memory_bytes"]),
+                "state": str(state),
+                "priority": t["priority"],
+                "node": node,
+                "gpuGroups": groups,
+                "nodeSelector": {**selector, **(t["node_selector"] or {})},
+            }
+            tasks.append(task)
+            all_tasks.append(task)
+            task_ids.append(t["id"])
+            task_owner.append(job_name)
+        stale_for = None
+        if w["stale_since"] is not None:
+            stale_for = _num(max(0.0, (now - w["stale_since"]).total_seconds()))
+        job = {
+            "name": job_name,
+            "queue": w["queue__name"],
+            "priority": int(w["priority"]),
+            "preemptible": bool(w["preemptible"]),
+            "minAvailable": int(w["min_available"]),
+            "createdMinutesAgo": _minutes_ago(now, w["created_at"]),
+            "startedMinutesAgo": _minutes_ago(now, w["started_at"]),
+            "staleFor": stale_for,
+            "stalenessGracePeriod": _seconds(w["staleness_grace_period"]),
+            "preemptionDelay": _seconds(w["preemption_delay"]),
+            "tasks": tasks,
+        }
+        if w["topology_required"] or w["topology_preferred"]:
+            job["topology"] = {"required": w["topology_required"] or None,
+                               "preferred": w["topology_preferred"] or None}
+        jobs.append(job)
+    # Task names are unique per workload in the DB but global in a scenario.
+    unique = _unique_names([t["name"] for t in all_tasks], task_owner)
+    for task, tname, tid in zip(all_tasks, unique, task_ids):
+        task["name"] = tname
+        index.task_id[tname] = tid
+
+    cfg: dict[str, Any] = {**getattr(settings, "KAI_SCHEDULER_CONFIG", {}), **dict(config or {})}
+    cfg.setdefault("now", _iso(now))
+    data: dict[str, Any] = {"name": name, "config": cfg, "nodes": nodes, "queues": queues, "jobs": jobs}
+    usage_map = dict(usage) if usage is not None else _usage_from_provider()
+    usage_map = {q: dict(v) for q, v in usage_map.items() if q in index.queue_id and v}
+    if usage_map:
+        data["usage"] = usage_map
+    return EngineInput(data=data, index=index)
+
+
+def build_scenario_dict(**kwargs: Any) -> dict[str, Any]:
+    """The live state as a scenario dict (see :func:`build_engine_input` for the arguments)."""
+    return build_engine_input(**kwargs).data
+
+
+def build_snapshot_with_index(**kwargs: Any) -> tuple[Snapshot, EngineIndex]:
+    engine_input = build_engine_input(**kwargs)
+    snapshot = engine_loader.load_dict(engine_input.data, source="database")
+    return snapshot, engine_input.index
+
+
+def build_snapshot(**kwargs: Any) -> Snapshot:
+    """``scheduler_engine.loader.load_dict(build_scenario_dict())``: the engine's input type."""
+    return build_snapshot_with_index(**kwargs)[0]
+
+
+# ----------------------------------------------------------------------------- scenario -> DB
+
+
+def _dec(x: float) -> Decimal:
+    return Decimal(repr(float(x)))
+
+
+def _queue_value(x: float, res: str) -> Decimal:
+    """Engine units -> QueueResource units (cpu millicores -> cores); -1 stays -1."""
+    if x == -1:
+        return Decimal(-1)
+    return _dec(x / 1000.0) if res == "cpu" else _dec(x)
+
+
+def _opt_td(seconds: float) -> timedelta | None:
+    return None if math.isnan(seconds) else timedelta(seconds=float(seconds))
+
+
+@transaction.atomic
+def import_scenario(data: Mapping[str, Any] | Snapshot, *, now: datetime | None = None) -> Snapshot:
+    """Record a scenario's nodes, queue tree and jobs (with their task states) in the database.
+
+    Goes through the services, so everything is validated like any other write; an
+    ApplicationError means the database cannot hold that scenario (none of it is written).
+    Timestamps are set relative to ``now`` (default: the scenario's ``config.now``, else the
+    current time), so exporting with the same ``now`` gives the same ages back.  ``config``,
+    ``usage`` and ``expect`` are not stored (they are not database state).
+    """
+    from queues_app.services.nodes import node_upsert
+    from queues_app.services.queues import queue_create
+    from queues_app.services.workloads import workload_import
+
+    snap = data if isinstance(data, Snapshot) else engine_loader.load_dict(dict(data), source="import")
+    now = now or snap.config.now or timezone.now()
+    nd = snap.nodes
+    for i, name in enumerate(nd.names):
+        node_upsert(
+            name=name, gpus=int(nd.gpus[i]), gpu_memory_mib=int(nd.gpu_memory[i]), cpu_millis=int(nd.capacity[i, CPU]),
+            memory_bytes=int(nd.capacity[i, MEM]), labels=dict(nd.labels[i]), unschedulable=bool(nd.unschedulable[i]),
+            ready=bool(nd.ready[i]), reserved_gpus=_dec(nd.reserved[i, GPU]),
+            reserved_cpu_millis=int(nd.reserved[i, CPU]), reserved_memory_bytes=int(nd.reserved[i, MEM]),
+        )
+    qs = snap.queues
+    created: dict[int, Queue] = {}
+    order = sorted(range(len(qs)), key=lambda q: len(qs.path_to_root(q)))
+    for q in order:
+        par = int(qs.parent[q])
+        created[q] = queue_create(
+            name=qs.names[q], parent=created.get(par) if par >= 0 else None, priority=int(qs.priority[q]),
+            created_at=now - timedelta(minutes=float(qs.created_minutes_ago[q])),
+            reclaim_min_runtime=_opt_td(qs.reclaim_min_runtime[q]),
+            preempt_min_runtime=_opt_td(qs.preempt_min_runtime[q]),
+            quotas={res: {"quota": _queue_value(qs.deserved[q, k], res), "over_quota_weight": _dec(qs.weight[q, k]),
+                          "limit": _queue_value(qs.limit[q, k], res)}
+                    for k, res in enumerate(Resource.values)},
+            source="import",
+        )
+    js, ts = snap.jobs, snap.tasks
+    for j, name in enumerate(js.names):
+        tasks = []
+        for t in js.tasks_of(j):
+            node = int(ts.node[t])
+            tasks.append({
+                "name": ts.names[t], "gpu": _dec(ts.request[t, GPU]), "cpu_millis": int(ts.request[t, CPU]),
+                "memory_bytes": int(ts.request[t, MEM]),
+                "gpu_memory_mib": int(ts.gpu_memory[t]) if ts.gpu_memory[t] else None,
+                "priority": None if math.isnan(ts.priority[t]) else int(ts.priority[t]),
+                "node_selector": dict(ts.node_selector[t]), "state": EngineTaskState(int(ts.state[t])).label,
+                "node": nd.names[node] if node >= 0 else None, "gpu_groups": list(ts.gpu_groups[t]),
+            })
+        started = js.started_minutes_ago[j]
+        stale = js.stale_for[j]
+        workload_import(
+            queue=created[int(js.queue[j])], name=name, tasks=tasks, priority=int(js.priority[j]),
+            preemptible=bool(js.preemptible[j]), min_available=int(js.min_available[j]),
+            created_at=now - timedelta(minutes=float(js.created_minutes_ago[j])),
+            started_at=None if math.isnan(started) else now - timedelta(minutes=float(started)),
+            stale_since=None if math.isnan(stale) else now - timedelta(seconds=float(stale)),
+            topology_required=js.topology_required[j] or "", topology_preferred=js.topology_preferred[j] or "",
+            preemption_delay=_opt_td(js.preemption_delay[j]),
+            staleness_grace_period=_opt_td(js.staleness_grace_period[j]),
+        )
+    return snap
+
+
+# ----------------------------------------------------------------------------- quantities for callers
+
+
+def _wrap(fn, value: Any, field_name: str, **kw: Any) -> float:
+    try:
+        return fn(value, **kw)
+    except engine_units.UnitError as exc:
+        raise ApplicationError("Invalid quantity.", extra={field_name: [str(exc)]}) from None
+
+
+def parse_cpu_millis(value: Any, *, field: str = "cpu") -> int:
+    """``"500m"`` / ``"2"`` / 1.5 cores -> millicores (int); ApplicationError naming ``field``."""
+    millis = _wrap(engine_units.parse_cpu, value, field)
+    if not float(millis).is_integer():
+        raise ApplicationError("Invalid quantity.", extra={field: ["Must be a whole number of millicores."]})
+    return int(millis)
+
+
+def parse_memory_bytes(value: Any, *, field: str = "memory") -> int:
+    """``"4Gi"`` / ``"512Mi"`` / bytes -> bytes (int)."""
+    return int(math.ceil(_wrap(engine_units.parse_memory, value, field)))
+
+
+def parse_gpu(value: Any, *, field: str = "gpu") -> Decimal:
+    return _dec(_wrap(engine_units.parse_gpu, value, field))
+
+
+def parse_duration(value: Any, *, field: str = "duration", allow_negative: bool = False) -> timedelta:
+    return timedelta(seconds=_wrap(engine_units.parse_duration, value, field, allow_negative=allow_negative))
