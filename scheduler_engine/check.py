@@ -43,6 +43,8 @@ def _fmt(x: Any) -> str:
     if x is None:
         return "none"
     if isinstance(x, float):
+        if x.is_integer() and abs(x) < 2**63:
+            return str(int(x))
         return f"{x:.10g}"
     return str(x)
 
