@@ -7,7 +7,8 @@ Commands::
     simulate ...                         scheduler_engine.simulate.main(argv) (loaded on demand)
     bench ...                            scheduler_engine.bench.main(argv) (loaded on demand)
 
-Exit status: 0 ok; 1 a mismatch (``check``) or an engine error; 2 invalid input (bad scenario, missing
+Exit status: 0 ok; 1 a mismatch (``check``) or an engine error (an exception inside an action);
+2 invalid input (bad scenario, missing
 file, usage error, unavailable command).  Every file is loaded and validated *before* anything
 runs, so an invalid scenario prints its problems on stderr and nothing at all on stdout: scripts
 piping ``cycle --json`` never see partial output for a bad batch.
@@ -132,7 +133,12 @@ def cmd_cycle(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if snaps is None:
         return EXIT_INVALID
     for path, snap in zip(files, snaps):
-        result = run_cycle(snap)
+        try:
+            result = run_cycle(snap)
+        except Exception as exc:  # an engine bug: say which file, keep the traceback for --log-level DEBUG
+            log.debug("engine error on %s", path, exc_info=True)
+            print(f"error: {path}: engine error: {type(exc).__name__}: {exc}", file=err)
+            return EXIT_MISMATCH
         if args.json:
             obj = {"file": str(path), **result.to_json(timings=args.timings)}
             out.write(json.dumps(obj, separators=(",", ":")) + "\n")

@@ -192,3 +192,16 @@ def test_subprocess_check_exit_status(tmp_path, status):
     assert proc.returncode == (0 if status == "Pending" else 1), proc.stderr
     assert proc.stdout.splitlines()[-1] == ("check: 1 passed, 0 failed" if status == "Pending"
                                             else "check: 0 passed, 1 failed")
+
+
+def test_cycle_engine_error_names_the_file(tmp_path, monkeypatch):
+    import scheduler_engine.cycle as cycle_mod
+
+    def boom(state):
+        raise RuntimeError("kaput")
+
+    monkeypatch.setattr(cycle_mod, "get_action", lambda name: boom)
+    f = write(tmp_path / "a.yaml", scenario(actions=["allocate"]))
+    rc, out, err = run("cycle", "--json", str(f))
+    assert rc == 1 and out == ""
+    assert f"error: {f}: engine error: RuntimeError: kaput" in err
