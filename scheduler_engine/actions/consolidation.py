@@ -1,0 +1,84 @@
+"""The consolidation action: move running preemptible tasks so a pending job fits, losing none.
+
+Spec i. Disabled when a placement strategy is ``spread`` (packing is the point). Pending, ready,
+*preemptible* jobs are taken in queue/job order; a job is tried only if the cluster's free plus
+releasing GPUs cover its next tasks. Candidates are every preemptible job (any queue) with an
+active task. The shared solver (:mod:`.victims`) accumulates candidates and simulates; a scenario
+is accepted only if **every** evicted task was placed again (validator ``allPodsReallocated``):
+a moved task ends Pipelined on its new node while its old node's share shows as releasing; a task
+that lands back where it was is simply left Running. Nothing is ever lost.
+"""
+from __future__ import annotations
+
+from ..ordering import JobQueue, next_tasks_to_allocate
+from ..snapshot import GPU
+from ..state import CycleState
+from .victims import FailedShapes, VictimSolver, commit_events, job_ready
+
+
+def run(state: CycleState) -> None:
+    Consolidation(state).run()
+
+
+def consolidation_enabled(state: CycleState) -> bool:
+    placement = state.config.placement or {}
+    return all(v != "spread" for v in placement.values())
+
+
+def enough_gpus(state: CycleState, tasks) -> tuple[bool, float, float]:
+    """Upstream ``IsEnoughGPUsAllocatableForJob``: free + releasing GPUs of ready nodes cover the request."""
+    have = float((state.node_idle_gpus() + state.node_releasing_gpus())[state.node_schedulable].sum())
+    need = float(state.task_order_req[list(tasks), GPU].sum())
+    return have >= need - 1e-9, have, need
+
+
+class Consolidation:
+    def __init__(self, state: CycleState) -> None:
+        self.state = state
+
+    def run(self) -> None:
+        s = self.state
+        if not consolidation_enabled(s):
+            return
+        jobs = [j for j in range(s.J)
+                if s.queue_is_leaf[s.job_queue(j)] and s.job_is_preemptible(j) and s.job_pending_tasks(j)
+                and job_ready(s, j)]
+        if not jobs:
+            return
+        jq = JobQueue(s, jobs)
+        shapes = FailedShapes(s)
+        while True:
+            j = jq.pop()
+            if j is None:
+                break
+            tasks = next_tasks_to_allocate(s, j)
+            if not tasks:
+                continue
+            if shapes.blocking(j) is not None:
+                continue
+            ok, have, need = enough_gpus(s, tasks)
+            if not ok:
+                shapes.record(j)
+                continue
+            solver = VictimSolver(s, "consolidation", self._candidates(j), _all_reallocated)
+            sol = solver.solve(j, tasks)
+            if sol is None:
+                shapes.record(j)
+                continue
+            commit_events(s, sol, "Consolidated")
+            jq.refresh_all()
+
+    def _candidates(self, j: int):
+        s = self.state
+
+        def candidates():
+            return [v for v in range(s.J)
+                    if v != j and s.job_is_preemptible(v) and s.job_num_active(v) > 0]
+
+        return candidates
+
+
+def _all_reallocated(sc) -> str | None:
+    if sc.released:
+        return f"{len(sc.released)} moved task(s) could not be placed again"
+    return None

@@ -1,0 +1,233 @@
+"""The reclaim action: a job below its queue's fair share takes resources back from other queues.
+
+Spec c (and d, i). Pending, ready jobs outside their preemption delay are taken in queue/job
+order. For each:
+
+1. **Gate** ``CanReclaimResources``: the reclaimer's leaf must stay within its fair share with the
+   job's next tasks (a non-preemptible job also within deserved for non-preemptible use).
+2. **Scheduling signatures**: a job of a queue where a job with the same constraints failed, and
+   that is not easier, is skipped.
+3. **Candidates**: preemptible jobs of *other* leaf queues with an active task, that pass the
+   proportion victim filter (leveled queues) and are not protected by ``reclaimMinRuntime``
+   (elastic jobs always pass; their protected core is checked by the validator).
+4. The shared :class:`~scheduler_engine.actions.victims.VictimSolver` accumulates victims and
+   simulates; a scenario is accepted when the proportion validator (per-chunk MaintainFairShare /
+   GuaranteeDeservedQuota, sibling saturation with ``reclaimerUtilizationMultiplier``) and the
+   min-runtime validator accept it. Victims end Releasing, the reclaimer Pipelined.
+
+The queue state the validator reads is copied when the job's attempt starts (upstream
+``OnJobSolutionStart``); victims re-placed by the simulation do not count as reclaimed
+(``allow-consolidating-reclaim``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ordering import JobQueue, next_tasks_to_allocate
+from ..proportion import QueueShares, can_reclaim_resources, effective_multiplier, validate_reclaim, victim_filter
+from ..snapshot import NRES, UNLIMITED
+from ..state import EPS, CycleState, RES_NAMES, fmt_amount
+from .victims import (FailedShapes, Scenario, VictimSolver, commit_events, is_elastic, job_ready,
+                      min_runtime_protected, reclaim_min_runtime, within_preemption_delay)
+
+
+def run(state: CycleState) -> None:
+    Reclaim(state).run()
+
+
+def shares_now(state: CycleState, copy: bool = False) -> QueueShares:
+    a, anp = state.queue_alloc, state.queue_alloc_np
+    if copy:
+        a, anp = a.copy(), anp.copy()
+    return QueueShares(parent=np.asarray(state.queues.parent), deserved=state.queue_deserved,
+                       limit=state.queue_limit, fair_share=state.fair_share, allocated=a, allocated_np=anp,
+                       total=state.total)
+
+
+def gate_failure(state: CycleState, leaf: int, req: np.ndarray, preemptible: bool) -> str:
+    """Why ``CanReclaimResources`` refused, with numbers."""
+    a = state.queue_alloc[leaf]
+    f = state.fair_share[leaf]
+    name = state.queues.names[leaf]
+    for r in range(NRES):
+        if f[r] != UNLIMITED and a[r] + req[r] > f[r] + 1e-9:
+            return (f"queue {name} is at its fair share for {RES_NAMES[r]}: {fmt_amount(r, a[r])} allocated + "
+                    f"{fmt_amount(r, req[r])} requested > {fmt_amount(r, f[r])} fair share")
+    if not preemptible:
+        anp = state.queue_alloc_np[leaf]
+        d = state.queue_deserved[leaf]
+        for r in range(NRES):
+            if d[r] != UNLIMITED and anp[r] + req[r] > d[r] + 1e-9:
+                return (f"queue {name} quota for non-preemptible jobs exceeded for {RES_NAMES[r]}: "
+                        f"{fmt_amount(r, anp[r])} allocated + {fmt_amount(r, req[r])} requested > "
+                        f"{fmt_amount(r, d[r])} deserved")
+    return f"queue {name} may not reclaim"
+
+
+class Reclaim:
+    def __init__(self, state: CycleState) -> None:
+        self.state = state
+        self.multiplier = effective_multiplier(state.config.reclaimer_utilization_multiplier)
+
+    def candidate_jobs(self) -> list[int]:
+        s = self.state
+        out = []
+        for j in range(s.J):
+            if not s.queue_is_leaf[s.job_queue(j)]:
+                continue
+            if not s.job_pending_tasks(j) or not job_ready(s, j):
+                continue
+            out.append(j)
+        return out
+
+    def run(self) -> None:
+        s = self.state
+        jobs = self.candidate_jobs()
+        if not jobs:
+            return
+        jq = JobQueue(s, jobs)
+        failed: dict[int, FailedShapes] = {}
+        while True:
+            j = jq.pop()
+            if j is None:
+                break
+            if within_preemption_delay(s, j):
+                s.add_event(j, "NotReclaiming",
+                            f"job is within its preemption delay ({s.jobs.preemption_delay[j]:g}s since creation "
+                            f"{s.jobs.created_minutes_ago[j] * 60:g}s ago) and may not cause evictions")
+                continue
+            tasks = next_tasks_to_allocate(s, j)
+            if not tasks:
+                continue
+            leaf = s.job_queue(j)
+            req = s.task_order_req[tasks].sum(axis=0)
+            pre = s.job_is_preemptible(j)
+            if not can_reclaim_resources(shares_now(s), leaf, req, pre):
+                s.add_event(j, "NotReclaiming", gate_failure(s, leaf, req, pre))
+                continue
+            shapes = failed.setdefault(leaf, FailedShapes(s))
+            rep = shapes.blocking(j)
+            if rep is not None:
+                s.add_event(j, "NotReclaiming",
+                            f"skipped: job {s.jobs.names[rep]} of queue {s.queues.names[leaf]} with the same "
+                            f"scheduling constraints and no larger request failed to reclaim in this cycle")
+                continue
+            solver = self._solver(j, leaf, req, pre)
+            sol = solver.solve(j, tasks)
+            if sol is None:
+                shapes.record(j)
+                s.add_event(j, "NotReclaiming", f"reclaim failed: {solver.last_reason}")
+                continue
+            commit_events(s, sol, "Reclaimed", detail=self._detail(j))
+            jq.refresh_all()
+
+    def _detail(self, j: int):
+        s = self.state
+
+        def detail(t: int) -> str:
+            vq = s.job_queue(int(s.task_job[t]))
+            rq = s.job_queue(j)
+            f, a = s.fair_share[vq], s.queue_alloc[vq]
+            return (f"queue {s.queues.names[vq]} now holds gpu={fmt_amount(0, a[0])} of fair share "
+                    f"{fmt_amount(0, f[0]) if f[0] != UNLIMITED else 'unlimited'}; reclaimer queue "
+                    f"{s.queues.names[rq]}")
+
+        return detail
+
+    def _solver(self, j: int, leaf: int, full_req: np.ndarray, preemptible: bool) -> VictimSolver:
+        s = self.state
+        start = shares_now(s, copy=True)  # OnJobSolutionStart
+        filter_cache: dict[int, bool] = {}
+
+        def candidates():
+            live = shares_now(s)
+            out = []
+            for v in range(s.J):
+                vq = s.job_queue(v)
+                if vq == leaf or v == j:
+                    continue
+                if not s.job_is_preemptible(v) or s.job_num_active(v) == 0:
+                    continue
+                ok = filter_cache.get(vq)
+                if ok is None:
+                    ok = bool(victim_filter(live, leaf, vq, full_req))
+                    filter_cache[vq] = ok
+                if not ok:
+                    continue
+                if not is_elastic(s, v) and min_runtime_protected(s, v, reclaim_min_runtime(s, leaf, vq)):
+                    continue
+                out.append(v)
+            filter_cache.clear()
+            return out
+
+        def validator(sc: Scenario) -> str | None:
+            req = s.task_order_req[sc.tasks].sum(axis=0)
+            victims = _victim_vectors(s, sc)
+            verdict = validate_reclaim(start, reclaimer_leaf=leaf, req=req, reclaimer_preemptible=preemptible,
+                                       victims=victims, multiplier=self.multiplier)
+            if not verdict:
+                return _verdict_text(s, verdict)
+            return _min_runtime_elastic(s, sc, lambda v: reclaim_min_runtime(s, leaf, s.job_queue(v)))
+
+        return VictimSolver(s, "reclaim", candidates, validator)
+
+
+def _victim_vectors(state: CycleState, sc: Scenario) -> list[tuple[int, list[np.ndarray]]]:
+    """Per victim leaf, per victim job: elastic tasks one by one, then the core summed (re-placed left out)."""
+    by_job: dict[int, list[int]] = {}
+    for t in sc.victims:
+        by_job.setdefault(int(state.task_job[t]), []).append(t)
+    replaced = set(sc.moved) | set(sc.kept)
+    by_leaf: dict[int, list[np.ndarray]] = {}
+    order: list[int] = []
+    for vj, ts in by_job.items():
+        m = int(state.job_min_available[vj])
+        if m >= len(ts):
+            core, elastic = ts, []
+        else:
+            core, elastic = ts[:m], ts[m:]
+        vecs = []
+        for t in elastic:
+            if t not in replaced:
+                vecs.append(sc.orig_alloc[t])
+        core_kept = [sc.orig_alloc[t] for t in core if t not in replaced]
+        if core_kept:
+            vecs.append(np.sum(core_kept, axis=0))
+        if not vecs:
+            continue
+        q = state.job_queue(vj)
+        if q not in by_leaf:
+            by_leaf[q] = []
+            order.append(q)
+        by_leaf[q].extend(vecs)
+    return [(q, by_leaf[q]) for q in order]
+
+
+def _verdict_text(state: CycleState, verdict) -> str:
+    q = verdict.queue
+    name = state.queues.names[q] if q is not None and q >= 0 else "?"
+    text = verdict.reason
+    if text.startswith("strategy"):
+        return f"queue {name} may not give up these resources: it would fall to or below its deserved/fair share"
+    if text.startswith("saturation"):
+        return (f"queue {name} would end more saturated (allocated / fair share) than the queue it reclaims from")
+    if text.startswith("non-preemptible"):
+        return f"queue {name} would hold non-preemptible jobs above its deserved quota"
+    return text
+
+
+def _min_runtime_elastic(state: CycleState, sc: Scenario, min_runtime_of) -> str | None:
+    """Min-runtime validator: a protected elastic victim keeps at least ``minAvailable`` active tasks."""
+    jobs = {int(state.task_job[t]) for t in sc.released}
+    for vj in jobs:
+        if not is_elastic(state, vj):
+            continue
+        mr = min_runtime_of(vj)
+        if not min_runtime_protected(state, vj, mr):
+            continue
+        if state.job_num_active(vj) < int(state.job_min_available[vj]):
+            return (f"job {state.jobs.names[vj]} is protected by a min-runtime of {mr:g}s and would keep fewer "
+                    f"than minAvailable={int(state.job_min_available[vj])} tasks")
+    return None

@@ -1,0 +1,794 @@
+"""Shared victim-scenario solver of the evicting actions (consolidation, reclaim, preempt).
+
+Spec sections c, d, g and i; the algorithm follows KAI's job solver:
+
+* The beneficiary's next tasks (the missing gang, or one elastic task) are solved **one more task
+  at a time**: first for task 1, then tasks 1..2 starting from the victims that solved 1, and so
+  on; only the solution for all of them is kept (all-or-nothing), earlier ones are undone.
+* For each prefix, scenarios are built by **accumulating** candidate victims in victim order
+  (:class:`VictimQueue`: reversed queue order with the popped victims subtracted, reversed job
+  order). An elastic victim gives up one surplus task per step (reverse task order) and goes back
+  into the queue with the rest; a job at or below its ``minAvailable`` gives up all its tasks.
+* A scenario is **simulated** on the shared :class:`~scheduler_engine.state.CycleState` (undo
+  journal): evict every victim task, then place the beneficiary and re-place the evicted victims
+  in normal queue/job order, every placement pipelined. A victim put back on its own node (same
+  device for a shared GPU) is un-evicted and stays Running; one placed elsewhere is Pipelined
+  there (its old node keeps the resources as releasing). The beneficiary must fit entirely or the
+  scenario fails. The first scenario that fits and passes the action's validator wins.
+
+Why the simulation instead of arithmetic: it exercises the same node order, device choice, GPU
+sharing, topology domains and queue capacity checks as a real placement, so the engine never
+evicts for a placement that would then not happen.
+
+Public API
+----------
+``VictimSolver(state, action, candidates, validator)``; ``solve(j, tasks)`` -> :class:`Solution`
+or ``None`` (``last_reason`` then says why). ``Solution.commit_events(...)`` writes the
+explanations. Helpers used by the actions: :func:`is_elastic`, :func:`tasks_to_evict`,
+:func:`preempt_min_runtime`, :func:`reclaim_min_runtime`, :func:`min_runtime_protected`,
+:func:`within_preemption_delay`, :func:`job_ready`, :class:`FailedShapes` (scheduling signatures),
+:func:`place_job_pipelined`.
+
+Helpers this module adds on top of ``state.py`` (kept here so state.py stays the allocate owner's):
+``_unevict`` (Releasing -> Running again through the state's undo journal) and ``_place_released``
+(placing a task that is Releasing, which ``CycleState.place`` only accepts for Pending tasks).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..ordering import job_order_key, queue_less, task_order
+from ..snapshot import CPU, GPU, MEM, NRES, TaskState
+from ..state import EPS, CycleState, fmt_amount
+
+_PEND = int(TaskState.PENDING)
+_RUN = int(TaskState.RUNNING)
+_REL = int(TaskState.RELEASING)
+_BIND = int(TaskState.BINDING)
+_PIPE = int(TaskState.PIPELINED)
+_SUCC = int(TaskState.SUCCEEDED)
+_ACTIVE = (_RUN, _BIND, _PIPE)
+
+
+# ================================================================================ job helpers
+def is_elastic(state: CycleState, j: int) -> bool:
+    """KAI ``IsElastic``: fewer tasks are required (minAvailable) than the job has."""
+    return int(state.job_min_available[j]) < int(state.job_count[j])
+
+
+def job_ready(state: CycleState, j: int) -> bool:
+    """Ready for scheduling: active plus pending tasks can reach ``minAvailable``."""
+    return state.job_num_active(j) + len(state.job_pending_tasks(j)) >= int(state.job_min_available[j])
+
+
+def within_preemption_delay(state: CycleState, j: int) -> bool:
+    """A job younger than its ``preemptionDelay`` may not cause evictions (spec i)."""
+    delay = float(state.jobs.preemption_delay[j])
+    if math.isnan(delay) or delay <= 0:
+        return False
+    return float(state.jobs.created_minutes_ago[j]) * 60.0 < delay
+
+
+def tasks_to_evict(state: CycleState, tasks: Sequence[int], min_available: int) -> tuple[list[int], bool]:
+    """KAI ``GetTasksToEvict`` on a victim representative holding ``tasks`` (its active tasks).
+
+    Above ``minAvailable`` only one surplus task goes (the last in task order: lowest task
+    priority, unlabelled before labelled, newest); at or below it the whole remaining gang goes.
+    Returns ``(tasks, more)`` where ``more`` says the job keeps tasks that may be taken later.
+    """
+    active = [t for t in tasks if state.task_state[t] in _ACTIVE]
+    if not active:
+        return [], False
+    rev = list(reversed(task_order(state, active)))
+    if min_available < len(rev):
+        return [rev[0]], True
+    return rev, False
+
+
+def _started_seconds_ago(state: CycleState, j: int) -> float:
+    v = float(state.jobs.started_minutes_ago[j])
+    return v * 60.0 if not math.isnan(v) else math.nan
+
+
+def min_runtime_protected(state: CycleState, j: int, min_runtime: float) -> bool:
+    """``now < lastStart + minRuntime``; a job that never started is not protected."""
+    ago = _started_seconds_ago(state, j)
+    if math.isnan(ago) or not min_runtime or min_runtime <= 0:
+        return False
+    return ago < min_runtime
+
+
+def _walk_up(state: CycleState, q: int, field_values: np.ndarray) -> float:
+    for a in state.queue_path[q]:
+        v = float(field_values[int(a)])
+        if not math.isnan(v):
+            return v
+    return math.nan
+
+
+def preempt_min_runtime(state: CycleState, victim_leaf: int) -> float:
+    """Spec d: from the victim's leaf up to the root, the first ``preemptMinRuntime`` set; else default."""
+    v = _walk_up(state, victim_leaf, state.queues.preempt_min_runtime)
+    return float(state.config.default_preempt_min_runtime or 0.0) if math.isnan(v) else v
+
+
+def reclaim_min_runtime(state: CycleState, reclaimer_leaf: int, victim_leaf: int) -> float:
+    """Spec d: ``reclaimMinRuntime`` by ``config.reclaimMinRuntimeResolution`` (lca | queue)."""
+    field_values = state.queues.reclaim_min_runtime
+    default = float(state.config.default_reclaim_min_runtime or 0.0)
+    method = (state.config.reclaim_min_runtime_resolution or "lca").lower()
+    if method == "queue":
+        v = _walk_up(state, victim_leaf, field_values)
+        return default if math.isnan(v) else v
+    rpath = [int(x) for x in state.queue_path[reclaimer_leaf]][::-1]  # top .. leaf
+    vpath = [int(x) for x in state.queue_path[victim_leaf]][::-1]
+    if rpath[0] != vpath[0]:
+        v = float(field_values[vpath[0]])
+        return default if math.isnan(v) else v
+    depth = 0
+    while depth < min(len(rpath), len(vpath)) and rpath[depth] == vpath[depth]:
+        depth += 1
+    # vpath[depth - 1] is the lowest common ancestor; one level down toward the victim
+    start = vpath[depth] if depth < len(vpath) else vpath[-1]
+    v = _walk_up(state, start, field_values)
+    return default if math.isnan(v) else v
+
+
+# ================================================================================ signatures
+def _constraint_signature(state: CycleState, j: int) -> tuple:
+    """Scheduling-constraint signature (node selectors, topology): not the resource shape."""
+    sel = tuple(sorted({state.task_selector_key[t] for t in state.job_task_range(j)}))
+    return (sel, state.jobs.topology_required[j], state.jobs.topology_preferred[j])
+
+
+def _sorted_requests(state: CycleState, tasks: Iterable[int]) -> list[tuple]:
+    return sorted(tuple(float(x) for x in state.task_order_req[t]) for t in tasks)
+
+
+def _le(a: tuple, b: tuple) -> bool:
+    return all(x <= y + EPS for x, y in zip(a, b))
+
+
+class FailedShapes:
+    """Scheduling signatures (spec i): after a job fails, skip same-signature jobs that are not easier.
+
+    One instance per queue (reclaim, preempt) or per action (consolidation), as upstream.
+    """
+
+    def __init__(self, state: CycleState) -> None:
+        self.state = state
+        self.reps: dict[tuple, int] = {}
+
+    def blocking(self, j: int) -> int | None:
+        """The failed job that makes ``j`` not worth trying, or ``None``."""
+        rep = self.reps.get(_constraint_signature(self.state, j))
+        if rep is None or self._easier(j, rep):
+            return None
+        return rep
+
+    def _easier(self, j: int, rep: int) -> bool:
+        p1 = self.state.job_pending_tasks(j)
+        p2 = self.state.job_pending_tasks(rep)
+        if not p1 or not p2:
+            return False
+        if len(p2) > len(p1):
+            return True
+        r1, r2 = _sorted_requests(self.state, p1), _sorted_requests(self.state, p2)
+        for i, a in enumerate(r1):
+            if i >= len(r2):
+                return False
+            if _le(a, r2[i]):
+                if _le(r2[i], a):
+                    continue
+                return True
+        return False
+
+    def record(self, j: int) -> None:
+        key = _constraint_signature(self.state, j)
+        cur = self.reps.get(key)
+        if cur is not None and not self._smaller(j, cur):
+            return
+        self.reps[key] = j
+
+    def _smaller(self, j: int, cur: int) -> bool:
+        p1 = self.state.job_pending_tasks(j)
+        p2 = self.state.job_pending_tasks(cur)
+        if not p1 or not p2 or len(p1) > len(p2):
+            return False
+        r1, r2 = _sorted_requests(self.state, p1), _sorted_requests(self.state, p2)
+        return all(_le(a, b) for a, b in zip(r1, r2))
+
+
+# ================================================================================ victim order
+class _Rep:
+    """A victim job representative: the job and the active tasks it still offers."""
+
+    __slots__ = ("job", "tasks", "alloc", "seq")
+
+    def __init__(self, state: CycleState, job: int, tasks: Sequence[int], seq: int) -> None:
+        self.job = job
+        self.tasks = list(tasks)
+        act = [t for t in self.tasks if state.task_state[t] in _ACTIVE]
+        self.alloc = state.task_alloc[act].sum(axis=0) if act else np.zeros(NRES)
+        self.seq = seq
+
+
+class _RevStr:
+    __slots__ = ("s",)
+
+    def __init__(self, s: str) -> None:
+        self.s = s
+
+    def __lt__(self, other: "_RevStr") -> bool:
+        return self.s > other.s
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _RevStr) and self.s == other.s
+
+
+class VictimQueue:
+    """Candidate victims in victim order (spec b, reversed), with push-back of elastic remainders.
+
+    Queue nodes are compared with the queue comparator reversed, each leaf represented by the
+    victims already popped from it plus its next one (their allocations are subtracted, rule 5);
+    inside a leaf jobs come in reversed job order (lowest priority, above minAvailable, newest).
+    """
+
+    def __init__(self, state: CycleState, jobs: Iterable[int]) -> None:
+        self.state = state
+        self.heaps: dict[int, list] = {}
+        self.popped_alloc: dict[int, np.ndarray] = {}
+        self._seq = 0
+        for j in jobs:
+            self.push(int(j), state.job_active_tasks(int(j)))
+
+    def _key(self, rep: _Rep) -> tuple:
+        s = self.state
+        j = rep.job
+        act = sum(1 for t in rep.tasks if s.task_state[t] in _ACTIVE)
+        m = int(s.job_min_available[j])
+        el = 0 if act < m else (1 if act == m else 2)
+        return (int(s.jobs.priority[j]), -el, float(s.jobs.created_minutes_ago[j]), _RevStr(s.jobs.names[j]),
+                rep.seq)
+
+    def push(self, j: int, tasks: Sequence[int]) -> None:
+        if not tasks:
+            return
+        self._seq += 1
+        rep = _Rep(self.state, j, tasks, self._seq)
+        q = int(self.state.job_queue_arr[j])
+        heapq.heappush(self.heaps.setdefault(q, []), (self._key(rep), rep))
+
+    def __bool__(self) -> bool:
+        return any(self.heaps.values())
+
+    def _leaf_victims(self, q: int) -> np.ndarray:
+        h = self.heaps[q]
+        base = self.popped_alloc.get(q)
+        nxt = h[0][1].alloc
+        return nxt if base is None else base + nxt
+
+    def pop(self) -> tuple[int, list[int]] | None:
+        s = self.state
+        leaves = [q for q, h in self.heaps.items() if h]
+        if not leaves:
+            return None
+        # active tree: every ancestor of a non-empty leaf
+        children: dict[int, list[int]] = {}
+        tops: list[int] = []
+        seen: set[int] = set()
+        for leaf in leaves:
+            path = [int(x) for x in s.queue_path[leaf]]
+            for child, par in zip(path, path[1:] + [-1]):
+                if child in seen:
+                    break
+                seen.add(child)
+                (children.setdefault(par, []) if par >= 0 else tops).append(child)
+        rep_leaf: dict[int, int] = {}
+
+        def leaf_of(q: int) -> int:
+            if q in rep_leaf:
+                return rep_leaf[q]
+            kids = children.get(q)
+            if not kids:
+                rep_leaf[q] = q
+                return q
+            rep_leaf[q] = leaf_of(best(kids))
+            return rep_leaf[q]
+
+        def best(nodes: list[int]) -> int:
+            b = nodes[0]
+            for c in nodes[1:]:
+                # victim order is the queue order reversed
+                if not queue_less(s, c, b, self._leaf_victims(leaf_of(c)), self._leaf_victims(leaf_of(b)),
+                                  victim=True):
+                    b = c
+            return b
+
+        q = best(tops)
+        leaf = leaf_of(q)
+        _, rep = heapq.heappop(self.heaps[leaf])
+        self.popped_alloc[leaf] = self.popped_alloc.get(leaf, np.zeros(NRES)) + rep.alloc
+        return rep.job, rep.tasks
+
+
+# ================================================================================ placement
+def _unevict(state: CycleState, t: int) -> bool:
+    """Releasing (evicted in this cycle) -> Running again on its node, through the undo journal.
+
+    Only possible while the resources it releases are not promised to a pipelined task.
+    """
+    if state.task_state[t] != _REL:
+        return False
+    n = int(state.task_node[t])
+    alloc = state.task_alloc[t]
+    if np.any(state.node_releasing[n] < alloc - EPS):
+        return False
+    devs = state.task_devices[t]
+    per = float(alloc[GPU]) if state.task_is_shared[t] else 1.0
+    if any(state.dev_rel[n, d] < per - EPS for d in devs):
+        return False
+    state._record(t, n)
+    state.node_releasing[n] -= alloc
+    for d in devs:
+        state.dev_rel[n, d] -= per
+    state.task_state[t] = _RUN
+    j = int(state.task_job[t])
+    path = state.queue_path[int(state.job_queue_arr[j])]
+    state.queue_alloc[path] += alloc
+    if not state.job_preemptible_arr[j]:
+        state.queue_alloc_np[path] += alloc
+    state.job_num_active_arr[j] += 1
+    return True
+
+
+def _place_released(state: CycleState, t: int, n: int, devices) -> None:
+    """Pipeline a Releasing victim onto node n (``CycleState.place`` only takes Pending tasks)."""
+    state.task_state[t] = _PEND
+    try:
+        state.place(t, n, pipelined=True, devices=devices)
+    except Exception:
+        state.task_state[t] = _REL
+        raise
+
+
+class _PlaceFail(Exception):
+    pass
+
+
+class Placer:
+    """Pipelined-only, all-or-nothing placement used inside victim simulations.
+
+    Node order: binpack = least available (free plus releasing) first, spread = most available
+    first, on GPU for GPU tasks and on CPU otherwise; ties by node index. A required topology
+    restricts all tasks of the attempt to one domain of the label (tightest domain first).
+    """
+
+    def __init__(self, state: CycleState) -> None:
+        self.state = state
+        self.placement = dict(state.config.placement or {})
+        self.released: set[int] = set()  # tasks evicted from Running in the current scenario
+
+    def fix_after_rollback(self) -> None:
+        """Rolling back a ``_place_released`` restores the interim Pending state: make it Releasing."""
+        s = self.state
+        for t in self.released:
+            if s.task_state[t] == _PEND and s.task_node[t] >= 0:
+                s.task_state[t] = _REL
+
+    def rollback(self, cp) -> None:
+        self.state.rollback(cp)
+        self.fix_after_rollback()
+
+    def node_order(self, t: int, cand: np.ndarray) -> list[int]:
+        s = self.state
+        idx = np.flatnonzero(cand)
+        if idx.size <= 1:
+            return [int(i) for i in idx]
+        cpu_only = s.task_request[t, GPU] <= EPS and s.task_gpu_memory[t] <= 0
+        col = CPU if cpu_only else GPU
+        strategy = self.placement.get("cpu" if cpu_only else "gpu", "binpack")
+        avail = s.node_idle[idx, col] + s.node_releasing[idx, col]
+        key = -avail if strategy == "spread" else avail
+        order = np.lexsort((idx, key))
+        return [int(i) for i in idx[order]]
+
+    def place_job(self, j: int, tasks: Sequence[int]) -> bool:
+        """Place ``tasks`` of job j (pipelined) all-or-nothing; the state is unchanged on failure."""
+        s = self.state
+        if not tasks:
+            return True
+        q = s.job_queue(j)
+        if s.queue_over_capacity(q, s.task_quota_req[list(tasks)].sum(axis=0), not s.job_is_preemptible(j)):
+            return False
+        tasks = task_order(s, tasks)
+        required = s.jobs.topology_required[j]
+        preferred = s.jobs.topology_preferred[j]
+        if required:
+            for mask in self._domains(required, None, tasks):
+                if self._place_preferred(j, tasks, mask, preferred):
+                    return True
+            return False
+        return self._place_preferred(j, tasks, None, preferred)
+
+    def _place_preferred(self, j, tasks, within, preferred) -> bool:
+        if preferred:
+            for mask in self._domains(preferred, within, tasks):
+                if self._place_all(j, tasks, mask):
+                    return True
+        return self._place_all(j, tasks, within)
+
+    def _domains(self, label: str, within, tasks) -> list[np.ndarray]:
+        s = self.state
+        values = s.label_values(label)
+        groups: dict[str, list[int]] = {}
+        for n, v in enumerate(values):
+            if v is None or not s.node_schedulable[n] or (within is not None and not within[n]):
+                continue
+            groups.setdefault(v, []).append(n)
+        gpu_job = bool(s.task_request[list(tasks), GPU].sum() > 0 or s.task_gpu_memory[list(tasks)].sum() > 0)
+        col = GPU if gpu_job else CPU
+        spread = self.placement.get("gpu" if gpu_job else "cpu", "binpack") == "spread"
+        out = []
+        for v, ns in sorted(groups.items()):
+            mask = np.zeros(s.N, dtype=bool)
+            mask[ns] = True
+            avail = float((s.node_idle[ns, col] + s.node_releasing[ns, col]).sum())
+            out.append((-avail if spread else avail, mask))
+        out.sort(key=lambda x: x[0])
+        return [m for _, m in out]
+
+    def _place_all(self, j: int, tasks: Sequence[int], within) -> bool:
+        s = self.state
+        cp = s.checkpoint()
+        for t in tasks:
+            if not self._place_one(j, t, within):
+                self.rollback(cp)
+                return False
+        return True
+
+    def _place_one(self, j: int, t: int, within) -> bool:
+        s = self.state
+        _, any_ok = s.fit_masks(t, within)
+        released = s.task_state[t] == _REL
+        old = int(s.task_node[t]) if released else -1
+        if released and old >= 0:
+            any_ok = any_ok.copy()
+            any_ok[old] = bool(s.node_schedulable[old]) and (within is None or bool(within[old]))
+        if not any_ok.any():
+            return False
+        q = s.job_queue(j)
+        nonpre = not s.job_is_preemptible(j)
+        for n in self.node_order(t, any_ok):
+            if s.task_is_mem[t] and s.queue_over_capacity(q, s.task_request_on_node(t, n), nonpre):
+                continue
+            if released and n == old:
+                if s.task_is_shared[t]:
+                    devs = s.choose_devices(t, n, pipelined=True)
+                    if devs is None:
+                        continue
+                    if list(devs) == list(s.task_devices[t]):
+                        if _unevict(s, t):
+                            return True
+                        continue
+                    _place_released(s, t, n, devs)  # moved to another device of the same node
+                    return True
+                if _unevict(s, t):
+                    return True
+                continue
+            devs = s.choose_devices(t, n, pipelined=True)
+            if devs is None:
+                continue
+            if released:
+                _place_released(s, t, n, devs)
+            else:
+                s.place(t, n, pipelined=True, devices=devs)
+            return True
+        return False
+
+
+def place_job_pipelined(state: CycleState, j: int, tasks: Sequence[int]) -> bool:
+    """Convenience: pipeline ``tasks`` of job j all-or-nothing (see :class:`Placer`)."""
+    return Placer(state).place_job(j, tasks)
+
+
+# ================================================================================ solver
+@dataclass
+class Scenario:
+    """What a validator sees: the beneficiary, its tasks, and how every victim task ended."""
+
+    job: int
+    tasks: list[int]  # beneficiary tasks of this attempt (all placed)
+    victims: list[int]  # every victim task of the scenario, in the order they were added
+    released: list[int]  # victims that end Releasing (or Pending: placed earlier this cycle)
+    moved: list[int]  # victims re-placed on another node / device (Pipelined)
+    kept: list[int]  # victims put back where they were (un-evicted, Running)
+    orig_alloc: dict[int, np.ndarray]
+    orig_node: dict[int, int]
+
+
+@dataclass
+class Solution:
+    scenario: Scenario
+    scenarios_tried: int = 0
+
+    @property
+    def released(self) -> list[int]:
+        return self.scenario.released
+
+    @property
+    def moved(self) -> list[int]:
+        return self.scenario.moved
+
+
+Validator = Callable[[Scenario], "str | None"]  # None = accept, else the reason it is refused
+Candidates = Callable[[], Iterable[int]]
+
+
+class VictimSolver:
+    """KAI's job solver + pod-accumulated scenario builder + by-pod simulation (module docstring)."""
+
+    def __init__(self, state: CycleState, action: str, candidates: Candidates, validator: Validator | None,
+                 max_scenarios: int = 100000) -> None:
+        self.state = state
+        self.action = action
+        self.candidates = candidates
+        self.validator = validator
+        self.placer = Placer(state)
+        self.max_scenarios = max_scenarios
+        self.last_reason = ""
+        self.tried = 0
+        self.refusals: list[str] = []
+
+    # ---------------------------------------------------------------- driver
+    def solve(self, j: int, tasks: Sequence[int]) -> Solution | None:
+        s = self.state
+        tasks = list(tasks)
+        self.tried = 0
+        self.refusals = []
+        self.last_reason = ""
+        recorded: list[int] = []
+        cp0 = s.checkpoint()
+        result: Scenario | None = None
+        for k in range(1, len(tasks) + 1):
+            partial = tasks[:k]
+            res = self._solve_partial(j, partial, recorded)
+            if res is None:
+                self.placer.rollback(cp0)
+                if not self.last_reason:
+                    self.last_reason = self._no_solution_reason(j, partial, k, len(tasks))
+                return None
+            scenario, cp = res
+            recorded = list(scenario.victims)
+            if k < len(tasks):
+                self.placer.rollback(cp)
+            result = scenario
+        if result is None:
+            return None
+        return Solution(result, self.tried)
+
+    def _no_solution_reason(self, j: int, partial, k: int, n: int) -> str:
+        s = self.state
+        what = f"{k} of {n} tasks" if n > 1 else "its task"
+        if self.refusals:
+            return f"no acceptable victim set for {what}: {self.refusals[-1]}"
+        if self.tried == 0:
+            return f"no eligible victims for {what}"
+        return f"no victim set among the eligible ones makes room for {what} ({self.tried} scenarios simulated)"
+
+    def _solve_partial(self, j: int, partial: list[int], recorded: list[int]):
+        s = self.state
+        recorded_set = set(recorded)
+        victims = list(recorded)
+        if victims:
+            res = self._try(j, partial, victims)
+            if res is not None:
+                return res
+        vq = VictimQueue(s, self.candidates())
+        need = self._gpu_need(partial)
+        while vq:
+            if self.tried >= self.max_scenarios:
+                self.last_reason = f"gave up after {self.tried} scenarios"
+                return None
+            popped = vq.pop()
+            if popped is None:
+                break
+            vj, vtasks = popped
+            evict, more = tasks_to_evict(s, vtasks, int(s.job_min_available[vj]))
+            if not evict:
+                continue
+            if any(t in recorded_set for t in evict):
+                rest = [t for t in vtasks if t not in recorded_set]
+                if rest:
+                    vq.push(vj, rest)
+                continue
+            if more:
+                ev = set(evict)
+                vq.push(vj, [t for t in vtasks if t not in ev])
+            victims = victims + evict
+            if not self._may_fit(need, victims):
+                continue
+            res = self._try(j, partial, victims)
+            if res is not None:
+                return res
+        return None
+
+    # ---------------------------------------------------------------- cheap necessary condition
+    def _gpu_need(self, partial: list[int]) -> float:
+        return float(self.state.task_order_req[partial, GPU].sum())
+
+    def _may_fit(self, need: float, victims: list[int]) -> bool:
+        """Idle-GPU filter: free + releasing + victims' GPUs must cover the request."""
+        if need <= EPS:
+            return True
+        s = self.state
+        have = float((s.node_idle_gpus() + s.node_releasing_gpus())[s.node_schedulable].sum())
+        have += float(s.task_alloc[victims, GPU].sum())
+        return have >= need - 1e-6
+
+    # ---------------------------------------------------------------- one scenario
+    def _try(self, j: int, partial: list[int], victims: list[int]):
+        s = self.state
+        self.tried += 1
+        cp = s.checkpoint()
+        orig_alloc = {t: s.task_alloc[t].copy() for t in victims}
+        orig_node = {t: int(s.task_node[t]) for t in victims}
+        released_running = set()
+        for t in victims:
+            if s.task_state[t] == _RUN:
+                released_running.add(t)
+            s.evict(t)
+        self.placer.released = released_running
+        victim_jobs: list[int] = []
+        for t in victims:
+            vj = int(s.task_job[t])
+            if vj not in victim_jobs:
+                victim_jobs.append(vj)
+        victim_task_set = set(victims)
+        ok = self._allocate_in_order(j, partial, victim_jobs, victim_task_set)
+        if not ok:
+            self.placer.rollback(cp)
+            return None
+        released, moved, kept = [], [], []
+        for t in victims:
+            st = int(s.task_state[t])
+            if st == _RUN:
+                kept.append(t)
+            elif st in (_PIPE, _BIND):
+                moved.append(t)
+            else:
+                released.append(t)
+        scenario = Scenario(j, list(partial), list(victims), released, moved, kept, orig_alloc, orig_node)
+        if self.validator is not None:
+            why = self.validator(scenario)
+            if why:
+                self.refusals.append(why)
+                self.placer.rollback(cp)
+                return None
+        return scenario, cp
+
+    def _victim_tasks_to_allocate(self, vj: int, evicted: set[int]) -> list[int]:
+        """Tasks a victim job would re-allocate: its pending and just-evicted tasks (gang or one)."""
+        s = self.state
+        cand = [t for t in s.job_task_range(vj)
+                if (s.task_state[t] == _PEND) or (t in evicted and s.task_state[t] == _REL)]
+        if not cand:
+            return []
+        cand = task_order(s, cand)
+        missing = int(s.job_min_available[vj]) - s.job_num_active(vj)
+        if missing > 0:
+            return cand[:missing] if len(cand) >= missing else []
+        return cand[:1]
+
+    def _allocate_in_order(self, j: int, partial: list[int], victim_jobs: list[int], evicted: set[int]) -> bool:
+        """Place the beneficiary and re-place victims in normal queue/job order (KAI jobs-to-allocate)."""
+        s = self.state
+        pending = {j: list(partial)}
+        for vj in victim_jobs:
+            if vj != j:
+                pending[vj] = None  # computed when its turn comes
+        placed_beneficiary = False
+        while pending:
+            reqs: dict[int, np.ndarray] = {}
+            tasks_of: dict[int, list[int]] = {}
+            for jj, ts in pending.items():
+                ts = ts if ts is not None else self._victim_tasks_to_allocate(jj, evicted)
+                tasks_of[jj] = ts
+                reqs[jj] = s.task_order_req[ts].sum(axis=0) if ts else np.zeros(NRES)
+            nxt = self._next_job(list(pending), reqs, j)
+            del pending[nxt]
+            ts = tasks_of[nxt]
+            if nxt == j:
+                if not self.placer.place_job(j, ts):
+                    return False
+                placed_beneficiary = True
+            elif ts:
+                self.placer.place_job(nxt, ts)
+        return placed_beneficiary
+
+    def _next_job(self, jobs: list[int], reqs: dict[int, np.ndarray], beneficiary: int) -> int:
+        s = self.state
+        if len(jobs) == 1:
+            return jobs[0]
+        by_leaf: dict[int, int] = {}
+        for jj in jobs:
+            q = int(s.job_queue_arr[jj])
+            cur = by_leaf.get(q)
+            if cur is None or self._job_key(jj, beneficiary) < self._job_key(cur, beneficiary):
+                by_leaf[q] = jj
+        if len(by_leaf) == 1:
+            return next(iter(by_leaf.values()))
+        children: dict[int, list[int]] = {}
+        tops: list[int] = []
+        seen: set[int] = set()
+        for leaf in by_leaf:
+            path = [int(x) for x in s.queue_path[leaf]]
+            for child, par in zip(path, path[1:] + [-1]):
+                if child in seen:
+                    break
+                seen.add(child)
+                (children.setdefault(par, []) if par >= 0 else tops).append(child)
+        memo: dict[int, int] = {}
+
+        def leaf_of(q: int) -> int:
+            if q not in memo:
+                kids = children.get(q)
+                memo[q] = q if not kids else leaf_of(best(kids))
+            return memo[q]
+
+        def best(nodes: list[int]) -> int:
+            b = nodes[0]
+            for c in nodes[1:]:
+                if queue_less(s, c, b, reqs[by_leaf[leaf_of(c)]], reqs[by_leaf[leaf_of(b)]]):
+                    b = c
+            return b
+
+        return by_leaf[leaf_of(best(tops))]
+
+    def _job_key(self, jj: int, beneficiary: int) -> tuple:
+        k = job_order_key(self.state, jj)
+        if jj == beneficiary:
+            # the partial representative of the beneficiary is below its (partial) gang
+            k = (k[0], 0) + tuple(k[2:])
+        return k
+
+
+# ================================================================================ explanations
+def describe_alloc(vec: np.ndarray) -> str:
+    parts = []
+    for r, name in ((GPU, "gpu"), (CPU, "cpu"), (MEM, "memory")):
+        if vec[r] > EPS:
+            parts.append(f"{name}={fmt_amount(r, float(vec[r]))}")
+    return ", ".join(parts) or "no resources"
+
+
+def commit_events(state: CycleState, sol: Solution, reason: str, detail: Callable[[int], str] | None = None) -> None:
+    """Write the explanations of a committed solution: one event per victim task, one for the job."""
+    s = state
+    sc = sol.scenario
+    bj = sc.job
+    bname = s.jobs.names[bj]
+    for t in sc.released:
+        n = sc.orig_node[t]
+        node = s.nodes.names[n] if n >= 0 else "?"
+        extra = detail(t) if detail else ""
+        s.add_event(int(s.task_job[t]), reason,
+                    f"task {s.tasks.names[t]} ({describe_alloc(sc.orig_alloc[t])}) on node {node} evicted to make "
+                    f"room for job {bname}" + (f"; {extra}" if extra else ""),
+                    task=t, victim_of=bj)
+    for t in sc.moved:
+        old = sc.orig_node[t]
+        new = int(s.task_node[t])
+        s.add_event(int(s.task_job[t]), "Consolidated",
+                    f"task {s.tasks.names[t]} ({describe_alloc(sc.orig_alloc[t])}) moved from node "
+                    f"{s.nodes.names[old]} to node {s.nodes.names[new]} to make room for job {bname}",
+                    task=t, victim_of=bj)
+    nodes = sorted({s.nodes.names[int(s.task_node[t])] for t in sc.tasks})
+    s.add_event(bj, reason,
+                f"{len(sc.tasks)} task(s) pipelined on {', '.join(nodes)} after {len(sc.released)} victim task(s) "
+                f"evicted and {len(sc.moved)} moved ({sol.scenarios_tried} scenario(s) simulated)")
