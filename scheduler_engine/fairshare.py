@@ -18,8 +18,21 @@ Why it is written this way
   Float noise in the amount still to divide (a few ulps after subtracting many shares) is snapped to 0
   so that it cannot start a spurious extra round or a leftover pass; the snap threshold (1e-12 relative
   to the level total) is far below any real fraction (GPU fractions are >= 0.01, cpu/memory are whole).
+* A queue's recorded remainder is overwritten only when a later round leaves it a new fraction; a round
+  that gives it a whole share keeps the older remainder (as upstream's map update does), which can decide
+  the leftover pass (test ``test_stale_remainder_kept_when_a_later_round_is_whole``).
 * Plain Python loops over the queues of one band are fine: a level has few queues, and this runs once per
-  cycle. The tree walk itself is grouped by parent.
+  cycle (1000-5000 queues divide in tens of milliseconds). The tree walk itself is grouped by parent.
+
+Guarantees (property-tested in tests/scheduler_engine/test_fairshare.py), per sibling group with
+``req = requestable`` and ``d = D`` (or the level total when ``D = -1``):
+
+* ``F >= min(d, req)`` always (deserved is never taken back, and not capped by capacity);
+* ``F < req + 1`` strictly, so also ``F < R + 1`` and ``F < L + 1``: only the leftover pass exceeds the
+  request or limit, giving ``min(1, leftover)`` once to a queue whose remaining request is still > 0;
+* weight-0 and request-less queues get exactly ``min(d, req)`` (so 0 without a request);
+* ``sum F <= total`` unless the deserved phase alone over-subscribes (then ``F = min(d, req)``);
+* k = 0 ignores usage exactly; whole-unit inputs (millicores, bytes) give whole-unit shares.
 """
 from __future__ import annotations
 

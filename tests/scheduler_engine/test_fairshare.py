@@ -453,3 +453,54 @@ def test_prop_tree_children_divide_parent_share(raw_parents, data):
         base = _deserved_part(arr, level_total)
         if base.sum() <= level_total:
             assert fs[idx].sum() <= level_total + 1e-9 * max(1.0, level_total)
+
+
+@PROP
+@given(st.lists(st.fixed_dictionaries({
+    "d": st.one_of(st.just(U), st.integers(0, 5000).map(float)),
+    "l": st.one_of(st.just(U), st.integers(0, 9000).map(float)),
+    "w": st.sampled_from([0.0, 1.0, 2.0, 3.0]),
+    "r": st.integers(0, 9000).map(float),
+    "p": st.sampled_from([0, 1]),
+    "u": st.just(0.0),
+}), min_size=1, max_size=6), st.integers(0, 20000).map(float))
+def test_prop_whole_units_stay_whole(queues, total):
+    """cpu millicores / memory bytes: with whole inputs every share is whole (floor, whole leftovers)."""
+    fs, _ = _run_level(queues, total, 0.0)
+    np.testing.assert_array_equal(fs, np.round(fs))
+
+
+def test_usage_is_a_cluster_fraction_at_child_level():
+    # kvalue-usage-in-child-level: children of a 16-GPU parent, usage 0.5 of the *cluster* for c1.
+    # w' = 0.5 each; P1 = max(0, 0.5 + (0.5 - 0.5)) = 0.5, P2 = 0.5 + 0.5 = 1 -> 16/3, 32/3 -> 5, 10 + 1
+    queues = [{"d": U, "w": 1}, {"w": 1, "r": 16, "u": 0.5}, {"w": 1, "r": 16}]
+    fs = gpu_case(queues, 16, k=1.0, parent=[-1, 0, 0])
+    assert fs.tolist() == [16, 5, 11]
+    # same usage on a top-level pair would be identical: U is not rescaled to the parent's share
+    assert gpu_case(queues[1:], 16, k=1.0).tolist() == [5, 11]
+    # but with a 32-GPU cluster where the parent holds 16, c1's usage 0.5 is half the cluster: P1 = 0.5
+    fs = gpu_case([{"d": 16, "w": 0}, {"w": 1, "r": 16, "u": 0.5}, {"w": 1, "r": 16}, {"d": 16, "w": 0, "r": 16}],
+                  32, k=1.0, parent=[-1, 0, 0, -1])
+    assert fs.tolist() == [16, 5, 11, 16]
+
+
+def test_rounds_then_leftover_tie_break():
+    # Round 1 (C = 10): 3.33 each -> q0 satisfied (1), q1/q2 get 3 with remainder 0.33; round 2 (C = 3):
+    # 1.5 each -> 1 + remainder 0.5 (overwrites 0.33); leftover 1 -> q1 (older) on the 0.5 tie
+    fs = gpu_case([{"r": 1}, {"r": 10}, {"r": 10}], 10)
+    assert fs.tolist() == [1, 5, 4]
+    # Round 1 (C = 9): q0 satisfied with 1 (< 3), q1/q2 get exactly 3 (no remainder); round 2 (C = 2):
+    # 1 each, nothing fractional -> no leftover pass
+    assert gpu_case([{"r": 1}, {"r": 10}, {"r": 10}], 9).tolist() == [1, 4, 4]
+
+
+def test_stale_remainder_kept_when_a_later_round_is_whole():
+    """Upstream only overwrites a remainder when the new round leaves a fraction.
+
+    C = 13, weights 2:3:3:1, requests 50, 3, 50, 2. Round 1: q0 2.89 -> 2 (rem .89), q1 satisfied (3),
+    q2 4.33 -> 4 (rem .33), q3 1.44 -> 1 (rem .44); 3 left. Round 2 (weights 2:3:1 over C = 3): q0 gets
+    exactly 1 (its .89 stays recorded), q2 1.5 -> 1 (rem .5), q3 0.5 -> 0 (rem .5); 1 left, and the
+    leftover pass gives it to q0's stale .89 rather than the .5 tie of the last round.
+    """
+    queues = [{"w": 2, "r": 50}, {"w": 3, "r": 3}, {"w": 3, "r": 50}, {"w": 1, "r": 2}]
+    assert gpu_case(queues, 13).tolist() == [4, 3, 5, 1]
