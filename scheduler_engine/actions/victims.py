@@ -385,7 +385,8 @@ class Placer:
         self.state.rollback(cp)
         self.fix_after_rollback()
 
-    def node_order(self, t: int, cand: np.ndarray) -> list[int]:
+    def node_order(self, t: int, cand: np.ndarray, idle_ok: np.ndarray | None = None) -> list[int]:
+        """Nodes where the task fits on free resources first (KAI nodeavailability), then binpack/spread."""
         s = self.state
         idx = np.flatnonzero(cand)
         if idx.size <= 1:
@@ -395,7 +396,8 @@ class Placer:
         strategy = self.placement.get("cpu" if cpu_only else "gpu", "binpack")
         avail = s.node_idle[idx, col] + s.node_releasing[idx, col]
         key = -avail if strategy == "spread" else avail
-        order = np.lexsort((idx, key))
+        not_idle = np.zeros(idx.size) if idle_ok is None else (~idle_ok[idx]).astype(float)
+        order = np.lexsort((idx, key, not_idle))
         return [int(i) for i in idx[order]]
 
     def place_job(self, j: int, tasks: Sequence[int]) -> bool:
@@ -454,7 +456,7 @@ class Placer:
 
     def _place_one(self, j: int, t: int, within) -> bool:
         s = self.state
-        _, any_ok = s.fit_masks(t, within)
+        idle_ok, any_ok = s.fit_masks(t, within)
         released = s.task_state[t] == _REL
         old = int(s.task_node[t]) if released else -1
         if released and old >= 0:
@@ -464,7 +466,7 @@ class Placer:
             return False
         q = s.job_queue(j)
         nonpre = not s.job_is_preemptible(j)
-        for n in self.node_order(t, any_ok):
+        for n in self.node_order(t, any_ok, idle_ok):
             if s.task_is_mem[t] and s.queue_over_capacity(q, s.task_request_on_node(t, n), nonpre):
                 continue
             if released and n == old:
