@@ -19,6 +19,8 @@ Decay and usage
     ``normalized_usage(timestamps, allocated, capacity, *, now, half_life=0, window_start=None)``
         -> ``U = sum(a * d) / sum(cap * d)`` over samples with ``window_start <= t <= now``
     ``fake_history_weights(n_samples, window_size, half_life)`` (KAI simulator fake usage DB weighting)
+    ``history_usage(allocated_history, capacity_history, *, window_size, window_type, half_life)``
+        (one sample per simulator tick: sliding / tumbling windows counted in ticks)
     ``slurm_decay_factor(dt, half_life)``                     (Slurm's ``(1 - 0.693/HL) ** dt``)
     :class:`DecayedUsage`: incremental decayed accumulator of (allocation, capacity) samples; exact,
       path independent, never negative, never increasing without new samples.
@@ -286,7 +288,7 @@ def normalized_usage(
     t = np.asarray(timestamps, dtype=np.float64).reshape(-1)
     a = np.asarray(allocated, dtype=np.float64)
     cap = np.asarray(capacity, dtype=np.float64)
-    if a.shape[:1] != t.shape or cap.shape[:1] != t.shape:
+    if a.ndim < 2 or a.shape[:1] != t.shape or cap.shape[:1] != t.shape:
         raise ValueError(f"allocated/capacity: expected {t.size} samples, got {a.shape} and {cap.shape}")
     if cap.ndim != 2 or a.shape[-1] != cap.shape[-1]:
         raise ValueError(f"capacity: expected shape (samples, resources) matching allocated, got {cap.shape}")
@@ -325,6 +327,37 @@ def fake_history_weights(n_samples: int, window_size: int, half_life: float | No
     i = np.arange(kept, dtype=np.float64)
     w[n_samples - kept:] = 1.0 if h <= 0 else np.exp2(-(window_size - i) / h)
     return w
+
+
+def history_usage(
+    allocated_history,
+    capacity_history,
+    *,
+    window_size: int,
+    window_type: str = "sliding",
+    half_life: float | None = 0.0,
+) -> np.ndarray:
+    """Usage U for a simulator that records one sample per tick (cycle), ticks 0..n-1, now = tick n.
+
+    ``allocated_history`` (n, Q, 3), ``capacity_history`` (n, 3). ``sliding``: the last ``window_size``
+    samples; ``tumbling``: samples since the latest reset at a multiple of ``window_size`` (exact-boundary
+    rule: at tick n = k * window_size the window that just ended is still current). A sample at tick t
+    weighs ``0.5 ** ((n - t) / h)``, the same relative weighting as KAI's simulator fake usage DB
+    (``fake_history_weights``); ``h <= 0`` = no decay. With no samples every U is 0.
+    """
+    a = np.asarray(allocated_history, dtype=np.float64)
+    cap = np.asarray(capacity_history, dtype=np.float64)
+    n = a.shape[0]
+    if window_size <= 0:
+        raise ValueError(f"window_size: must be a positive number of ticks, got {window_size}")
+    if window_type == "sliding":
+        start = max(0, n - int(window_size))
+    elif window_type == "tumbling":
+        start = 0 if n == 0 else ((n - 1) // int(window_size)) * int(window_size)
+    else:
+        raise ValueError(f"window_type: expected sliding or tumbling, got {window_type!r}")
+    t = np.arange(n, dtype=np.float64)
+    return normalized_usage(t, a, cap, now=float(n), half_life=half_life, window_start=float(start))
 
 
 def slurm_decay_factor(dt: float, half_life: float) -> float:

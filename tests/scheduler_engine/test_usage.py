@@ -12,6 +12,7 @@ from scheduler_engine.usage import (
     DecayedUsage,
     decay_weights,
     fake_history_weights,
+    history_usage,
     normalized_usage,
     parse_cron,
     period_reset,
@@ -336,3 +337,28 @@ def test_prop_never_negative_never_increasing_without_usage(samples, steps, h):
         assert np.all(num >= 0) and np.all(den >= 0)
         assert np.all(num <= prev_num) and np.all(den <= prev_den)
         prev_num, prev_den = num, den
+
+
+def test_history_usage_sliding_matches_fake_db_weighting():
+    rng = np.random.default_rng(3)
+    n, q, w, h = 10, 2, 4, 2.0
+    alloc = rng.integers(0, 5, (n, q, 3)).astype(float)
+    cap = np.full((n, 3), 10.0)
+    got = history_usage(alloc, cap, window_size=w, window_type="sliding", half_life=h)
+    fw = fake_history_weights(n, w, h)
+    np.testing.assert_allclose(got, np.tensordot(fw, alloc, axes=(0, 0)) / (fw @ cap), rtol=1e-12)
+
+
+def test_history_usage_tumbling_boundary_rule():
+    cap = np.ones((8, 3))
+    alloc = np.zeros((8, 1, 3))
+    alloc[:4, 0, 0] = 1.0  # busy during ticks 0-3, idle 4-7
+    # now = 4 (exact boundary of a 4-tick window): the window [0, 4) is still current -> U = 1
+    assert history_usage(alloc[:4], cap[:4], window_size=4, window_type="tumbling")[0, 0] == 1.0
+    # now = 5: new window from tick 4 -> only the idle tick 4 counts
+    assert history_usage(alloc[:5], cap[:5], window_size=4, window_type="tumbling")[0, 0] == 0.0
+    # sliding over the same 5 ticks: last 4 = ticks 1..4 -> 3/4
+    assert history_usage(alloc[:5], cap[:5], window_size=4)[0, 0] == 0.75
+    assert history_usage(np.zeros((0, 1, 3)), np.zeros((0, 3)), window_size=4).tolist() == [[0, 0, 0]]
+    with pytest.raises(ValueError, match="window_type"):
+        history_usage(alloc, cap, window_size=4, window_type="cron")
