@@ -1,4 +1,5 @@
 """Models of queues_app, split by entity and re-exported here."""
+from queues_app.models.api import IdempotencyKey
 from queues_app.models.cycles import Heartbeat, SchedulerState, SchedulingCycle, SchedulingEvent
 from queues_app.models.nodes import Node
 from queues_app.models.queues import Queue, QueueResource, QueueStatus, QuotaChange
@@ -7,6 +8,7 @@ from queues_app.models.workloads import Task, Workload
 
 __all__ = [
     "Heartbeat",
+    "IdempotencyKey",
     "Node",
     "Queue",
     "QueueResource",
