@@ -77,20 +77,36 @@ def _check_number(value: object) -> float:
     return float(value)
 
 
+# Scenarios repeat the same few strings ("1Gi", "500m") thousands of times; parsed results are
+# cached (Decimal is immutable). Bounded so a generated file cannot grow it without limit.
+_STR_CACHE: dict[str, Decimal] = {}
+_STR_CACHE_MAX = 4096
+
+
 def _parse_decimal(value: object) -> Decimal:
     """A quantity string or number as an exact Decimal in base units (sign not checked)."""
     if isinstance(value, str):
-        text = value.strip()
-        m = _QUANTITY_RE.match(text)
-        if not m:
-            raise UnitError(f"is not a Kubernetes quantity: {value!r} (e.g. '500m', '2', '4Gi', '512Mi')")
-        try:
-            return Decimal(m.group("num")) * _SUFFIXES[m.group("suffix")]
-        except ArithmeticError:  # decimal Overflow on absurd exponents
-            raise UnitError(f"is too large: {value!r}") from None
+        hit = _STR_CACHE.get(value)
+        if hit is not None:
+            return hit
+        amount = _parse_decimal_str(value)
+        if len(_STR_CACHE) < _STR_CACHE_MAX:
+            _STR_CACHE[value] = amount
+        return amount
     x = _check_number(value)
     # repr() is the shortest text that round-trips, so 0.007 stays exactly 0.007
     return Decimal(repr(x)) if isinstance(value, float) else Decimal(int(value))
+
+
+def _parse_decimal_str(value: str) -> Decimal:
+    text = value.strip()
+    m = _QUANTITY_RE.match(text)
+    if not m:
+        raise UnitError(f"is not a Kubernetes quantity: {value!r} (e.g. '500m', '2', '4Gi', '512Mi')")
+    try:
+        return Decimal(m.group("num")) * _SUFFIXES[m.group("suffix")]
+    except ArithmeticError:  # decimal Overflow on absurd exponents
+        raise UnitError(f"is too large: {value!r}") from None
 
 
 def _to_float(amount: Decimal, *, allow_negative: bool, value: object) -> float:

@@ -224,3 +224,13 @@ def test_observe_reports_input_states_and_fair_share():
 def test_run_rounds_rejects_bad_count(bad):
     with pytest.raises(ValueError):
         run_rounds(load_dict(scenario()), rounds=bad)
+
+
+def test_rewritten_snapshot_exports_and_reloads_equal():
+    from scheduler_engine.loader import snapshot_to_dict, snapshots_equal
+
+    snap = load_dict(scenario(rounds=2))
+    st = fake_state(snap, [TaskState.RUNNING, TaskState.RELEASING, TaskState.BINDING, TaskState.PIPELINED],
+                    [0, 0, 0, 0])
+    new = rewrite_snapshot(snap, st)
+    assert snapshots_equal(new, load_dict(snapshot_to_dict(new)))
