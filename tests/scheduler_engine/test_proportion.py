@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler_engine.proportion import (
     QueueShares,
@@ -432,3 +434,103 @@ def test_validator_non_preemptible_reclaimer_quota():
     v = validate_reclaim(shares_from(rows), reclaimer_leaf=1, req=g(1), reclaimer_preemptible=False,
                          victims={3: [g(1)]})
     assert not v and v.reason.startswith("non-preemptible") and v.queue == 0 and v.resource == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# properties
+
+_q = st.one_of(st.just(U), st.integers(0, 12).map(float), st.sampled_from([0.5, 2.5]))
+_vec = st.tuples(_q, _q, _q).map(lambda t: np.array(t))
+_pos = st.tuples(*[st.integers(0, 12).map(float)] * 3).map(lambda t: np.array(t))
+PROP = settings(max_examples=300, deadline=None)
+
+
+@PROP
+@given(_vec, _vec)
+def test_prop_compare_antisymmetric(a, b):
+    np.testing.assert_array_equal(compare_quantities(a, b), -compare_quantities(b, a))
+    assert less_equal(a, b) == bool(np.all(compare_quantities(a, b) <= 0))
+    assert less_equal(a, [U, U, U])
+
+
+@PROP
+@given(_vec, _pos, _vec)
+def test_prop_allocatable_bounds(d, f, lim):
+    al = allocatable(d, f, lim)
+    for r in range(3):
+        if d[r] == U:
+            assert al[r] == lim[r]
+        elif lim[r] == U:
+            assert al[r] == max(d[r], f[r])
+        else:
+            assert al[r] == min(lim[r], max(d[r], f[r]))
+
+
+@PROP
+@given(_pos, _vec, _pos, st.integers(1, 4))
+def test_prop_dominant_share_scales_linearly(a, alloc, total, k):
+    total = total + 1
+    ds = dominant_share(a, alloc, total)
+    assert ds >= 0
+    assert dominant_share(a * k, alloc, total) == pytest.approx(ds * k)
+
+
+@PROP
+@given(_pos, _pos, _vec)
+def test_prop_mfs_monotone_in_remaining(rem, extra, alloc):
+    if fits_maintain_fair_share(rem, alloc):
+        assert fits_maintain_fair_share(rem + extra, alloc)
+
+
+def _random_tree(data, n):
+    parent = np.array([data.draw(st.integers(-1, i - 1)) if i else -1 for i in range(n)])
+    rows = []
+    for i in range(n):
+        d = data.draw(st.integers(0, 6).map(float))
+        f = data.draw(st.integers(0, 8).map(float))
+        rows.append((int(parent[i]), d, f, 0.0))
+    s = shares_from(rows)
+    # allocations: random per leaf, aggregated up the tree
+    is_leaf = np.ones(n, bool)
+    is_leaf[parent[parent >= 0]] = False
+    leaf_alloc = np.zeros((n, 3))
+    for i in np.flatnonzero(is_leaf):
+        leaf_alloc[i, 0] = data.draw(st.integers(0, 6))
+    alloc = np.zeros((n, 3))
+    for i in range(n):
+        for q in path_to_root(parent, i):
+            alloc[q] += leaf_alloc[i]
+    s = QueueShares(parent=s.parent, deserved=s.deserved, limit=s.limit, fair_share=s.fair_share,
+                    allocated=alloc, allocated_np=np.zeros((n, 3)), total=s.total)
+    return s, np.flatnonzero(is_leaf), leaf_alloc
+
+
+@PROP
+@given(st.integers(2, 7), st.data())
+def test_prop_validator_multiplier_monotone_and_fair_share_side_never_saturated(n, data):
+    s, leaves, leaf_alloc = _random_tree(data, n)
+    if len(leaves) < 2:
+        return
+    reclaimer = int(data.draw(st.sampled_from(list(leaves))))
+    others = [int(q) for q in leaves if q != reclaimer and leaf_alloc[q, 0] > 0]
+    if not others:
+        return
+    victims = {}
+    for q in data.draw(st.lists(st.sampled_from(others), min_size=1, max_size=3, unique=True)):
+        victims[q] = [g(data.draw(st.integers(1, int(leaf_alloc[q, 0]))))]
+    req = g(data.draw(st.integers(1, 3)))
+    m1, m2 = sorted(data.draw(st.lists(st.sampled_from([1.0, 1.25, 1.6, 3.0]), min_size=2, max_size=2)))
+    v1 = validate_reclaim(s, reclaimer_leaf=reclaimer, req=req, reclaimer_preemptible=True, victims=victims,
+                          multiplier=m1)
+    v2 = validate_reclaim(s, reclaimer_leaf=reclaimer, req=req, reclaimer_preemptible=True, victims=victims,
+                          multiplier=m2)
+    assert bool(v2) <= bool(v1)  # a larger multiplier never accepts more
+    # if the whole reclaimer path ends within its fair share, saturation can never be the refusal
+    rem = s.allocated.copy()
+    for q, vecs in victims.items():
+        for v in vecs:
+            for x in path_to_root(s.parent, q):
+                rem[x] -= v
+    within = all(rem[x, 0] + req[0] <= s.fair_share[x, 0] for x in path_to_root(s.parent, reclaimer))
+    if within:
+        assert bool(v1) or v1.reason.startswith("strategy")
