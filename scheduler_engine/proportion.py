@@ -29,7 +29,8 @@ Strategy predicates (spec c; upstream ``strategies.go``)
 Reclaim gates (operate on a :class:`QueueShares` snapshot of the queue state)
     ``can_reclaim_resources(shares, leaf, req, preemptible)``           (CanReclaimResources)
     ``victim_filter(shares, reclaimer_leaf, victim_leaf, req)``         (proportion ReclaimVictimFilter)
-    ``saturation_ratio(allocated, fair_share)``; ``saturation_lower(...)`` (sibling saturation check)
+    ``saturation_ratio(allocated, fair_share)``; ``saturation_ratios`` (vectorised, for reports);
+    ``saturation_lower(...)`` (sibling saturation check)
     ``validate_reclaim(shares, reclaimer_leaf=, req=, reclaimer_preemptible=, victims=, multiplier=)``
         -> :class:`Verdict` (truthy iff the scenario is acceptable; ``reason`` says why not).
     ``effective_multiplier(value)``: the saturation multiplier rule (malformed or < 1 -> 1.0).
@@ -262,6 +263,16 @@ def saturation_ratio(allocated: float, fair_share: float) -> float:
     if fair_share == UNLIMITED:
         return 0.0
     return allocated / fair_share
+
+
+def saturation_ratios(allocated, fair_share) -> np.ndarray:
+    """Vectorised :func:`saturation_ratio` over arrays (e.g. (Q, 3)), for reports and queue listings."""
+    a = np.asarray(allocated, dtype=np.float64)
+    f = np.broadcast_to(np.asarray(fair_share, dtype=np.float64), a.shape)
+    safe = np.where((f == 0) | (f == UNLIMITED), 1.0, f)
+    ratio = a / safe
+    ratio = np.where(f == UNLIMITED, 0.0, ratio)
+    return np.where(f == 0, np.where(a > 0, np.inf, 0.0), ratio)
 
 
 def saturation_lower(involved, x_alloc, x_fair, s_remaining, s_fair, multiplier: float) -> bool:

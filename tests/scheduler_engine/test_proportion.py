@@ -31,6 +31,7 @@ from scheduler_engine.proportion import (
     requestable,
     saturation_lower,
     saturation_ratio,
+    saturation_ratios,
     validate_reclaim,
     victim_filter,
     weaker_allocatable,
@@ -121,6 +122,8 @@ def test_saturation_ratio_edges():
     assert saturation_ratio(0, 0) == 0
     assert saturation_ratio(5, U) == 0
     assert saturation_ratio(5, 4) == 1.25
+    out = saturation_ratios(np.array([[1, 0, 5, 5]]), np.array([[0, 0, U, 4]]))
+    np.testing.assert_array_equal(out, [[math.inf, 0, 0, 1.25]])
 
 
 # ------------------------------------------------------------------------------------------------
