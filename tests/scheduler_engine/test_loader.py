@@ -397,3 +397,53 @@ def test_invalid_file_via_cli_exits_2_with_empty_stdout(tmp_path):
         assert proc.stdout == ""
         assert "jobs[0].tasks[0].gpu: must be >= 0" in proc.stderr
         assert "queues[1].parent: unknown parent queue 'nowhere'" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------- fuzzing
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _all_paths(x, prefix=()):
+    """Every (container path) reachable in a nested dict/list, including the leaves."""
+    yield prefix
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _all_paths(v, prefix + (k,))
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _all_paths(v, prefix + (i,))
+
+
+BASE_PATHS = [p for p in _all_paths(base()) if p]
+
+junk = st.recursive(
+    st.one_of(
+        st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+        st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+        st.sampled_from(["-1", "1e999", "4Gi", "500m", "node0", "research", "Running", "-5s", "dept"]),
+    ),
+    lambda children: st.one_of(st.lists(children, max_size=3),
+                               st.dictionaries(st.text(max_size=6), children, max_size=3)),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(path=st.sampled_from(BASE_PATHS), value=junk)
+def test_any_junk_value_gives_a_scenario_error_or_a_snapshot(path, value):
+    """Bad input never crashes the loader: it is either valid or a ScenarioError naming paths."""
+    d = base()
+    cur = d
+    for p in path[:-1]:
+        cur = cur[p]
+    cur[path[-1]] = value
+    try:
+        snap = load_dict(d)
+    except ScenarioError as exc:
+        assert exc.problems
+        assert all(isinstance(p, str) and isinstance(m, str) and m for p, m in exc.problems)
+        return
+    # a valid result must still export and reload identically
+    assert snapshots_equal(snap, load_dict(json.loads(json.dumps(snapshot_to_dict(snap)))))
