@@ -83,6 +83,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "queues_app",
     "fairshare_app",
 ]
@@ -156,6 +157,13 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = Path(envstr("STATIC_ROOT", str(BASE_DIR / "staticfiles")) or BASE_DIR / "staticfiles")
+# Embedded / development runs serve the admin's static files straight from the apps (no
+# collectstatic step); production runs `collectstatic` into STATIC_ROOT.
+WHITENOISE_USE_FINDERS = envbool("WHITENOISE_USE_FINDERS", not PRODUCTION)
+try:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+except OSError:
+    pass
 
 LOGGING = {
     "version": 1,
@@ -166,11 +174,49 @@ LOGGING = {
 }
 
 # --------------------------------------------------------------------------- DRF (the API engineer owns queues_app/api)
+# Deny by default; tokens for API clients, sessions only for the browsable API (no Basic).
+# Filtering happens inside the selectors (queues_app/filters.py), not in a filter backend.
 REST_FRAMEWORK = {
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "queues_app.api.schema.KaiAutoSchema",
+    "DEFAULT_FILTER_BACKENDS": [],
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["queues_app.api.parsers.BoundedJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "queues_app.api.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "queues_app.api.exceptions.exception_handler",
+    # Per tenant (all members share one budget), per operator user, per client IP when anonymous.
+    "DEFAULT_THROTTLE_CLASSES": ["queues_app.api.throttling.TenantRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "tenant": envstr("KAI_API_RATE", "1200/min"),
+        "submit": envstr("KAI_API_SUBMIT_RATE", "120/min"),
+        "anon": envstr("KAI_API_ANON_RATE", "30/min"),
+    },
+    "NUM_PROXIES": envint("KAI_NUM_PROXIES", 0, minimum=0),
+    "STRICT_JSON": True,
 }
-SPECTACULAR_SETTINGS = {"TITLE": "kaiplatform API", "VERSION": "0.1.0"}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "kaiplatform API",
+    "DESCRIPTION": "Tenant and operator API of the kaiplatform GPU batch scheduler.",
+    "VERSION": "0.1.0",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+# Throttle counters must be shared by every web process (a per-process LocMem cache
+# multiplies the limit by the number of processes): set CACHE_URL=redis://... in production.
+if envstr("CACHE_URL"):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": envstr("CACHE_URL")}}
 
 # --------------------------------------------------------------------------- Celery
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL") or f"sqla+sqlite:///{VAR_DIR / 'celery-broker.sqlite3'}"
