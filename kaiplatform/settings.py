@@ -59,8 +59,13 @@ CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", PRODUCTION)
 CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", PRODUCTION)
-SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", False)
-SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0, minimum=0)
+# Production is served over TLS (usually terminated at an ingress; set USE_X_FORWARDED_PROTO):
+# redirect plain HTTP and send HSTS, except for the kubelet's plain-HTTP probes.
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", PRODUCTION)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31536000 if PRODUCTION else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", PRODUCTION)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = envint("SESSION_COOKIE_AGE", 8 * 3600, minimum=60)
@@ -232,9 +237,11 @@ CELERY_TASK_TIME_LIMIT = envint("CELERY_TASK_TIME_LIMIT", 300, minimum=1)
 CELERY_TASK_SOFT_TIME_LIMIT = envint("CELERY_TASK_SOFT_TIME_LIMIT", 240, minimum=1)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-if EMBEDDED_BROKER:
-    # The SQLAlchemy transport polls; 1 s keeps a 1 s beat period responsive.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": envfloat("CELERY_POLLING_INTERVAL", 1.0, minimum=0.05)}
+if EMBEDDED_BROKER and CELERY_BROKER_URL.startswith("sqla+sqlite"):
+    # kombu's SQLAlchemy transport hands these options to create_engine(): wait for the
+    # SQLite write lock (web and worker both write the broker file) instead of failing.
+    # It polls the table once per second (kombu's default polling interval).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"connect_args": {"timeout": envint("SQLITE_TIMEOUT", 30, minimum=1)}}
 
 # --------------------------------------------------------------------------- scheduler
 KAI_CYCLE_SECONDS = envint("KAI_CYCLE_SECONDS", 10, minimum=1)

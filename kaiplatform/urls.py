@@ -8,6 +8,8 @@ from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 
+from kaiplatform.health import readyz
+
 
 def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness probe: the process serves requests (no database round trip)."""
@@ -17,6 +19,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
 ]
 
 for _module, _prefix in (("queues_app.api.urls", "api/v1/"), ("fairshare_app.api.urls", "api/v1/fairshare/")):

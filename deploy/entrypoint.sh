@@ -1,0 +1,31 @@
+#!/bin/sh
+# Process selector for the kaiplatform image: web | worker | beat | dispatcher | migrate | manage ...
+set -eu
+role="${1:-web}"
+[ $# -gt 0 ] && shift
+case "$role" in
+  web)
+    exec gunicorn kaiplatform.wsgi:application \
+      --bind "0.0.0.0:${PORT:-8000}" \
+      --workers "${WEB_CONCURRENCY:-2}" \
+      --timeout "${GUNICORN_TIMEOUT:-60}" \
+      --access-logfile - "$@" ;;
+  worker)
+    # General queue: accounting, reports, dispatch; the cycle runs on its own queue.
+    exec celery -A kaiplatform worker --loglevel "${LOG_LEVEL:-INFO}" \
+      --queues "${WORKER_QUEUES:-celery,cycle,accounting,dispatch}" \
+      --concurrency "${WORKER_CONCURRENCY:-2}" "$@" ;;
+  beat)
+    exec celery -A kaiplatform beat --loglevel "${LOG_LEVEL:-INFO}" \
+      --schedule "${KAI_VAR_DIR:-/tmp}/celerybeat-schedule" "$@" ;;
+  dispatcher)
+    exec celery -A kaiplatform worker --loglevel "${LOG_LEVEL:-INFO}" \
+      --queues dispatch --concurrency "${DISPATCH_CONCURRENCY:-4}" "$@" ;;
+  migrate)
+    exec python manage.py migrate --noinput "$@" ;;
+  manage)
+    exec python manage.py "$@" ;;
+  *)
+    echo "unknown role '$role' (web | worker | beat | dispatcher | migrate | manage ...)" >&2
+    exit 64 ;;
+esac

@@ -1,0 +1,147 @@
+"""The Dockerfile, the entrypoint and the compose file only use things the project really has.
+
+No Docker engine runs on the CI machines, so these tests check syntax and references: every
+instruction is a Dockerfile instruction, every COPY source exists, the image runs as a non-root
+user, every role the compose file and the chart ask for is one the entrypoint knows, and every
+program the entrypoint starts (the WSGI app, the Celery app, manage.py commands) exists.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+INSTRUCTIONS = {"FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME", "USER",
+                "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL"}
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    out, buf = [], ""
+    for raw in (DEPLOY / "Dockerfile").read_text().splitlines():
+        line = raw.strip()
+        if not buf and (not line or line.startswith("#")):
+            continue
+        buf += (" " if buf else "") + line.rstrip("\\").strip()
+        if line.endswith("\\"):
+            continue
+        word, _, rest = buf.partition(" ")
+        out.append((word.upper(), rest.strip()))
+        buf = ""
+    assert not buf, "Dockerfile ends inside a continued line"
+    return out
+
+
+def entrypoint_roles() -> set[str]:
+    text = (DEPLOY / "entrypoint.sh").read_text()
+    block = text.split('case "$role" in', 1)[1]
+    return {m.group(1) for m in re.finditer(r"^\s{2}([a-z]+)\)", block, re.M)}
+
+
+def test_dockerfile_uses_known_instructions_and_existing_sources():
+    instrs = dockerfile_instructions()
+    assert instrs[0][0] == "FROM"
+    for word, rest in instrs:
+        assert word in INSTRUCTIONS, f"unknown Dockerfile instruction {word}"
+        if word == "COPY" and "--from=" not in rest:
+            parts = [p for p in rest.split() if not p.startswith("--")]
+            for src in parts[:-1]:
+                assert (ROOT / src).exists(), f"COPY source {src} does not exist"
+
+
+def test_image_runs_as_non_root_with_the_entrypoint():
+    instrs = dockerfile_instructions()
+    users = [rest for word, rest in instrs if word == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    entry = [rest for word, rest in instrs if word == "ENTRYPOINT"][-1]
+    assert yaml.safe_load(entry) == ["kai-entrypoint"]
+    assert yaml.safe_load([rest for word, rest in instrs if word == "CMD"][-1])[0] in entrypoint_roles()
+    assert any("collectstatic" in rest for word, rest in instrs if word == "RUN")
+
+
+def test_entrypoint_is_valid_shell_and_knows_every_role():
+    subprocess.run(["sh", "-n", str(DEPLOY / "entrypoint.sh")], check=True)
+    assert {"web", "worker", "beat", "dispatcher", "migrate", "manage"} <= entrypoint_roles()
+
+
+def test_entrypoint_programs_exist():
+    text = (DEPLOY / "entrypoint.sh").read_text()
+    wsgi = re.search(r"gunicorn (\S+):(\w+)", text)
+    module = importlib.import_module(wsgi.group(1))
+    assert callable(getattr(module, wsgi.group(2)))
+    for app in set(re.findall(r"celery -A (\S+)", text)):
+        celery_mod = importlib.import_module(f"{app}.celery")
+        assert celery_mod.app.main == "kaiplatform"
+    from django.core.management import get_commands
+
+    commands = get_commands()
+    for name in ("migrate", "collectstatic", "healthcheck"):
+        assert name in commands
+
+
+def test_lock_file_pins_every_dependency():
+    lock = (DEPLOY / "requirements.lock").read_text().splitlines()
+    pins = {re.split(r"==", line)[0].lower().replace("_", "-") for line in lock if line and not line.startswith("#")}
+    assert all("==" in line for line in lock if line and not line.startswith("#"))
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for dep in project["dependencies"]:
+        name = re.split(r"[<>=\[ ;]", dep, 1)[0].lower().replace("_", "-")
+        assert name in pins, f"{name} is not pinned in deploy/requirements.lock"
+
+
+def test_compose_stack_is_complete_and_uses_real_roles():
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    assert {"postgres", "redis", "web", "worker", "beat"} <= set(services)
+    roles = entrypoint_roles()
+    for name, svc in services.items():
+        if "build" in svc:
+            assert (DEPLOY / svc["build"]["context"] / svc["build"]["dockerfile"]).resolve() == (DEPLOY / "Dockerfile").resolve()
+            assert svc["command"][0] in roles, f"{name}: unknown role {svc['command']}"
+            env = svc["environment"]
+            assert env["DATABASE_URL"].startswith("postgres://") and env["CELERY_BROKER_URL"].startswith("redis://")
+            assert env["KAI_ENV"] == "production"
+
+
+def test_chart_roles_are_entrypoint_roles():
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from helm_render import render_chart
+
+    roles = entrypoint_roles()
+    values = {"existingSecret": "s"}
+    for text in render_chart(DEPLOY / "helm" / "kaiplatform", values=values).values():
+        for doc in yaml.safe_load_all(text):
+            if doc and doc["kind"] in ("Deployment", "Job"):
+                for c in doc["spec"]["template"]["spec"]["containers"]:
+                    if c["image"].startswith("kaiplatform"):
+                        assert c["args"][0] in roles
+
+
+@pytest.mark.parametrize("fail_level", ["WARNING"])
+def test_check_deploy_passes_under_production_settings(tmp_path, fail_level):
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "KAI_ENV": "production",
+        "KAI_VAR_DIR": str(tmp_path),
+        "SECRET_KEY": "k" * 20 + "Zq9#xLm2$vB7!pR4@wT6^yU8&iO0*aS3(dF5)gH1-jK",
+        "ALLOWED_HOSTS": "kaiplatform.example.com",
+        "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
+    }
+    proc = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", fail_level],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_production_refuses_to_start_without_secret_key(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "KAI_ENV": "production", "KAI_VAR_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and "SECRET_KEY" in proc.stderr

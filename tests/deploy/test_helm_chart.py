@@ -1,0 +1,185 @@
+"""The Helm chart renders to valid Kubernetes objects for the documented value combinations.
+
+Every manifest is checked twice against the ``kubernetes`` client's models: every key must be
+a field of the model at that position (a typo such as ``imagePullPolicys`` fails), scalar types
+must match, and deserialising through the client must satisfy its required-field validation.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import kubernetes.client as k8s
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helm_render import TemplateError, render_chart  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "kaiplatform"
+SECRETS = {"secrets": {"databaseUrl": "postgres://kai:pw@db:5432/kai", "brokerUrl": "redis://redis:6379/0",
+                       "secretKey": "x" * 50}}
+
+VALUE_SETS = {
+    "defaults+secrets": SECRETS,
+    "existing-secret": {"existingSecret": "kai-secrets"},
+    "everything-on": {**SECRETS, "ingress": {"enabled": True, "className": "nginx", "tlsSecretName": "kai-tls"},
+                      "bundled": {"postgresql": True, "redis": True}, "nodeSelector": {"pool": "system"},
+                      "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]},
+    "minimal": {"existingSecret": "s", "dispatcher": {"enabled": False}, "migrations": {"enabled": False},
+                "rbac": {"create": False}, "serviceAccount": {"create": False, "name": "external-sa"}},
+}
+
+
+def manifests(values: dict) -> list[dict]:
+    out = []
+    for name, text in render_chart(CHART, values=values).items():
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                doc["__file__"] = name
+                out.append(doc)
+    return out
+
+
+def model_for(api_version: str, kind: str):
+    version = api_version.split("/")[-1]
+    cls = getattr(k8s, version.capitalize() + kind, None)
+    assert cls is not None, f"no kubernetes model for {api_version} {kind}"
+    return cls
+
+
+_PRIMITIVES = {"str": str, "int": int, "bool": bool, "float": (int, float), "bytes": str}  # bytes: base64 text
+
+
+def check_against_model(data, type_name: str, path: str, errors: list[str]) -> None:
+    """Walk ``data`` along the client's ``openapi_types`` and collect every mismatch."""
+    if data is None:
+        return
+    if m := re.fullmatch(r"[lL]ist\[(.+)\]", type_name):
+        if not isinstance(data, list):
+            errors.append(f"{path}: expected a list, got {type(data).__name__}")
+            return
+        for i, item in enumerate(data):
+            check_against_model(item, m.group(1), f"{path}[{i}]", errors)
+        return
+    if m := re.fullmatch(r"(?:dict\(str, (.+)\)|Dict\[str, (.+)\])", type_name):
+        if not isinstance(data, dict):
+            errors.append(f"{path}: expected a map, got {type(data).__name__}")
+            return
+        for k, v in data.items():
+            check_against_model(v, m.group(1) or m.group(2), f"{path}.{k}", errors)
+        return
+    if type_name in _PRIMITIVES:
+        if not isinstance(data, _PRIMITIVES[type_name]) or (type_name == "int" and isinstance(data, bool)):
+            errors.append(f"{path}: expected {type_name}, got {data!r}")
+        return
+    if type_name in ("object", "datetime", "date"):
+        return
+    cls = getattr(k8s, type_name)
+    if not isinstance(data, dict):
+        errors.append(f"{path}: expected a {type_name} object, got {data!r}")
+        return
+    by_json = {json_key: attr for attr, json_key in cls.attribute_map.items()}
+    for key, value in data.items():
+        if key not in by_json:
+            errors.append(f"{path}.{key}: not a field of {type_name}")
+            continue
+        check_against_model(value, cls.openapi_types[by_json[key]], f"{path}.{key}", errors)
+
+
+@pytest.mark.parametrize("case", sorted(VALUE_SETS))
+def test_every_manifest_matches_the_kubernetes_schema(case):
+    api = k8s.ApiClient()
+    docs = manifests(VALUE_SETS[case])
+    assert docs, "chart rendered nothing"
+    for doc in docs:
+        source = doc.pop("__file__")
+        cls = model_for(doc["apiVersion"], doc["kind"])
+        errors: list[str] = []
+        check_against_model(doc, cls.__name__, f"{source}:{doc['kind']}", errors)
+        assert not errors, "\n".join(errors)
+        # The client's own deserialiser enforces required fields (e.g. containers[].name).
+        api._ApiClient__deserialize(doc, cls.__name__)
+
+
+def kinds(values):
+    return sorted((d["kind"], d["metadata"]["name"]) for d in manifests(values))
+
+
+def test_default_release_has_every_required_component():
+    docs = manifests(SECRETS)
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+    deployments = {d["metadata"]["name"]: d for d in by_kind["Deployment"]}
+    assert set(deployments) == {"kai-kaiplatform-web", "kai-kaiplatform-worker", "kai-kaiplatform-beat",
+                                "kai-kaiplatform-dispatcher"}
+    beat = deployments["kai-kaiplatform-beat"]
+    assert beat["spec"]["replicas"] == 1 and beat["spec"]["strategy"]["type"] == "Recreate"
+    assert {d["metadata"]["name"] for d in by_kind["PodDisruptionBudget"]} == {
+        "kai-kaiplatform-web", "kai-kaiplatform-worker"}
+    job = by_kind["Job"][0]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"] == ["migrate"]
+    for name, dep in deployments.items():
+        pod = dep["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        container = pod["containers"][0]
+        assert container["resources"]["requests"], name
+        refs = {next(iter(r.values()))["name"] for r in container["envFrom"]}
+        assert refs == {"kai-kaiplatform"}, name
+    web = deployments["kai-kaiplatform-web"]["spec"]["template"]["spec"]["containers"][0]
+    assert web["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert web["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert "Ingress" not in by_kind and len([d for d in by_kind["Deployment"] if "postgresql" in d["metadata"]["name"]]) == 0
+
+
+def test_rbac_is_exactly_the_minimal_set():
+    role = next(d for d in manifests(SECRETS) if d["kind"] == "ClusterRole")
+    granted = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
+    assert granted == {
+        ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
+        ("pods", "get"), ("pods", "list"), ("pods", "watch"),
+        ("pods/binding", "create"), ("pods/eviction", "create"),
+        ("events", "create"), ("events", "patch"),
+    }
+    lease_role = next(d for d in manifests(SECRETS) if d["kind"] == "Role")
+    assert lease_role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                                    "verbs": ["get", "create", "update"]}]
+
+
+def test_secret_values_are_required_unless_an_existing_secret_is_named():
+    with pytest.raises(TemplateError, match="secrets.databaseUrl"):
+        manifests({})
+    names = kinds({"existingSecret": "mine"})
+    assert ("Secret", "kai-kaiplatform") not in names
+    env = next(d for d in manifests({"existingSecret": "mine"}) if d["metadata"]["name"] == "kai-kaiplatform-web")
+    refs = env["spec"]["template"]["spec"]["containers"][0]["envFrom"]
+    assert {"secretRef": {"name": "mine"}} in refs
+
+
+def test_optional_parts_switch_off():
+    names = kinds(VALUE_SETS["minimal"])
+    assert not [n for k, n in names if k in ("Job", "ClusterRole", "ServiceAccount") or "dispatcher" in n]
+    worker = next(d for d in manifests(VALUE_SETS["minimal"]) if d["metadata"]["name"].endswith("-worker")
+                  and d["kind"] == "Deployment")
+    assert worker["spec"]["template"]["spec"]["serviceAccountName"] == "external-sa"
+
+
+def test_secret_data_is_base64_of_the_values():
+    import base64
+
+    secret = next(d for d in manifests(SECRETS) if d["kind"] == "Secret")
+    assert base64.b64decode(secret["data"]["DATABASE_URL"]).decode() == SECRETS["secrets"]["databaseUrl"]
+
+
+def test_renderer_refuses_constructs_outside_its_subset(tmp_path):
+    chart = tmp_path / "c"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("name: c\nversion: 0.0.1\n")
+    (chart / "values.yaml").write_text("a: 1\n")
+    (chart / "templates" / "x.yaml").write_text("v: {{ .Values.a | sha256sum }}\n")
+    with pytest.raises(TemplateError):
+        render_chart(chart)
