@@ -415,7 +415,7 @@ class _Validator:
             return cfg
         if self.mapping(c, "config", _CONFIG_KEYS) is _BAD:
             return cfg
-        if "actions" in c:
+        if c.get("actions") is not None:
             acts = self.list_(c["actions"], "config.actions")
             if acts is not _BAD:
                 out: list[str] = []
@@ -428,7 +428,7 @@ class _Validator:
                         continue
                     out.append(a)
                 cfg.actions = tuple(out)
-        if "placement" in c:
+        if c.get("placement") is not None:
             p = c["placement"]
             if self.mapping(p, "config.placement", _PLACEMENT_RESOURCES) is not _BAD:
                 placement = dict(cfg.placement)
@@ -438,21 +438,21 @@ class _Validator:
                         if val is not _BAD:
                             placement[res] = val
                 cfg.placement = placement
-        if "kValue" in c:
+        if c.get("kValue") is not None:
             k = self.number(c["kValue"], "config.kValue", maximum=1e12)
             if k is not _BAD:
                 cfg.k_value = k
         for key, attr in (("defaultReclaimMinRuntime", "default_reclaim_min_runtime"),
                           ("defaultPreemptMinRuntime", "default_preempt_min_runtime")):
-            if key in c:
+            if c.get(key) is not None:
                 d = self.duration(c[key], f"config.{key}", nullable=False)
                 if d is not _BAD:
                     setattr(cfg, attr, d)
-        if "reclaimMinRuntimeResolution" in c:
+        if c.get("reclaimMinRuntimeResolution") is not None:
             r = self.choice(c["reclaimMinRuntimeResolution"], "config.reclaimMinRuntimeResolution", _RESOLUTIONS)
             if r is not _BAD:
                 cfg.reclaim_min_runtime_resolution = r
-        if "reclaimerUtilizationMultiplier" in c:
+        if c.get("reclaimerUtilizationMultiplier") is not None:
             m = self.number(c["reclaimerUtilizationMultiplier"], "config.reclaimerUtilizationMultiplier",
                             minimum=1.0, maximum=1e6)
             if m is not _BAD:
@@ -461,16 +461,16 @@ class _Validator:
             now = self.timestamp(c["now"], "config.now")
             if now is not _BAD:
                 cfg.now = now
-        if "rounds" in c:
+        if c.get("rounds") is not None:
             r = self.integer(c["rounds"], "config.rounds", minimum=1, maximum=MAX_ROUNDS)
             if r is not _BAD:
                 cfg.rounds = r
                 cfg.rounds_given = True
-        if "stableRounds" in c:
+        if c.get("stableRounds") is not None:
             r = self.integer(c["stableRounds"], "config.stableRounds", minimum=0, maximum=MAX_ROUNDS)
             if r is not _BAD:
                 cfg.stable_rounds = r
-        if "stalenessGracePeriod" in c:
+        if c.get("stalenessGracePeriod") is not None:
             g = self.duration(c["stalenessGracePeriod"], "config.stalenessGracePeriod", allow_negative=True,
                               nullable=False)
             if g is not _BAD:
@@ -523,14 +523,14 @@ class _Validator:
                     name = _BAD
                 else:
                     seen[name] = i
-            g = self.integer(n.get("gpus", 0), f"{p}.gpus", minimum=0, maximum=MAX_GPUS_PER_NODE)
+            g = self.integer(_opt(n, "gpus", 0), f"{p}.gpus", minimum=0, maximum=MAX_GPUS_PER_NODE)
             gm = n.get("gpuMemory")
             gm = 0.0 if gm is None else self.number(gm, f"{p}.gpuMemory", maximum=MAX_GPU_MEMORY_MIB)
-            cpu = self.resource(n.get("cpu", 0), f"{p}.cpu", "cpu")
-            mem = self.resource(n.get("memory", 0), f"{p}.memory", "memory")
+            cpu = self.resource(_opt(n, "cpu", 0), f"{p}.cpu", "cpu")
+            mem = self.resource(_opt(n, "memory", 0), f"{p}.memory", "memory")
             lab = self.str_map(n.get("labels"), f"{p}.labels")
-            us = self.boolean(n.get("unschedulable", False), f"{p}.unschedulable")
-            rd = self.boolean(n.get("ready", True), f"{p}.ready")
+            us = self.boolean(_opt(n, "unschedulable", False), f"{p}.unschedulable")
+            rd = self.boolean(_opt(n, "ready", True), f"{p}.ready")
             rsv = [0.0, 0.0, 0.0]
             r = n.get("reservedByOthers")
             if r is not None and self.mapping(r, f"{p}.reservedByOthers", RESOURCES) is not _BAD:
@@ -603,8 +603,8 @@ class _Validator:
             par = q.get("parent")
             if par is not None:
                 par = self.string(par, f"{p}.parent")
-            pr = self.integer(q.get("priority", 100), f"{p}.priority", minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
-            ca = self.minutes(q.get("createdMinutesAgo", 0), f"{p}.createdMinutesAgo", nullable=False)
+            pr = self.integer(_opt(q, "priority", 100), f"{p}.priority", minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
+            ca = self.minutes(_opt(q, "createdMinutesAgo", 0), f"{p}.createdMinutesAgo", nullable=False)
             d = [0.0] * NRES
             w = [0.0] * NRES
             lim = [0.0] * NRES
@@ -748,13 +748,13 @@ class _Validator:
                         self.err(f"{p}.queue", f"queue {qn!r} has child queues; only leaf queues take jobs")
                     else:
                         qi = queues.index[qn]
-            prio = self.integer(job.get("priority", 50), f"{p}.priority", minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
+            prio = self.integer(_opt(job, "priority", 50), f"{p}.priority", minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
             pre = job.get("preemptible")
             if pre is None:
                 pre = (prio < 100) if prio is not _BAD else _BAD
             else:
                 pre = self.boolean(pre, f"{p}.preemptible")
-            created = self.minutes(job.get("createdMinutesAgo", 0), f"{p}.createdMinutesAgo", nullable=False)
+            created = self.minutes(_opt(job, "createdMinutesAgo", 0), f"{p}.createdMinutesAgo", nullable=False)
             started = self.minutes(job.get("startedMinutesAgo"), f"{p}.startedMinutesAgo", nullable=True)
             stale = self.duration(job.get("staleFor"), f"{p}.staleFor")
             grace = self.duration(job.get("stalenessGracePeriod"), f"{p}.stalenessGracePeriod", allow_negative=True)
@@ -878,16 +878,16 @@ class _Validator:
             else:
                 task_seen[name] = where
         probs_before = len(self.problems)
-        gpu = self.resource(task.get("gpu", 0), f"{p}.gpu", "gpu")
+        gpu = self.resource(_opt(task, "gpu", 0), f"{p}.gpu", "gpu")
         if gpu is not _BAD and gpu > 1 and not float(gpu).is_integer():
             gpu = self.err(f"{p}.gpu", f"a request above 1 gpu must be whole devices, got {task['gpu']!r}")
         gm = task.get("gpuMemory")
         gm = 0.0 if gm is None else self.number(gm, f"{p}.gpuMemory", maximum=MAX_GPU_MEMORY_MIB)
         if gm is not _BAD and gpu is not _BAD and gm > 0 and gpu > 0:
             gm = self.err(f"{p}.gpuMemory", "set either gpu or gpuMemory, not both")
-        cpu = self.resource(task.get("cpu", 0), f"{p}.cpu", "cpu")
-        mem = self.resource(task.get("memory", 0), f"{p}.memory", "memory")
-        state = self.choice(task.get("state", "Pending"), f"{p}.state", INPUT_STATES)
+        cpu = self.resource(_opt(task, "cpu", 0), f"{p}.cpu", "cpu")
+        mem = self.resource(_opt(task, "memory", 0), f"{p}.memory", "memory")
+        state = self.choice(_opt(task, "state", "Pending"), f"{p}.state", INPUT_STATES)
         prio = task.get("priority")
         prio = math.nan if prio is None else self.number(prio, f"{p}.priority", allow_negative=True,
                                                           maximum=MAX_PRIORITY)
@@ -1122,6 +1122,12 @@ class _TaskColumns:
             gpu_groups=self.gpu_groups,
             node_selector=self.node_selector,
         )
+
+
+def _opt(d: dict, key: str, default: Any) -> Any:
+    """``d[key]``, or ``default`` when the key is absent or null (null means "unset" in the format)."""
+    value = d.get(key)
+    return default if value is None else value
 
 
 def _join(path: str, key: Any) -> str:

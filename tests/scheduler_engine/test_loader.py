@@ -447,3 +447,19 @@ def test_any_junk_value_gives_a_scenario_error_or_a_snapshot(path, value):
         return
     # a valid result must still export and reload identically
     assert snapshots_equal(snap, load_dict(json.loads(json.dumps(snapshot_to_dict(snap)))))
+
+
+def test_null_means_default():
+    d = base()
+    d["config"].update({"kValue": None, "rounds": None, "actions": None, "stalenessGracePeriod": None})
+    d["nodes"][1].update({"gpus": None, "ready": None, "unschedulable": None})
+    d["queues"][1].update({"priority": None, "createdMinutesAgo": None})
+    d["jobs"][1].update({"priority": None, "createdMinutesAgo": None, "preemptible": None, "minAvailable": None})
+    d["jobs"][1]["task"].update({"state": None, "cpu": None})
+    s = load_dict(d)
+    assert s.config.k_value == 0 and s.config.rounds == 1 and not s.config.rounds_given
+    assert s.config.actions == ACTION_NAMES and s.config.staleness_grace_period == 60
+    assert s.nodes.gpus[1] == 0 and s.nodes.ready[1] and not s.nodes.unschedulable[1]
+    assert s.queues.priority[1] == 100 and s.queues.created_minutes_ago[1] == 0
+    assert s.jobs.priority[1] == 50 and s.jobs.preemptible[1] and s.jobs.min_available[1] == 3
+    assert s.tasks.state[2] == TaskState.PENDING and s.tasks.request[2, 1] == 0
