@@ -23,12 +23,14 @@ app.autodiscover_tasks()
 def _beat_schedule() -> dict:
     from django.conf import settings
 
+    period = float(settings.KAI_HEARTBEAT_SECONDS)
     return {
         "heartbeat": {
             "task": "kaiplatform.tasks.heartbeat",
-            "schedule": float(settings.KAI_HEARTBEAT_SECONDS),
-            # A trigger queued during a broker outage is dropped, not replayed in a burst.
-            "options": {"expires": float(settings.KAI_HEARTBEAT_SECONDS)},
+            "schedule": period,
+            # A trigger queued during a broker outage is dropped, not replayed in a burst; the
+            # margin covers the embedded broker's 1 s polling delay.
+            "options": {"expires": max(2 * period, 5.0)},
         },
     }
 

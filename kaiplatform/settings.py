@@ -30,7 +30,6 @@ from django.core.exceptions import ImproperlyConfigured
 from kaiplatform.env import (
     development_secret_key,
     envbool,
-    envfloat,
     envint,
     envlist,
     envstr,
