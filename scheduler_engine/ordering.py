@@ -17,7 +17,7 @@ Public API
   ``minAvailable - active`` (gang) or one elastic task once the gang is satisfied.
 * ``JobQueue(state, jobs, victim=False, request_fn=None)``: the hierarchical priority queue:
   top-level queues -> ... -> leaf -> best job; ``pop()`` returns the next job (or ``None``),
-  ``push(j)`` puts a job back (elastic growth), ``refresh(q)`` recomputes the order on the path of
+  ``push(j)`` puts a job back (elastic growth; also the cheap way to end a ``pop(refresh=False)``), ``refresh(q)`` recomputes the order on the path of
   leaf q after its allocation changed (``pop``/``push`` do it for their own leaf), ``refresh_all()``
   after changes elsewhere. ``victim=True`` reverses every comparison (queue and job order) for
   picking victims; ``request_fn(j)`` then gives the resources the job would give back (default:
@@ -34,6 +34,7 @@ import numpy as np
 from .snapshot import NRES, UNLIMITED, TaskState
 
 _EPS = 1e-9
+_PENDING = int(TaskState.PENDING)
 _INF = math.inf
 
 
@@ -83,30 +84,49 @@ def _le_inf(x: float, cap: float) -> bool:
 class _QueueProfile:
     """Everything the comparator needs about one queue with one representative job."""
 
-    __slots__ = ("q", "over", "starved", "prio", "violates", "dom_with", "dom_without", "allocatable", "rank")
+    __slots__ = ("q", "over", "starved", "prio", "violates", "dom_with", "dom_without", "allocatable", "rank", "key")
 
     def __init__(self, state, q: int, req, victim: bool) -> None:
+        static = _static(state)
+        f, d, al, tot, prio, rank = static[q]
         a = state.queue_alloc[q].tolist()
-        f = state.fair_share[q].tolist()
-        d = state.queue_deserved[q].tolist()
-        al = _alloc_rows(state)[q]
-        tot = state.total.tolist()
-        req = [0.0, 0.0, 0.0] if req is None else list(req)
+        a0, a1, a2 = a
+        if req is None:
+            req = (0.0, 0.0, 0.0)
         self.q = q
-        self.over = all(f[r] < a[r] - _EPS for r in range(NRES))
+        self.over = f[0] < a0 - _EPS and f[1] < a1 - _EPS and f[2] < a2 - _EPS
         if victim:
-            job = [0.0, 0.0, 0.0]
-            with_job = [a[r] - req[r] for r in range(NRES)]
+            job = (0.0, 0.0, 0.0)
+            with_job = [a0 - req[0], a1 - req[1], a2 - req[2]]
         else:
             job = req
-            with_job = [a[r] + req[r] for r in range(NRES)]
-        self.starved = all(_le_inf(a[r] + job[r], d[r]) for r in range(NRES))
-        self.prio = int(state.queues.priority[q])
-        self.violates = any(al[r] == 0 and a[r] + job[r] > _EPS for r in range(NRES))
+            with_job = [a0 + req[0], a1 + req[1], a2 + req[2]]
+        self.starved = (_le_inf(a0 + job[0], d[0]) and _le_inf(a1 + job[1], d[1]) and _le_inf(a2 + job[2], d[2]))
+        self.prio = prio
+        self.violates = ((al[0] == 0 and a0 + job[0] > _EPS) or (al[1] == 0 and a1 + job[1] > _EPS)
+                         or (al[2] == 0 and a2 + job[2] > _EPS))
         self.dom_with = _dom(with_job, al, tot)
         self.dom_without = _dom(a, al, tot)
         self.allocatable = al
-        self.rank = int(_ranks(state)[q])
+        self.rank = rank
+        # rules 1-6 as one lexicographic key (smaller = served first); rules 7-8 break its ties
+        self.key = (self.over, not self.starved, -prio, self.violates, round(self.dom_with, 12),
+                    round(self.dom_without, 12))
+
+
+def _static(state) -> list:
+    """Per-queue values that do not change during a cycle (fair share, deserved, allocatable, ...)."""
+    st = getattr(state, "_ordering_static", None)
+    if st is None or st[0] is not getattr(state, "_ordering_allocatable", None):
+        al = _alloc_rows(state)
+        f = state.fair_share.tolist()
+        d = state.queue_deserved.tolist()
+        tot = state.total.tolist()
+        prio = [int(p) for p in state.queues.priority]
+        rank = [int(r) for r in _ranks(state)]
+        st = (al, [(f[q], d[q], al[q], tot, prio[q], rank[q]) for q in range(state.Q)])
+        state._ordering_static = st
+    return st[1]
 
 
 def _ranks(state) -> np.ndarray:
@@ -129,24 +149,19 @@ def _weaker(a, b) -> bool:
 
 
 def _profile_less(lp: _QueueProfile, rp: _QueueProfile) -> bool:
-    """Rules 1-8 of spec b: True iff ``lp`` is served first."""
-    if lp.over != rp.over:
-        return not lp.over
-    if lp.starved != rp.starved:
-        return lp.starved
-    if lp.prio != rp.prio:
-        return lp.prio > rp.prio
-    if lp.violates != rp.violates:
-        return not lp.violates
-    if abs(lp.dom_with - rp.dom_with) > 1e-12:
-        return lp.dom_with < rp.dom_with
-    if abs(lp.dom_without - rp.dom_without) > 1e-12:
-        return lp.dom_without < rp.dom_without
+    """Rules 1-8 of spec b: True iff ``lp`` is served first.
+
+    1 not over fair share (all resources); 2 stays within deserved with its job; 3 higher queue
+    priority; 4 no zero-share violation; 5 smaller dominant share with the job; 6 without it;
+    7 weaker allocatable vector; 8 older (then name: the format's documented tie-break).
+    """
+    if lp.key != rp.key:
+        return lp.key < rp.key
     if _weaker(lp.allocatable, rp.allocatable):
         return True
     if _weaker(rp.allocatable, lp.allocatable):
         return False
-    return lp.rank < rp.rank  # older first, then name (the format's documented tie-break)
+    return lp.rank < rp.rank
 
 
 def queue_less(state, l: int, r: int, l_req, r_req, victim: bool = False) -> bool:
@@ -177,6 +192,9 @@ def task_order(state, tasks: Iterable[int]) -> list[int]:
 
 
 def next_tasks_to_allocate(state, j: int) -> list[int]:
+    if state.job_count[j] == 1:  # fast path: single-task job
+        t = int(state.job_start[j])
+        return [t] if state.task_state[t] == _PENDING else []
     pending = task_order(state, state.job_pending_tasks(j))
     if not pending:
         return []
@@ -211,6 +229,8 @@ class JobQueue:
         if request_fn is None:
             request_fn = (lambda j: _victim_request(state, j)) if victim else (lambda j: _default_request(state, j))
         self.request_fn = request_fn
+        self._req_cache: dict[int, tuple[int, list]] = {}
+        self._prof_cache: dict[tuple, tuple[int, _QueueProfile]] = {}
         Q = state.Q
         self.heaps: list[list] = [[] for _ in range(Q)]
         self.children: list[list[int]] = [[] for _ in range(Q)]
@@ -249,16 +269,42 @@ class JobQueue:
             h = self.heaps[q]
             self.rep[q] = h[0][1] if h else -1
         else:
-            best = -1
-            for c in kids:
-                if self.rep[c] < 0:
-                    continue
-                if best < 0 or self._less(c, best):
-                    best = c
+            prof = self.profile
+            live = [c for c in kids if self.rep[c] >= 0]
+            if not live:
+                best = -1
+            else:
+                pick = max if self.victim else min
+                k = pick(prof[c].key for c in live)
+                tied = [c for c in live if prof[c].key == k]
+                best = tied[0]
+                for c in tied[1:]:
+                    if self._less(c, best):
+                        best = c
             self.best_child[q] = best
             self.rep[q] = self.rep[best] if best >= 0 else -1
         j = self.rep[q]
-        self.profile[q] = _QueueProfile(self.state, q, list(self.request_fn(j)), self.victim) if j >= 0 else None
+        self.profile[q] = self._profile(q, j) if j >= 0 else None
+
+    def _request(self, j: int) -> list:
+        ver = int(self.state.job_version[j])
+        hit = self._req_cache.get(j)
+        if hit is not None and hit[0] == ver:
+            return hit[1]
+        req = list(self.request_fn(j))
+        self._req_cache[j] = (ver, req)
+        return req
+
+    def _profile(self, q: int, j: int) -> _QueueProfile:
+        req = self._request(j)
+        key = (q, tuple(req))
+        ver = int(self.state.queue_version[q])
+        hit = self._prof_cache.get(key)
+        if hit is not None and hit[0] == ver:
+            return hit[1]
+        prof = _QueueProfile(self.state, q, req, self.victim)
+        self._prof_cache[key] = (ver, prof)
+        return prof
 
     def refresh(self, leaf: int) -> None:
         """Recompute representatives and order on the path of ``leaf`` (after its state changed)."""
@@ -271,11 +317,16 @@ class JobQueue:
             self._recompute(q)
 
     def best_top(self) -> int:
-        best = -1
-        for q in self.top:
-            if self.rep[q] < 0:
-                continue
-            if best < 0 or self._less(q, best):
+        live = [q for q in self.top if self.rep[q] >= 0]
+        if not live:
+            return -1
+        prof = self.profile
+        pick = max if self.victim else min
+        k = pick(prof[q].key for q in live)
+        tied = [q for q in live if prof[q].key == k]
+        best = tied[0]
+        for q in tied[1:]:
+            if self._less(q, best):
                 best = q
         return best
 
@@ -283,14 +334,17 @@ class JobQueue:
         q = self.best_top()
         return None if q < 0 else self.rep[q]
 
-    def pop(self) -> int | None:
+    def pop(self, refresh: bool = True) -> int | None:
+        """Next job, or None. With ``refresh=False`` the caller must call ``push(j)`` or
+        ``refresh(leaf)`` before the next pop (saves one path recomputation per job)."""
         q = self.best_top()
         if q < 0:
             return None
         while self.children[q]:
             q = self.best_child[q]
         _, j = heapq.heappop(self.heaps[q])
-        self.refresh(q)
+        if refresh:
+            self.refresh(q)
         return j
 
     def push(self, j: int) -> None:

@@ -53,6 +53,8 @@ Primitives:
   this cycle) -> Pending again (resources returned). Queue allocation is reduced.
 * ``checkpoint()`` -> token; ``rollback(token)`` undoes every change (tasks, nodes, devices, queues,
   events) made after the checkpoint. Cheap: an undo journal, no array copies.
+  ``mark_failure_point()``: a failure cache entry was just made; rolling back below this point
+  bumps ``resources_freed`` (the cached failure may no longer hold).
 * ``queue_over_capacity(q, req, nonpreemptible)`` -> ``None`` or a message: spec a.7 limit check on
   the leaf and every ancestor (per resource requested > 0) and, for non-preemptible jobs, the
   deserved-quota check on ``queue_alloc_np``.
@@ -60,6 +62,10 @@ Primitives:
   ``job_num_active(j)``, ``job_is_preemptible(j)``, ``job_queue(j)``.
 * ``job_signature(j, tasks)``: hashable key of a job's scheduling shape (used for failure caches);
   ``resources_freed`` counter bumped whenever resources become free or releasing (cache invalidation).
+* Change tracking for incremental caches: ``node_log`` (append-only list of nodes whose resources
+  changed, rollbacks included), ``job_version`` (J,) and ``queue_version`` (Q,) counters bumped
+  whenever a job's tasks / a queue's allocation change. ``fit_rows(t, rows)`` = ``fit_masks`` on a
+  subset of nodes.
 """
 from __future__ import annotations
 
@@ -190,6 +196,15 @@ class CycleState:
 
         self.events: list[dict] = []
         self.resources_freed = 0
+        # change tracking for incremental caches: nodes whose resources changed (append-only),
+        # and per-job / per-queue counters bumped on every change of their tasks / allocation
+        self.node_log: list[int] = []
+        self.job_version = np.zeros(self.J, dtype=np.int64)
+        self.queue_version = np.zeros(self.Q, dtype=np.int64)
+        self._protect_len = 0
+        self._path_cache_lim: dict[int, np.ndarray] = {}
+        self._task_sig: list[tuple | None] = [None] * self.T
+        self._path_cache_des: dict[int, np.ndarray] = {}
         self._journal = []
 
     # ------------------------------------------------------------------ construction helpers
@@ -298,6 +313,8 @@ class CycleState:
 
     def job_pending_tasks(self, j: int) -> list[int]:
         s, c = int(self.job_start[j]), int(self.job_count[j])
+        if c == 1:
+            return [s] if self.task_state[s] == _PEND else []
         return [s + i for i in np.flatnonzero(self.task_state[s:s + c] == _PEND)]
 
     def job_num_active(self, j: int) -> int:
@@ -338,37 +355,85 @@ class CycleState:
     # ------------------------------------------------------------------ feasibility
     def fit_masks(self, t: int, nodes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(idle_ok, any_ok)``: nodes where task t fits on free resources / on free + releasing."""
-        base = self.node_schedulable
+        idle_ok, any_ok = self.fit_rows(t, slice(None))
         if nodes is not None:
-            base = base & nodes
+            idle_ok &= nodes
+            any_ok &= nodes
+        return idle_ok, any_ok
+
+    def fit_one(self, t: int, n: int) -> tuple[bool, bool]:
+        """:meth:`fit_masks` for one node, in plain Python (cheaper than numpy for a few nodes)."""
+        if not self.node_schedulable[n]:
+            return False, False
+        key = self.task_selector_key[t]
+        if key and not self.selector_mask(key)[n]:
+            return False, False
+        req = self.task_request[t]
+        rc, rm = float(req[CPU]), float(req[MEM])
+        ic, im = float(self.node_idle[n, CPU]), float(self.node_idle[n, MEM])
+        lc, lm = float(self.node_releasing[n, CPU]), float(self.node_releasing[n, MEM])
+        fi = ic >= rc - EPS and im >= rm - EPS
+        fa = ic + lc >= rc - EPS and im + lm >= rm - EPS
+        if not fa:
+            return False, False
+        nd = int(self.node_devices[n])
+        if self.task_is_shared[t]:
+            if nd == 0:
+                return False, False
+            f = self._shared_fraction(t, n)
+            if f > 1 + EPS:
+                return False, False
+            free = self.dev_free[n, :nd].tolist()
+            rel = self.dev_rel[n, :nd].tolist()
+            fi = fi and any(x >= f - EPS for x in free)
+            fa = fi or any(x + y >= f - EPS for x, y in zip(free, rel))
+        elif self.task_whole[t] > 0:
+            k = int(self.task_whole[t])
+            free = self.dev_free[n, :nd].tolist()
+            rel = self.dev_rel[n, :nd].tolist()
+            fi = fi and sum(1 for x in free if x >= 1 - EPS) >= k
+            fa = fi or sum(1 for x, y in zip(free, rel) if x + y >= 1 - EPS) >= k
+        return fi, fa or fi
+
+    def fit_rows(self, t: int, rows) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`fit_masks` restricted to ``rows`` (a slice or an index array of nodes)."""
+        if not isinstance(rows, slice) and len(rows) <= 4:
+            pairs = [self.fit_one(t, int(n)) for n in rows]
+            return (np.fromiter((p[0] for p in pairs), bool, len(pairs)),
+                    np.fromiter((p[1] for p in pairs), bool, len(pairs)))
+        base = self.node_schedulable[rows]
         key = self.task_selector_key[t]
         if key:
-            base = base & self.selector_mask(key)
+            base = base & self.selector_mask(key)[rows]
         req = self.task_request[t]
-        idle, rel = self.node_idle, self.node_releasing
+        idle, rel = self.node_idle[rows], self.node_releasing[rows]
         idle_ok = base & (idle[:, CPU] >= req[CPU] - EPS) & (idle[:, MEM] >= req[MEM] - EPS)
         any_ok = base & (idle[:, CPU] + rel[:, CPU] >= req[CPU] - EPS) & (idle[:, MEM] + rel[:, MEM] >= req[MEM] - EPS)
         if self.task_is_shared[t]:
             if self.G == 0:
-                z = np.zeros(self.N, bool)
-                return z, z
+                z = np.zeros(idle_ok.shape[0], bool)
+                return z, z.copy()
             if self.task_is_mem[t]:
+                gm = self.node_gpu_memory[rows]
                 with np.errstate(divide="ignore"):
-                    f = np.where(self.node_gpu_memory > 0, self.task_gpu_memory[t] / np.maximum(self.node_gpu_memory, EPS), np.inf)
+                    f = np.where(gm > 0, self.task_gpu_memory[t] / np.maximum(gm, EPS), np.inf)
                 f = np.where(f <= 1 + EPS, f, np.inf)
                 fcol = f[:, None]
             else:
                 fcol = req[GPU]
-            free = self.dev_free
-            idle_ok &= ((free >= fcol - EPS) & self.dev_valid).any(axis=1)
-            any_ok &= ((free + self.dev_rel >= fcol - EPS) & self.dev_valid).any(axis=1)
+            free = self.dev_free[rows]
+            valid = self.dev_valid[rows]
+            idle_ok &= ((free >= fcol - EPS) & valid).any(axis=1)
+            any_ok &= ((free + self.dev_rel[rows] >= fcol - EPS) & valid).any(axis=1)
         elif self.task_whole[t] > 0:
             k = self.task_whole[t]
             if self.G == 0:
-                z = np.zeros(self.N, bool)
-                return z, z
-            whole_idle = ((self.dev_free >= 1 - EPS) & self.dev_valid).sum(axis=1)
-            whole_any = ((self.dev_free + self.dev_rel >= 1 - EPS) & self.dev_valid).sum(axis=1)
+                z = np.zeros(idle_ok.shape[0], bool)
+                return z, z.copy()
+            free = self.dev_free[rows]
+            valid = self.dev_valid[rows]
+            whole_idle = ((free >= 1 - EPS) & valid).sum(axis=1)
+            whole_any = ((free + self.dev_rel[rows] >= 1 - EPS) & valid).sum(axis=1)
             idle_ok &= whole_idle >= k
             any_ok &= whole_any >= k
         return idle_ok, any_ok | idle_ok
@@ -424,7 +489,7 @@ class CycleState:
             # prefer fully free devices, then those being released
             ok = sorted(ok, key=lambda d: (free[d] < 1 - EPS, d))
         else:
-            ok = list(np.flatnonzero(free >= 1 - EPS))
+            ok = [d for d, x in enumerate(free.tolist()) if x >= 1 - EPS]
         if len(ok) < k:
             return None
         return [int(d) for d in ok[:k]]
@@ -436,9 +501,17 @@ class CycleState:
     def rollback(self, cp: tuple[int, int]) -> None:
         jlen, elen = cp
         j = self._journal
+        if jlen < self._protect_len and len(j) > jlen:
+            # undoing changes that existed when a failure was cached: resources may be freer now
+            self.resources_freed += 1
+            self._protect_len = jlen
         while len(j) > jlen:
             self._undo(j.pop())
         del self.events[elen:]
+
+    def mark_failure_point(self) -> None:
+        """Called when a failure is cached: a later rollback below this point bumps ``resources_freed``."""
+        self._protect_len = len(self._journal)
 
     def _undo(self, rec: tuple) -> None:
         (t, state, node, devs, groups, alloc, n, node_idle, node_rel, dev_rows, gmap, qpath, qa, qanp, nact,
@@ -459,7 +532,11 @@ class CycleState:
         if qpath is not None:
             self.queue_alloc[qpath] = qa
             self.queue_alloc_np[qpath] = qanp
+            self.queue_version[qpath] += 1
         self.job_num_active_arr[self.task_job[t]] = nact
+        self.job_version[self.task_job[t]] += 1
+        if n >= 0:
+            self.node_log.append(n)
 
     def _record(self, t: int, n: int) -> None:
         if self._journal is None:
@@ -538,6 +615,9 @@ class CycleState:
         if not self.job_preemptible_arr[j]:
             self.queue_alloc_np[path] += self.task_alloc[t]
         self.job_num_active_arr[j] += 1
+        self.job_version[j] += 1
+        self.queue_version[path] += 1
+        self.node_log.append(n)
 
     def mark_pipelined(self, t: int) -> None:
         """Binding -> Pipelined without moving resources (KAI pipelines a whole job once one of its
@@ -545,6 +625,7 @@ class CycleState:
         if self.task_state[t] != _BIND:
             raise ValueError(f"task {self.tasks.names[t]} is not binding")
         self._record(t, int(self.task_node[t]))
+        self.job_version[int(self.task_job[t])] += 1
         self.task_state[t] = _PIPE
         self.task_rel_take[t] = 0.0
         self.task_dev_take[t] = [0.0] * len(self.task_devices[t])
@@ -591,6 +672,9 @@ class CycleState:
         if not self.job_preemptible_arr[j]:
             self.queue_alloc_np[path] -= alloc
         self.job_num_active_arr[j] -= 1
+        self.job_version[j] += 1
+        self.queue_version[path] += 1
+        self.node_log.append(n)
         self.resources_freed += 1
         if for_job is not None or message is not None:
             jn = self.jobs.names[j]
@@ -617,33 +701,59 @@ class CycleState:
         asked = req > EPS
         if not asked.any():
             return None
-        for a in self.queue_path[q]:
-            lim = self.queue_limit[a]
-            alloc = self.queue_alloc[a]
-            for r in np.flatnonzero(asked):
-                if lim[r] != UNLIMITED and alloc[r] + req[r] > lim[r] + EPS:
-                    return (f"queue {self.queues.names[a]} is over its limit for {RES_NAMES[r]}: "
-                            f"{fmt_amount(r, alloc[r])} used + {fmt_amount(r, req[r])} requested > "
-                            f"{fmt_amount(r, lim[r])}")
-            if nonpreemptible:
-                d = self.queue_deserved[a]
-                anp = self.queue_alloc_np[a]
-                for r in np.flatnonzero(asked):
-                    if d[r] != UNLIMITED and anp[r] + req[r] > d[r] + EPS:
-                        return (f"queue {self.queues.names[a]} quota for non-preemptible jobs exceeded for "
-                                f"{RES_NAMES[r]}: {fmt_amount(r, anp[r])} used + {fmt_amount(r, req[r])} "
-                                f"requested > {fmt_amount(r, d[r])} deserved")
-        return None
+        path = self.queue_path[q]
+        lim = self._path_limit(q)
+        over = ((self.queue_alloc[path] + req > lim + EPS) & asked).any(axis=1)
+        if nonpreemptible:
+            over_np = ((self.queue_alloc_np[path] + req > self._path_deserved(q) + EPS) & asked).any(axis=1)
+        else:
+            over_np = np.zeros_like(over)
+        if not (over.any() or over_np.any()):
+            return None
+        for i, a in enumerate(path):
+            if over[i]:
+                lim_a, alloc = self.queue_limit[a], self.queue_alloc[a]
+                r = int(np.flatnonzero(asked & (lim_a != UNLIMITED) & (alloc + req > lim_a + EPS))[0])
+                return (f"queue {self.queues.names[a]} is over its limit for {RES_NAMES[r]}: "
+                        f"{fmt_amount(r, alloc[r])} used + {fmt_amount(r, req[r])} requested > "
+                        f"{fmt_amount(r, lim_a[r])}")
+            if over_np[i]:
+                d, anp = self.queue_deserved[a], self.queue_alloc_np[a]
+                r = int(np.flatnonzero(asked & (d != UNLIMITED) & (anp + req > d + EPS))[0])
+                return (f"queue {self.queues.names[a]} quota for non-preemptible jobs exceeded for "
+                        f"{RES_NAMES[r]}: {fmt_amount(r, anp[r])} used + {fmt_amount(r, req[r])} "
+                        f"requested > {fmt_amount(r, d[r])} deserved")
+        return None  # pragma: no cover
+
+    def _path_limit(self, q: int) -> np.ndarray:
+        c = self._path_cache_lim.get(q)
+        if c is None:
+            lim = self.queue_limit[self.queue_path[q]]
+            c = self._path_cache_lim[q] = np.where(lim == UNLIMITED, np.inf, lim)
+        return c
+
+    def _path_deserved(self, q: int) -> np.ndarray:
+        c = self._path_cache_des.get(q)
+        if c is None:
+            d = self.queue_deserved[self.queue_path[q]]
+            c = self._path_cache_des[q] = np.where(d == UNLIMITED, np.inf, d)
+        return c
 
     # ------------------------------------------------------------------ signatures
     def task_signature(self, t: int) -> tuple:
-        r = self.task_request[t]
-        return (float(r[GPU]), float(r[CPU]), float(r[MEM]), float(self.task_gpu_memory[t]), self.task_selector_key[t])
+        sig = self._task_sig[t]
+        if sig is None:
+            r = self.task_request[t]
+            sig = self._task_sig[t] = (float(r[GPU]), float(r[CPU]), float(r[MEM]), float(self.task_gpu_memory[t]),
+                                       self.task_selector_key[t])
+        return sig
 
     def job_signature(self, j: int, tasks: Iterable[int]) -> tuple:
         """Scheduling shape: queue, preemptibility, topology, sorted task shapes (cache key)."""
+        shapes = [self.task_signature(t) for t in tasks]
+        if len(shapes) > 1:
+            shapes.sort()
         return (
             int(self.job_queue_arr[j]), bool(self.job_preemptible_arr[j]),
-            self.jobs.topology_required[j], self.jobs.topology_preferred[j],
-            tuple(sorted(self.task_signature(t) for t in tasks)),
+            self.jobs.topology_required[j], self.jobs.topology_preferred[j], tuple(shapes),
         )

@@ -36,6 +36,84 @@ def run(state: CycleState) -> None:
     allocator.run()
 
 
+class _ShapeIndex:
+    """Incrementally maintained fit masks and placement keys of one task shape over all nodes.
+
+    Identical tasks (same request, GPU memory and nodeSelector) share one index; after a placement
+    only the nodes in ``state.node_log`` since the last query are re-evaluated, and the best node
+    in placement order is tracked so that the next identical task usually costs O(changed nodes).
+    """
+
+    __slots__ = ("state", "t", "col", "spread", "idle_ok", "any_ok", "key", "pos", "best", "best_key")
+
+    def __init__(self, state: CycleState, t: int, col: int, spread: bool) -> None:
+        self.state, self.t, self.col, self.spread = state, t, col, spread
+        self._full()
+
+    def _keys(self, rows):
+        s = self.state
+        free = s.node_idle[rows, self.col]
+        overall = s.node_capacity[rows, self.col]
+        if self.spread:
+            # KAI spread: higher free ratio first
+            return np.where(overall > 0, -free / np.where(overall > 0, overall, 1.0), 0.0)
+        # KAI binpack: less free first; nodes without the resource score lowest
+        return np.where(overall > 0, free, np.inf)
+
+    def _full(self) -> None:
+        s = self.state
+        self.idle_ok, self.any_ok = s.fit_rows(self.t, slice(None))
+        self.key = self._keys(slice(None))
+        self.pos = len(s.node_log)
+        self._set_best(self._argbest())
+
+    def _set_best(self, b: int) -> int:
+        self.best = b
+        self.best_key = float(self.key[b]) if b >= 0 else np.inf
+        return b
+
+    def _argbest(self) -> int:
+        if not self.any_ok.any():
+            return -1
+        k = np.where(self.any_ok, self.key, np.inf)
+        b = int(np.argmin(k))
+        if not self.any_ok[b]:  # every fitting node has key inf
+            b = int(np.flatnonzero(self.any_ok)[0])
+        return b
+
+    def query(self) -> int:
+        """Best node (or -1) for the shape under the current state: the fitting node first in
+        placement order (smallest key, then smallest index)."""
+        s = self.state
+        log = s.node_log
+        if len(log) == self.pos:
+            return self.best
+        changed = np.unique(np.asarray(log[self.pos:], dtype=np.int64))
+        self.pos = len(log)
+        if changed.size * 8 > s.N:
+            self._full()
+            return self.best
+        io, ao = s.fit_rows(self.t, changed)
+        self.idle_ok[changed] = io
+        self.any_ok[changed] = ao
+        self.key[changed] = self._keys(changed)
+        b, bk = self.best, self.best_key
+        # every unchanged fitting node has key >= bk (and a larger index on ties): the old best
+        # stays a valid bound as long as it still fits and its key did not grow
+        if b < 0 or not self.any_ok[b] or self.key[b] > bk:
+            return self._set_best(self._argbest())
+        nk = float(self.key[b])
+        cand = changed[ao]
+        if cand.size:
+            kc = self.key[cand]
+            m = float(kc.min())
+            if m < nk:
+                return self._set_best(int(cand[kc == m].min()))
+            if m == nk:
+                return self._set_best(int(min(cand[kc == m].min(), b)))
+        return self._set_best(b)
+
+
 class Allocator:
     """One allocate pass; reusable pieces (``try_job``, ``place_tasks``) serve other actions too."""
 
@@ -44,6 +122,7 @@ class Allocator:
         self.placement = dict(state.config.placement or {})
         self.fail_cache: dict[tuple, tuple[int, str]] = {}
         self.failures: dict[int, str] = {}
+        self.shape_index: dict[tuple, _ShapeIndex] = {}
 
     # ------------------------------------------------------------------ driver
     def candidate_jobs(self) -> list[int]:
@@ -63,12 +142,13 @@ class Allocator:
         jq = JobQueue(s, jobs)
         placed_any: set[int] = set()
         while True:
-            j = jq.pop()
+            j = jq.pop(refresh=False)
             if j is None:
                 break
             leaf = s.job_queue(j)
             tasks = next_tasks_to_allocate(s, j)
             if not tasks:
+                jq.refresh(leaf)
                 if s.job_num_active(j) < int(s.job_min_available[j]):
                     n_pend = len(s.job_pending_tasks(j))
                     self.failures[j] = (f"gang needs minAvailable={int(s.job_min_available[j])} tasks but only "
@@ -76,6 +156,7 @@ class Allocator:
                 continue
             ok, pipelined, msg = self.try_job(j, tasks)
             if not ok:
+                jq.refresh(leaf)
                 self.failures[j] = msg
                 continue
             placed_any.add(j)
@@ -109,6 +190,7 @@ class Allocator:
         except _Fail as f:
             s.rollback(cp)
             self.fail_cache[sig] = (s.resources_freed, f.message)
+            s.mark_failure_point()
             return False, False, f.message
         pipelined = any(s.task_state[t] == _PIPE for t in s.job_task_range(j))
         if pipelined:
@@ -189,7 +271,7 @@ class Allocator:
         gang = len(tasks) > 1
         for i, t in enumerate(tasks):
             try:
-                self.place_task(j, t, within)
+                self.place_task(j, t, within, check_queue=gang)
             except _Fail as f:
                 if gang:
                     raise _Fail(f"gang of {len(tasks)} needs {len(tasks)} tasks placed together; "
@@ -219,42 +301,65 @@ class Allocator:
         order = np.argsort(-score, kind="stable")
         return idx[order]
 
-    def place_task(self, j: int, t: int, within: np.ndarray | None) -> None:
+    def _strategy(self, t: int) -> tuple[int, bool]:
         s = self.state
+        cpu_only = s.task_request[t, GPU] <= EPS and s.task_gpu_memory[t] <= 0
+        col = CPU if cpu_only else GPU
+        return col, self.placement.get("cpu" if cpu_only else "gpu", "binpack") == "spread"
+
+    def place_task(self, j: int, t: int, within: np.ndarray | None, check_queue: bool = True) -> None:
+        s = self.state
+        q = s.job_queue(j)
+        nonpre = not s.job_is_preemptible(j)
+        if not s.task_is_mem[t]:
+            # the queue check does not depend on the node: do it once (a single-task attempt was
+            # already checked as a whole by the caller)
+            msg = s.queue_over_capacity(q, s.task_request[t], nonpre) if check_queue else None
+            if msg:
+                raise _Fail(msg)
+            if within is None:
+                col, spread = self._strategy(t)
+                key = (s.task_signature(t), col, spread)
+                idx = self.shape_index.get(key)
+                if idx is None:
+                    idx = self.shape_index[key] = _ShapeIndex(s, t, col, spread)
+                n = idx.query()
+                if n < 0:
+                    raise _Fail(self.explain(t, within))
+                self._put(t, n, bool(idx.idle_ok[n]))
+                return
         idle_ok, any_ok = s.fit_masks(t, within)
         if not any_ok.any():
             raise _Fail(self.explain(t, within))
-        q = s.job_queue(j)
-        nonpre = not s.job_is_preemptible(j)
         node_quota_msg = None
         for n in self.node_order(t, any_ok):
             n = int(n)
-            req = s.task_request_on_node(t, n)
-            msg = s.queue_over_capacity(q, req, nonpre)
-            if msg:
-                node_quota_msg = node_quota_msg or msg
-                if not s.task_is_mem[t]:
-                    break  # node independent: no other node helps
-                continue
-            if s.task_is_shared[t]:
-                # KAI: the preferred device is chosen counting releasing load; the task is
-                # pipelined if that device (or the node) lacks free room
-                devs = s.choose_devices(t, n, pipelined=True)
-                if devs is None:
+            if s.task_is_mem[t]:
+                msg = s.queue_over_capacity(q, s.task_request_on_node(t, n), nonpre)
+                if msg:
+                    node_quota_msg = node_quota_msg or msg
                     continue
-                d = devs[0]
-                f = req[GPU]
-                fits_free = bool(idle_ok[n]) and s.dev_free[n, d] >= f - EPS
-                s.place(t, n, pipelined=not fits_free, devices=devs)
+            if self._put(t, n, bool(idle_ok[n])):
                 return
-            if idle_ok[n]:
-                s.place(t, n, pipelined=False)
-            else:
-                s.place(t, n, pipelined=True)
-            return
         if node_quota_msg:
-            raise _Fail(node_quota_msg + (" on every node where it fits" if s.task_is_mem[t] else ""))
+            raise _Fail(node_quota_msg + " on every node where it fits")
         raise _Fail(self.explain(t, within))
+
+    def _put(self, t: int, n: int, fits_idle: bool) -> bool:
+        """Bind (free resources) or pipeline (releasing) task t on node n, as KAI decides per node."""
+        s = self.state
+        if s.task_is_shared[t]:
+            # KAI: the preferred device is chosen counting releasing load; the task is
+            # pipelined if that device (or the node) lacks free room
+            devs = s.choose_devices(t, n, pipelined=True)
+            if devs is None:
+                return False
+            f = s.task_request_on_node(t, n)[GPU]
+            fits_free = fits_idle and s.dev_free[n, devs[0]] >= f - EPS
+            s.place(t, n, pipelined=not fits_free, devices=devs)
+            return True
+        s.place(t, n, pipelined=not fits_idle)
+        return True
 
     # ------------------------------------------------------------------ explanations
     def explain(self, t: int, within: np.ndarray | None) -> str:
