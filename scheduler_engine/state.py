@@ -539,11 +539,20 @@ class CycleState:
             self.node_log.append(n)
 
     def _record(self, t: int, n: int) -> None:
+        """Journal task t / node n before a mutation, and bump the change trackers.
+
+        Every mutation of a task, its node, devices or its queue's allocation must call this first
+        (also outside this module): the undo journal and the incremental caches rely on it.
+        """
         if self._journal is None:
             return
         j = int(self.task_job[t])
         q = int(self.job_queue_arr[j])
         path = self.queue_path[q]
+        self.job_version[j] += 1
+        self.queue_version[path] += 1
+        if n >= 0:
+            self.node_log.append(n)
         self._journal.append((
             t, int(self.task_state[t]), int(self.task_node[t]), list(self.task_devices[t]),
             list(self.task_gpu_groups[t]), self.task_alloc[t].copy(), n,
@@ -615,9 +624,6 @@ class CycleState:
         if not self.job_preemptible_arr[j]:
             self.queue_alloc_np[path] += self.task_alloc[t]
         self.job_num_active_arr[j] += 1
-        self.job_version[j] += 1
-        self.queue_version[path] += 1
-        self.node_log.append(n)
 
     def mark_pipelined(self, t: int) -> None:
         """Binding -> Pipelined without moving resources (KAI pipelines a whole job once one of its
@@ -625,7 +631,6 @@ class CycleState:
         if self.task_state[t] != _BIND:
             raise ValueError(f"task {self.tasks.names[t]} is not binding")
         self._record(t, int(self.task_node[t]))
-        self.job_version[int(self.task_job[t])] += 1
         self.task_state[t] = _PIPE
         self.task_rel_take[t] = 0.0
         self.task_dev_take[t] = [0.0] * len(self.task_devices[t])
@@ -672,9 +677,6 @@ class CycleState:
         if not self.job_preemptible_arr[j]:
             self.queue_alloc_np[path] -= alloc
         self.job_num_active_arr[j] -= 1
-        self.job_version[j] += 1
-        self.queue_version[path] += 1
-        self.node_log.append(n)
         self.resources_freed += 1
         if for_job is not None or message is not None:
             jn = self.jobs.names[j]
