@@ -1,0 +1,118 @@
+"""The consolidation action (spec i): move running preemptible tasks, never lose one."""
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler_engine.snapshot import TaskState
+from tests.scheduler_engine.test_reclaim import (assert_no_overcommit, events_of, job, job_status, node, pending,
+                                                 queue, run, running, scenario, status)
+
+QS = [queue("top", age=2), queue("q0", "top", gpu=(2, 0, -1), age=1)]
+
+
+def _split_cluster(**config):
+    jobs = [job("a", "q0", [running("a-0", "n0")], age=3),
+            job("b", "q0", [running("b-0", "n1")], age=2),
+            job("p", "q0", [pending("p-0", gpu=2)], age=1)]
+    return scenario([node("n0", 2), node("n1", 2)], QS, jobs, ["consolidation"], **config)
+
+
+def test_moves_a_task_to_make_room_and_explains_it():
+    s = run(_split_cluster())
+    assert status(s, "a-0") == ("Running", "n0")
+    assert status(s, "b-0") == ("Pipelined", "n0")
+    assert status(s, "p-0") == ("Pipelined", "n1")
+    (ev,) = events_of(s, "b", "Consolidated")
+    assert ev["victimOf"] == "p" and "moved from node n1 to node n0" in ev["message"]
+    # the old node shows the moved task's GPU as releasing, the new one holds it
+    gi = s.node_releasing_gpus()
+    assert gi[s.nodes.index["n1"]] == 0.0  # p took what b releases
+    assert_no_overcommit(s)
+
+
+def test_disabled_when_placement_is_spread():
+    s = run(_split_cluster(placement={"gpu": "spread", "cpu": "binpack"}))
+    assert status(s, "b-0") == ("Running", "n1") and status(s, "p-0")[0] == "Pending"
+    assert not s.events
+
+
+def test_non_preemptible_jobs_are_never_moved():
+    sc = _split_cluster()
+    for j in sc["jobs"][:2]:
+        j.update(priority=100, preemptible=False)
+    s = run(sc)
+    assert status(s, "a-0") == ("Running", "n0") and status(s, "b-0") == ("Running", "n1")
+    assert status(s, "p-0")[0] == "Pending"
+
+
+def test_non_preemptible_pending_job_does_not_consolidate():
+    sc = _split_cluster()
+    sc["jobs"][2].update(priority=100, preemptible=False)
+    s = run(sc)
+    assert status(s, "b-0") == ("Running", "n1") and status(s, "p-0")[0] == "Pending"
+
+
+def test_no_move_when_a_moved_task_would_not_fit_anywhere():
+    # evicting b frees n1 for p, but b (2 GPUs) then fits nowhere: consolidation must not do it
+    jobs = [job("a", "q0", [running("a-0", "n0", gpu=2)], age=3),
+            job("b", "q0", [running("b-0", "n1", gpu=2)], age=2),
+            job("p", "q0", [pending("p-0", gpu=2)], age=5)]  # older: placed before the victims
+    s = run(scenario([node("n0", 3), node("n1", 3)], QS, jobs, ["consolidation"]))
+    assert status(s, "a-0") == ("Running", "n0") and status(s, "b-0") == ("Running", "n1")
+    assert status(s, "p-0")[0] == "Pending"
+    assert not s.events
+
+
+def test_not_tried_without_enough_free_gpus_in_the_cluster():
+    jobs = [job("a", "q0", [running("a-0", "n0")], age=3), job("b", "q0", [running("b-0", "n1")], age=2),
+            job("p", "q0", [pending("p-0", gpu=3)], age=1)]
+    s = run(scenario([node("n0", 2), node("n1", 2)], QS, jobs, ["consolidation"]))
+    assert status(s, "p-0")[0] == "Pending" and status(s, "b-0") == ("Running", "n1")
+
+
+@st.composite
+def fragmented(draw):
+    n_nodes = draw(st.integers(2, 4))
+    nodes = [node(f"n{i}", draw(st.integers(1, 4))) for i in range(n_nodes)]
+    jobs = []
+    k = 0
+    for nd in nodes:
+        free = nd["gpus"]
+        while free > 0 and draw(st.booleans()):
+            g = draw(st.sampled_from([1, 1, 2, 0.5]))
+            if g > free:
+                break
+            jobs.append(job(f"r{k}", "q0", [running(f"r{k}-0", nd["name"], gpu=g)], age=30 - k,
+                            priority=draw(st.sampled_from([50, 75, 100]))))
+            free -= 1 if g == 0.5 else g
+            k += 1
+    for i in range(draw(st.integers(1, 3))):
+        size = draw(st.integers(1, 2))
+        jobs.append(job(f"p{i}", "q0", [pending(f"p{i}-{t}", gpu=draw(st.sampled_from([1, 2, 3]))) for t in range(size)],
+                        age=draw(st.integers(1, 40)) + 0.5 * i))  # older or newer than the running jobs
+    return scenario(nodes, QS, jobs, ["consolidation"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fragmented())
+def test_property_consolidation_never_loses_a_task(sc):
+    before = {t["name"]: (t["state"], t.get("node")) for j in sc["jobs"] for t in j["tasks"]}
+    s = run(sc)
+    assert_no_overcommit(s)
+    for name, (state, nd) in before.items():
+        got, where = status(s, name)
+        if state == "Running":
+            # a running task is either untouched or moved (Pipelined elsewhere): never evicted
+            assert got in ("Running", "Pipelined"), (name, got)
+            if got == "Running":
+                assert where == nd
+            else:
+                assert events_of(s, name.rsplit("-", 1)[0], "Consolidated")
+        else:
+            assert got in ("Pending", "Pipelined"), (name, got)
+    moved_for = {e["victimOf"] for e in s.events if e["reason"] == "Consolidated" and "victimOf" in e}
+    for b in moved_for:  # every move served a job that was pipelined in full
+        j = s.jobs.index[b]
+        assert all(int(s.task_state[t]) == int(TaskState.PIPELINED) for t in s.job_pending_tasks(j) + [
+            t for t in s.job_task_range(j) if int(s.task_state[t]) == int(TaskState.PIPELINED)])

@@ -1,0 +1,333 @@
+"""The reclaim action (spec c): gate, victim filter, validator, min-runtime, delay, signatures.
+
+The scenario helpers at the top are shared with the preempt / consolidation / stale-gang tests.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler_engine.actions import get_action
+from scheduler_engine.actions.victims import reclaim_min_runtime, preempt_min_runtime
+from scheduler_engine.loader import load_dict
+from scheduler_engine.snapshot import GPU, TaskState
+from scheduler_engine.state import EPS, CycleState
+
+
+# ----------------------------------------------------------------------------- scenario helpers
+def node(name, gpus=4, cpu=64, memory="256Gi", **kw):
+    return {"name": name, "gpus": gpus, "gpuMemory": kw.pop("gpuMemory", 100), "cpu": cpu, "memory": memory, **kw}
+
+
+def queue(name, parent=None, gpu=(-1, 1, -1), age=None, **kw):
+    quota, weight, limit = gpu
+    q = {"name": name, "parent": parent,
+         "resources": {"gpu": {"quota": quota, "overQuotaWeight": weight, "limit": limit},
+                       "cpu": {"quota": -1, "overQuotaWeight": 1, "limit": -1},
+                       "memory": {"quota": -1, "overQuotaWeight": 1, "limit": -1}}}
+    if age is not None:
+        q["createdMinutesAgo"] = age
+    q.update(kw)
+    return q
+
+
+def running(name, node_name, gpu=1, **kw):
+    return {"name": name, "state": "Running", "node": node_name, "gpu": gpu, "cpu": 1, "memory": "1Gi", **kw}
+
+
+def pending(name, gpu=1, **kw):
+    return {"name": name, "state": "Pending", "gpu": gpu, "cpu": 1, "memory": "1Gi", **kw}
+
+
+def job(name, q, tasks, priority=50, age=1, started=None, **kw):
+    out = {"name": name, "queue": q, "priority": priority, "createdMinutesAgo": age, "tasks": tasks}
+    if started is not None:
+        out["startedMinutesAgo"] = started
+    elif any(t.get("state") == "Running" for t in tasks):
+        out["startedMinutesAgo"] = age
+    out.update(kw)
+    return out
+
+
+def scenario(nodes, queues, jobs, actions, **config):
+    cfg = {"actions": list(actions), "now": "2026-01-01T00:00:00Z", "stalenessGracePeriod": "0s"}
+    cfg.update(config)
+    return {"name": "unit", "config": cfg, "nodes": nodes, "queues": queues, "jobs": jobs}
+
+
+def run(sc: dict) -> CycleState:
+    snap = load_dict(sc)
+    state = CycleState(snap)
+    for a in snap.config.actions:
+        get_action(a)(state)
+    return state
+
+
+def status(s: CycleState, task_name: str) -> tuple[str, str | None]:
+    t = s.tasks.index[task_name]
+    n = int(s.task_node[t])
+    return TaskState(int(s.task_state[t])).label, (s.nodes.names[n] if n >= 0 else None)
+
+
+def job_status(s: CycleState, job_name: str) -> str:
+    j = s.jobs.index[job_name]
+    labels = {TaskState(int(s.task_state[t])).label for t in s.job_task_range(j)}
+    return labels.pop() if len(labels) == 1 else "Mixed"
+
+
+def events_of(s: CycleState, job_name: str, reason: str | None = None) -> list[dict]:
+    return [e for e in s.events if e["job"] == job_name and (reason is None or e["reason"] == reason)]
+
+
+def assert_no_overcommit(s: CycleState) -> None:
+    """No node or device holds more than its capacity, counting either side of every pipelining."""
+    cap = s.node_capacity
+    assert np.all(s.node_idle >= -1e-6), s.node_idle
+    assert np.all(s.node_releasing >= -1e-6), s.node_releasing
+    holders = {int(TaskState.RUNNING), int(TaskState.BINDING), int(TaskState.RELEASING),
+               int(TaskState.STUCK_RELEASING)}
+    newcomers = {int(TaskState.RUNNING), int(TaskState.BINDING), int(TaskState.PIPELINED),
+                 int(TaskState.STUCK_RELEASING)}
+    for states in (holders, newcomers):
+        used = np.zeros_like(cap)
+        dev = np.zeros((s.N, max(s.G, 1)))
+        for t in range(s.T):
+            if int(s.task_state[t]) in states and s.task_node[t] >= 0:
+                n = int(s.task_node[t])
+                used[n] += s.task_alloc[t]
+                per = s.task_alloc[t, GPU] if s.task_is_shared[t] else 1.0
+                for d in s.task_devices[t]:
+                    dev[n, d] += per
+        assert np.all(used <= cap + 1e-6), (used, cap)
+        assert np.all(dev <= 1 + 1e-6), dev
+
+
+TWO_QUEUES = [queue("top", age=3), queue("q0", "top", gpu=(2, 1, -1), age=2), queue("q1", "top", gpu=(2, 1, -1), age=1)]
+
+
+def q0_full(n_jobs=4, node_name="n0"):
+    return [job(f"r{i}", "q0", [running(f"r{i}-0", node_name)], age=10 - i) for i in range(n_jobs)]
+
+
+# ----------------------------------------------------------------------------- cases
+def test_reclaims_newest_over_share_job_and_pipelines_reclaimer():
+    sc = scenario([node("n0", 4)], TWO_QUEUES, q0_full() + [job("p", "q1", [pending("p-0")])], ["reclaim"])
+    s = run(sc)
+    assert status(s, "p-0") == ("Pipelined", "n0")
+    assert job_status(s, "r3") == "Releasing"  # newest job of the over-share queue goes first
+    assert [job_status(s, f"r{i}") for i in range(3)] == ["Running"] * 3
+    ev = events_of(s, "r3", "Reclaimed")
+    assert len(ev) == 1 and ev[0]["victimOf"] == "p" and "make room for job p" in ev[0]["message"]
+    assert events_of(s, "p", "Reclaimed")
+    assert_no_overcommit(s)
+
+
+def test_gate_refuses_reclaimer_at_its_fair_share_with_numbers():
+    qs = [queue("top", age=3), queue("q0", "top", gpu=(2, 0, -1), age=2), queue("q1", "top", gpu=(2, 0, -1), age=1)]
+    jobs = [job("a", "q0", [running("a-0", "n0"), running("a-1", "n0")], age=5, minAvailable=1),
+            job("b", "q1", [running("b-0", "n0"), running("b-1", "n0")], age=4, minAvailable=1),
+            job("p", "q1", [pending("p-0")], age=1)]
+    s = run(scenario([node("n0", 4)], qs, jobs, ["reclaim"]))
+    assert status(s, "p-0")[0] == "Pending"
+    assert all(status(s, f"a-{i}")[0] == "Running" for i in range(2))
+    msgs = [e["message"] for e in events_of(s, "p", "NotReclaiming")]
+    assert msgs == ["queue q1 is at its fair share for gpu: 2 allocated + 1 requested > 2 fair share"]
+
+
+def test_victim_queue_under_deserved_is_filtered_out():
+    # q1 holds 2 of its deserved 3: the proportion victim filter removes it before any simulation
+    qs = [queue("top", age=3), queue("q0", "top", gpu=(2, 0, -1), age=2), queue("q1", "top", gpu=(3, 0, -1), age=1)]
+    jobs = [job("a", "q0", [running("a-0", "n0")], age=5),
+            job("x", "q1", [running("x-0", "n0"), running("x-1", "n0")], age=4, minAvailable=1),
+            job("p", "q0", [pending("p-0")], age=1)]
+    s = run(scenario([node("n0", 3)], qs, jobs, ["reclaim"]))
+    assert status(s, "p-0")[0] == "Pending"
+    assert job_status(s, "x") == "Running"
+    (ev,) = events_of(s, "p", "NotReclaiming")
+    assert "no eligible victims" in ev["message"]
+
+
+def test_no_victims_event_when_only_non_preemptible_jobs_run():
+    jobs = [job(f"r{i}", "q0", [running(f"r{i}-0", "n0")], age=10 - i, priority=100, preemptible=False)
+            for i in range(4)] + [job("p", "q1", [pending("p-0")])]
+    s = run(scenario([node("n0", 4)], TWO_QUEUES, jobs, ["reclaim"]))
+    assert status(s, "p-0")[0] == "Pending"
+    (ev,) = events_of(s, "p", "NotReclaiming")
+    assert "no eligible victims" in ev["message"]
+
+
+def test_elastic_victim_sheds_surplus_tasks_first():
+    jobs = [job("el", "q0", [running(f"el-{i}", "n0") for i in range(4)], minAvailable=1, age=5),
+            job("p", "q1", [pending("p-0", gpu=2)])]
+    s = run(scenario([node("n0", 4)], TWO_QUEUES, jobs, ["reclaim"]))
+    assert status(s, "p-0") == ("Pipelined", "n0")
+    assert [status(s, f"el-{i}")[0] for i in range(4)] == ["Running", "Running", "Releasing", "Releasing"]
+
+
+def test_gang_reclaimer_is_all_or_nothing():
+    # victims for two of the gang's three tasks exist, the third fits no node: nothing may be evicted
+    qs = [queue("top", age=3), queue("q0", "top", gpu=(1, 1, -1), age=2), queue("q1", "top", gpu=(3, 0, -1), age=1)]
+    gang = [pending("p-0"), pending("p-1"), pending("p-2", nodeSelector={"zone": "nowhere"})]
+    jobs = q0_full(3, "n0") + [job("p", "q1", gang)]
+    s = run(scenario([node("n0", 3)], qs, jobs, ["reclaim"]))
+    assert all(status(s, f"p-{i}")[0] == "Pending" for i in range(3))
+    assert all(job_status(s, f"r{i}") == "Running" for i in range(3))
+    assert not [e for e in s.events if e["reason"] == "Reclaimed"]
+    (ev,) = events_of(s, "p", "NotReclaiming")
+    assert ev["message"].startswith("reclaim failed: no victim set") and "3 of 3 tasks" in ev["message"]
+
+
+def test_victim_re_placed_on_another_node_is_pipelined_not_lost():
+    # golden 029's shape: q0's 1-GPU job moves next to its sibling, the reclaimer takes the freed node
+    qs = [queue("top", age=3), queue("q0", "top", gpu=(3, 0, -1), age=2), queue("q1", "top", gpu=(2, 0, -1), age=1)]
+    jobs = [job("a", "q0", [running("a-0", "n0", gpu=2)], age=3),
+            job("b", "q0", [running("b-0", "n1", gpu=1)], age=2),
+            job("p", "q1", [pending("p-0", gpu=2)], age=1)]
+    s = run(scenario([node("n0", 3), node("n1", 2)], qs, jobs, ["reclaim"]))
+    assert status(s, "a-0") == ("Running", "n0")
+    assert status(s, "b-0") == ("Pipelined", "n0")
+    assert status(s, "p-0") == ("Pipelined", "n1")
+    (moved,) = events_of(s, "b", "Consolidated")
+    assert "moved from node n1 to node n0" in moved["message"] and moved["victimOf"] == "p"
+    assert_no_overcommit(s)
+
+
+def test_min_runtime_protects_young_victims():
+    qs = [queue("top", age=3), queue("q0", "top", gpu=(2, 1, -1), age=2, reclaimMinRuntime="10m"),
+          queue("q1", "top", gpu=(2, 1, -1), age=1)]
+    young = [job(f"r{i}", "q0", [running(f"r{i}-0", "n0")], age=10 - i, started=1) for i in range(4)]
+    s = run(scenario([node("n0", 4)], qs, young + [job("p", "q1", [pending("p-0")])], ["reclaim"]))
+    assert status(s, "p-0")[0] == "Pending"
+    old = [job(f"r{i}", "q0", [running(f"r{i}-0", "n0")], age=30 - i, started=20) for i in range(4)]
+    s = run(scenario([node("n0", 4)], qs, old + [job("p", "q1", [pending("p-0")])], ["reclaim"]))
+    assert status(s, "p-0") == ("Pipelined", "n0")
+
+
+def test_default_reclaim_min_runtime_applies_when_no_queue_sets_one():
+    jobs = [job(f"r{i}", "q0", [running(f"r{i}-0", "n0")], age=10 - i, started=2) for i in range(4)]
+    sc = scenario([node("n0", 4)], TWO_QUEUES, jobs + [job("p", "q1", [pending("p-0")])], ["reclaim"],
+                  defaultReclaimMinRuntime="5m")
+    assert status(run(sc), "p-0")[0] == "Pending"
+    sc["config"]["defaultReclaimMinRuntime"] = "1m"
+    assert status(run(sc), "p-0")[0] == "Pipelined"
+
+
+def test_reclaim_min_runtime_resolution_lca_and_queue():
+    qs = [queue("d1", age=5, reclaimMinRuntime="5m"), queue("a", "d1", age=4), queue("b", "d1", age=3, reclaimMinRuntime="1m"),
+          queue("c", "d1", age=3), queue("d2", age=2, reclaimMinRuntime="7m"), queue("x", "d2", age=1, reclaimMinRuntime="2m")]
+    sc = scenario([node("n0", 1)], qs, [], ["reclaim"], defaultReclaimMinRuntime="9m")
+    s = CycleState(load_dict(sc))
+    ix = s.queues.index
+    # same top level: one level below the lowest common ancestor, toward the victim, then up
+    assert reclaim_min_runtime(s, ix["a"], ix["b"]) == 60.0
+    assert reclaim_min_runtime(s, ix["a"], ix["c"]) == 300.0  # c unset -> inherits d1
+    # different top levels: the victim's top-level queue decides
+    assert reclaim_min_runtime(s, ix["x"], ix["b"]) == 300.0
+    assert reclaim_min_runtime(s, ix["a"], ix["x"]) == 420.0
+    sc["config"]["reclaimMinRuntimeResolution"] = "queue"
+    s = CycleState(load_dict(sc))
+    assert reclaim_min_runtime(s, ix["a"], ix["x"]) == 120.0  # the victim's own leaf first
+    assert reclaim_min_runtime(s, ix["x"], ix["c"]) == 300.0
+    assert preempt_min_runtime(s, ix["c"]) == 0.0  # no preemptMinRuntime anywhere, default 0
+
+
+def test_preemption_delay_blocks_reclaim_with_event():
+    jobs = q0_full() + [job("p", "q1", [pending("p-0")], age=1, preemptionDelay="10m")]
+    s = run(scenario([node("n0", 4)], TWO_QUEUES, jobs, ["reclaim"]))
+    assert status(s, "p-0")[0] == "Pending"
+    assert all(job_status(s, f"r{i}") == "Running" for i in range(4))
+    (ev,) = events_of(s, "p", "NotReclaiming")
+    assert "preemption delay" in ev["message"]
+    jobs[-1]["preemptionDelay"] = "30s"
+    assert status(run(scenario([node("n0", 4)], TWO_QUEUES, jobs, ["reclaim"])), "p-0")[0] == "Pipelined"
+
+
+def _saturation_case(multiplier: float) -> dict:
+    # spec c: "reclaim-multiplier" vector, reclaimer side ratio 1.25 vs victim side 2
+    qs = [queue("d1", gpu=(4, 0, -1), age=9), queue("d1-p1", "d1", gpu=(3, 0, -1), age=8),
+          queue("d1-p2", "d1", gpu=(1, 1, -1), age=7), queue("d2", gpu=(3, 0, -1), age=6),
+          queue("d2-p1", "d2", gpu=(3, 0, -1), age=5)]
+    jobs = [job("d1p2", "d1-p2", [running(f"d1p2-{i}", "n0") for i in range(4)], priority=50, preemptible=False, age=30),
+            job("victim", "d2-p1", [running("victim-0", "n0")], age=20),
+            job("other", "d2-p1", [running(f"other-{i}", "n0") for i in range(6)], preemptible=False, age=30),
+            job("rec", "d1-p1", [pending("rec-0")], age=5)]
+    return scenario([node("n0", 11)], qs, jobs, ["reclaim"], reclaimerUtilizationMultiplier=multiplier)
+
+
+def test_saturation_multiplier_decides_cross_department_reclaim():
+    s = run(_saturation_case(1.5))
+    assert status(s, "rec-0") == ("Pipelined", "n0") and job_status(s, "victim") == "Releasing"
+    s = run(_saturation_case(1.6))
+    assert status(s, "rec-0")[0] == "Pending" and job_status(s, "victim") == "Running"
+    (ev,) = events_of(s, "rec", "NotReclaiming")
+    assert "saturated" in ev["message"]
+
+
+def test_same_shape_job_of_failed_queue_is_skipped():
+    jobs = [job(f"r{i}", "q0", [running(f"r{i}-0", "n0")], age=10 - i, priority=100, preemptible=False)
+            for i in range(4)]
+    jobs += [job("p1", "q1", [pending("p1-0")], age=2), job("p2", "q1", [pending("p2-0")], age=1)]
+    s = run(scenario([node("n0", 4)], TWO_QUEUES, jobs, ["reclaim"]))
+    (ev,) = events_of(s, "p2", "NotReclaiming")
+    assert ev["message"].startswith("skipped: job p1")
+
+
+def test_stuck_releasing_job_is_no_victim():
+    qs = [queue("top", age=3), queue("q0", "top", gpu=(1, 1, -1), age=2), queue("q1", "top", gpu=(0, 1, -1), age=1)]
+    jobs = [job("stuck", "q1", [{"name": "stuck-0", "state": "StuckInReleasing", "node": "n0", "gpu": 1}], age=2),
+            job("p", "q0", [pending("p-0")], age=1)]
+    s = run(scenario([node("n0", 1)], qs, jobs, ["reclaim"]))
+    assert status(s, "p-0")[0] == "Pending"
+    assert status(s, "stuck-0") == ("StuckInReleasing", "n0")
+
+
+# ----------------------------------------------------------------------------- property
+@st.composite
+def random_cluster(draw):
+    n_nodes = draw(st.integers(1, 3))
+    nodes = [node(f"n{i}", draw(st.integers(1, 4))) for i in range(n_nodes)]
+    qs = [queue("top", age=10)]
+    n_q = draw(st.integers(1, 3))
+    for i in range(n_q):
+        qs.append(queue(f"q{i}", "top", gpu=(draw(st.integers(0, 4)), draw(st.integers(0, 2)), -1), age=9 - i))
+    jobs = []
+    free = {n["name"]: n["gpus"] for n in nodes}
+    for k in range(draw(st.integers(0, 6))):
+        qn = f"q{draw(st.integers(0, n_q - 1))}"
+        gpu = draw(st.sampled_from([1, 1, 2, 0.5]))
+        size = draw(st.integers(1, 2))
+        tasks = []
+        for i in range(size):
+            fits = [n for n, f in free.items() if f >= math.ceil(gpu)]
+            if not fits:
+                break
+            nn = draw(st.sampled_from(sorted(fits)))
+            free[nn] -= math.ceil(gpu)
+            tasks.append(running(f"j{k}-{i}", nn, gpu=gpu))
+        if tasks:
+            jobs.append(job(f"j{k}", qn, tasks, priority=draw(st.sampled_from([50, 75, 100])), age=20 - k,
+                            minAvailable=draw(st.integers(1, len(tasks)))))
+    for k in range(draw(st.integers(1, 4))):
+        qn = f"q{draw(st.integers(0, n_q - 1))}"
+        size = draw(st.integers(1, 3))
+        gpu = draw(st.sampled_from([1, 2, 0.5]))
+        jobs.append(job(f"p{k}", qn, [pending(f"p{k}-{i}", gpu=gpu) for i in range(size)],
+                        priority=draw(st.sampled_from([50, 100, 125])), age=5 - k,
+                        minAvailable=draw(st.integers(1, size))))
+    return scenario(nodes, qs, jobs, ["allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_cluster())
+def test_property_decisions_never_over_commit_a_node(sc):
+    s = run(sc)
+    assert_no_overcommit(s)
+    # every victim event names a beneficiary job that really got resources
+    for e in s.events:
+        if e["reason"] in ("Reclaimed", "Preempted", "Consolidated") and "victimOf" in e:
+            b = s.jobs.index[e["victimOf"]]
+            assert any(int(s.task_state[t]) == int(TaskState.PIPELINED) for t in s.job_task_range(b))
