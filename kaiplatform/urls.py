@@ -7,6 +7,7 @@ from importlib.util import find_spec
 from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from kaiplatform.health import readyz
 
@@ -20,6 +21,11 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
+    # OpenAPI 3 schema (public, like the docs page) and its browsable UI; session login for
+    # DRF's browsable API (tenants' scripts use tokens from /api/v1/auth/token/).
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/auth/", include("rest_framework.urls")),
 ]
 
 for _module, _prefix in (("queues_app.api.urls", "api/v1/"), ("fairshare_app.api.urls", "api/v1/fairshare/")):

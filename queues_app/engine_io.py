@@ -46,6 +46,7 @@ __all__ = [
     "build_scenario_dict",
     "build_snapshot",
     "build_snapshot_with_index",
+    "dry_run_workload",
     "import_scenario",
     "parse_cpu_millis",
     "parse_memory_bytes",
@@ -425,3 +426,67 @@ def parse_gpu(value: Any, *, field: str = "gpu") -> Decimal:
 
 def parse_duration(value: Any, *, field: str = "duration", allow_negative: bool = False) -> timedelta:
     return timedelta(seconds=_wrap(engine_units.parse_duration, value, field, allow_negative=allow_negative))
+
+
+# ----------------------------------------------------------------------------- dry run (tenant API, ?dry_run=1)
+
+
+class _DryRunRollback(Exception):
+    """Raised inside the dry-run transaction so everything the candidate wrote is undone."""
+
+
+def dry_run_workload(*, submit: Any, now: datetime | None = None) -> dict[str, Any]:
+    """Would a workload run now?  One engine cycle on the live state plus the candidate.
+
+    ``submit`` is a zero-argument callable that stores the candidate through
+    ``services.workload_submit`` (so it is validated exactly like a real submission and
+    raises ``ApplicationError`` the same way).  It runs in a transaction that is always rolled
+    back, after reading the engine input; the engine then runs outside the transaction, so no
+    lock is held while it computes and nothing at all is stored.
+
+    Returns ``{"placed", "status", "tasks": [{name, status, node}], "events": [...],
+    "queue": {"fairShare", "allocated"}, "skipped_actions"}`` where ``status`` is the
+    candidate's engine status: ``Binding`` = would start this cycle, ``Pipelined`` = would
+    start once victims release their resources, ``Pending`` = blocked (the events say why).
+    Actions named in the config whose module is not available are skipped and listed.
+    """
+    from scheduler_engine.actions import get_action
+    from scheduler_engine.cycle import _state_class
+    from scheduler_engine.result import build_result
+
+    holder: dict[str, Any] = {}
+    try:
+        with transaction.atomic():
+            workload = submit()
+            holder["workload_id"] = workload.pk
+            holder["queue"] = workload.queue.name
+            holder["input"] = build_engine_input(now=now)
+            raise _DryRunRollback
+    except _DryRunRollback:
+        pass
+    engine_input: EngineInput = holder["input"]
+    job_name = next(n for n, wid in engine_input.index.workload_id.items() if wid == holder["workload_id"])
+    snapshot = engine_loader.load_dict(engine_input.data, source="dry-run")
+    state = _state_class()(snapshot)
+    skipped: list[str] = []
+    for action in snapshot.config.actions:
+        try:
+            run = get_action(action)
+        except ImportError:
+            skipped.append(action)
+            continue
+        run(state)
+    result = build_result(snapshot, state)
+    job = result.jobs[job_name]
+    tasks = [{"name": t["name"].split("/", 1)[-1], "status": t["status"], "node": t["node"]} for t in job["tasks"]]
+    placed = bool(tasks) and all(t["status"] in (TaskState.BINDING, TaskState.RUNNING) for t in tasks)
+    events = [{k: v for k, v in e.items() if k in ("reason", "message", "task")}
+              for e in result.events if e.get("job") == job_name]
+    return {
+        "placed": placed,
+        "status": job["status"],
+        "tasks": tasks,
+        "events": events,
+        "queue": result.queues.get(holder["queue"], {}),
+        "skipped_actions": skipped,
+    }

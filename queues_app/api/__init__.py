@@ -1,0 +1,7 @@
+"""The tenant and operator REST API (Django REST Framework).
+
+Layout: ``serializers`` (explicit Input / Output shapes), ``permissions`` (who is the caller:
+a tenant or an operator), ``views`` (thin: resolve tenant, call a selector or a service,
+serialize), ``urls`` (one router, ``queues-api``), ``exceptions`` (the one error mapping),
+``parsers`` / ``pagination`` / ``throttling`` / ``schema`` (input limits and OpenAPI).
+"""

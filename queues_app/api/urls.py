@@ -1,0 +1,22 @@
+"""Routes of the tenant / operator API (mounted at /api/v1/ by kaiplatform/urls.py)."""
+from __future__ import annotations
+
+from django.urls import include, path
+from rest_framework.routers import DefaultRouter
+
+from queues_app.api import views
+
+app_name = "queues-api"
+
+router = DefaultRouter(trailing_slash=True)
+router.include_root_view = False
+router.register("workloads", views.WorkloadViewSet, basename="workload")
+router.register("queues", views.QueueViewSet, basename="queue")
+router.register("nodes", views.NodeViewSet, basename="node")
+router.register("cycles", views.CycleViewSet, basename="cycle")
+
+urlpatterns = [
+    path("auth/token/", views.TokenObtainApi.as_view(), name="token"),
+    path("me/", views.MeApi.as_view(), name="me"),
+    path("", include(router.urls)),
+]

@@ -1,0 +1,124 @@
+"""Reads the tenant API needs beyond ``queues_app.selectors`` (tenant first, None = operator).
+
+Kept in its own module so the foundation's selectors stay as they are; everything here is
+built on those selectors' scoped querysets or on aggregate numbers that name nothing.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from datetime import datetime
+from typing import Any, Iterable
+
+from django.db.models import Count, Q, QuerySet
+
+from queues_app import selectors
+from queues_app.choices import WorkloadStatus
+from queues_app.models import Queue, SchedulingEvent, Tenant, Workload
+
+#: Event reasons that explain an eviction (the engine's and the cycle's names).
+EVICTION_REASONS = ("Evicted", "Reclaimed", "Preempted", "StaleGang", "Consolidated")
+
+
+def queue_workload_counts(*, tenant: Tenant | None, queue_ids: Iterable[int]) -> dict[int, dict[str, int]]:
+    """{queue_id: {"pending": n, "running": m}} for queues the caller can see (one query).
+
+    Counts cover every workload in the queue, whoever owns it: a queue's backlog is part of
+    its fairness statement, and a count names nobody.
+    """
+    visible = selectors.queue_list(tenant=tenant).filter(pk__in=list(queue_ids)).values("pk")
+    rows = (Workload.objects.filter(queue_id__in=visible)
+            .values("queue_id")
+            .annotate(pending=Count("id", filter=Q(status=WorkloadStatus.PENDING)),
+                      running=Count("id", filter=Q(status__in=(WorkloadStatus.RUNNING, WorkloadStatus.RELEASING)))))
+    return {r["queue_id"]: {"pending": r["pending"], "running": r["running"]} for r in rows}
+
+
+def workload_queue_position(*, tenant: Tenant | None, workload: Workload) -> int | None:
+    """1-based position of a Pending workload among the Pending workloads of its queue, in the
+    engine's in-queue order (higher priority first, then older first); None if not Pending.
+
+    All workloads of the queue count (a count names nobody), so the number means what the
+    scheduler sees.  ``workload`` must come from a scoped selector (workload_get).
+    """
+    if workload.status != WorkloadStatus.PENDING:
+        return None
+    ahead = Workload.objects.filter(queue_id=workload.queue_id, status=WorkloadStatus.PENDING).filter(
+        Q(priority__gt=workload.priority)
+        | Q(priority=workload.priority, created_at__lt=workload.created_at)
+        | Q(priority=workload.priority, created_at=workload.created_at, pk__lt=workload.pk)
+    ).count()
+    return ahead + 1
+
+
+def workload_events(*, tenant: Tenant | None, workload: Workload, limit: int = 20) -> list[SchedulingEvent]:
+    """The latest scheduling events of one workload the caller can see, newest first."""
+    return list(selectors.event_list(tenant=tenant, workload=workload)[:limit])
+
+
+def workload_last_eviction(*, tenant: Tenant | None, workload: Workload) -> SchedulingEvent | None:
+    return selectors.event_list(tenant=tenant, workload=workload).filter(reason__in=EVICTION_REASONS).first()
+
+
+def visible_names(*, tenant: Tenant | None, names: Iterable[str]) -> set[str]:
+    """Which of ``names`` (workload or queue names quoted in an engine message) the caller may
+    read: its own workloads, its queues and their ancestors.  Operators may read all."""
+    names = set(names)
+    if tenant is None or not names:
+        return names
+    own = set(selectors.workload_list(tenant=tenant).filter(name__in=names).values_list("name", flat=True))
+    queues = list(selectors.queue_list(tenant=tenant))
+    ancestor_ids = {int(seg) for q in queues for seg in q.path.split(".") if seg}
+    queue_names = set(Queue.objects.filter(pk__in=ancestor_ids, name__in=names).values_list("name", flat=True))
+    return own | queue_names
+
+
+_NAMED = re.compile(r"\b(job|queue|workload)s? ([A-Za-z0-9][A-Za-z0-9._/-]*[A-Za-z0-9]|[A-Za-z0-9])")
+
+
+def redact_message(*, tenant: Tenant | None, message: str, allowed: set[str] | None = None) -> str:
+    """Replace the names of other tenants' workloads and queues in an engine message.
+
+    Engine messages are written for operators ("... to make room for job X of queue Y"); a
+    tenant sees the reason and the numbers, with foreign names replaced.
+    """
+    if tenant is None or not message:
+        return message
+    found = {m.group(2).split("/")[-1] for m in _NAMED.finditer(message)}
+    if allowed is None:
+        allowed = visible_names(tenant=tenant, names=found)
+
+    def sub(m: re.Match) -> str:
+        name = m.group(2).split("/")[-1]
+        return m.group(0) if name in allowed else f"{m.group(1)} (another tenant's)"
+
+    return _NAMED.sub(sub, message)
+
+
+def latest_cycle_time(*, tenant: Tenant | None) -> datetime | None:
+    cycle = selectors.cycle_list(tenant=tenant).filter(finished_at__isnull=False).first()
+    return cycle.finished_at if cycle is not None else None
+
+
+def queue_decayed_usage(*, tenant: Tenant | None, queues: Iterable[Queue]) -> tuple[dict[int, dict[str, float]], str]:
+    """({queue_id: {resource: decayed usage}}, source) from fairshare_app when it offers
+    ``fairshare_app.selectors.queue_usage_map(*, tenant)`` -> {queue_name: {resource: value}};
+    otherwise empty with source ``"unavailable"`` (the API then reports 0)."""
+    try:
+        module = importlib.import_module("fairshare_app.selectors")
+    except ImportError:
+        return {}, "unavailable"
+    fn = getattr(module, "queue_usage_map", None)
+    if fn is None:
+        return {}, "unavailable"
+    queues = list(queues)
+    by_name: dict[str, Any] = dict(fn(tenant=tenant) or {})
+    out = {q.pk: {k: float(v) for k, v in (by_name.get(q.name) or {}).items()} for q in queues}
+    return out, "fairshare_app"
+
+
+def workload_list_ordered(*, tenant: Tenant | None, filters: dict[str, Any] | None, ordering: str | None) -> QuerySet:
+    qs = selectors.workload_list(tenant=tenant, filters=filters)
+    if ordering:
+        qs = qs.order_by(ordering, "-id" if ordering.startswith("-") else "id")
+    return qs
