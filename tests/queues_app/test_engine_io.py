@@ -1,0 +1,108 @@
+"""The snapshot builder: the engine's own Snapshot type, a constant number of queries, the
+index back to database ids, and the DB -> scenario state mapping."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from queues_app.choices import TaskState
+from queues_app.engine_io import build_engine_input, build_snapshot, build_snapshot_with_index
+from queues_app.models import Task
+from queues_app.services import queue_create, workload_cancel, workload_import, workload_submit
+from scheduler_engine.snapshot import CPU, GPU, MEM, Snapshot
+from scheduler_engine.snapshot import TaskState as EngineState
+from tests.queues_app.factories import NodeFactory
+
+pytestmark = pytest.mark.django_db
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def _populate(n: int, queue_tree) -> None:
+    start = Task.objects.count()
+    for i in range(n):
+        NodeFactory()
+        q = queue_create(name=f"leaf-{start}-{i}", parent=queue_tree["team-b-dept"])
+        workload_import(queue=q, name=f"run-{i}", created_at=NOW - timedelta(minutes=5), tasks=[
+            {"gpu": 1, "cpu_millis": 500, "memory_bytes": 2**30, "state": "Pending"}] * 2)
+        workload_submit(queue=queue_tree["a-train"], name=f"pend-{start}-{i}", replicas=3, task={"gpu": 0.5})
+
+
+class SnapshotBuilderTests:
+    def test_it_builds_the_engines_snapshot_type_in_engine_units(self, queue_tree):
+        node = NodeFactory(name="n0", gpus=8, cpu_millis=64_000, memory_bytes=2**39,
+                           labels={"kai.scheduler/rack": "r1"})
+        workload_import(queue=queue_tree["a-train"], name="train", created_at=NOW - timedelta(minutes=10),
+                        started_at=NOW - timedelta(minutes=4), topology_required="kai.scheduler/rack",
+                        tasks=[{"gpu": 0.5, "gpu_memory_mib": None, "cpu_millis": 1500, "memory_bytes": 2**30,
+                                "state": "Running", "node": "n0", "gpu_groups": ["g0"]}, {"gpu": 1}])
+        snap, index = build_snapshot_with_index(now=NOW)
+        assert isinstance(snap, Snapshot)
+        assert snap.nodes.names == ["n0"] and snap.nodes.capacity[0, CPU] == 64_000
+        assert snap.nodes.capacity[0, MEM] == 2**39
+        j = snap.jobs.index["train"]
+        assert snap.jobs.created_minutes_ago[j] == 10 and snap.jobs.started_minutes_ago[j] == 4
+        assert snap.jobs.topology_required[j] == "kai.scheduler/rack"
+        t = snap.tasks.index["train-0"]
+        assert snap.tasks.request[t, GPU] == 0.5 and snap.tasks.request[t, CPU] == 1500
+        assert snap.tasks.state[t] == EngineState.RUNNING and snap.nodes.names[snap.tasks.node[t]] == "n0"
+        assert snap.tasks.gpu_groups[t] == ["g0"]
+        q = snap.queues.index["a-train"]
+        assert snap.queues.names[snap.queues.parent[q]] == "team-a-dept"
+        assert snap.queues.deserved[q, GPU] == 4
+        assert snap.queues.deserved[snap.queues.index["root"], CPU] == 0 and snap.queues.limit[q, CPU] == -1
+        ids = index.aligned(snap)
+        assert ids.node.tolist() == [node.pk]
+        assert ids.task[t] == Task.objects.get(name="train-0").pk
+        assert index.task_version[int(ids.task[t])] == 1
+
+    def test_binding_exports_as_running_and_pipelined_as_pending(self, queue_tree):
+        NodeFactory(name="n0")
+        w = workload_import(queue=queue_tree["a-train"], name="w", tasks=[
+            {"gpu": 1, "state": "Running", "node": "n0"}, {"gpu": 1, "state": "Running", "node": "n0"}])
+        Task.objects.filter(workload=w, index=0).update(state=TaskState.BINDING)
+        Task.objects.filter(workload=w, index=1).update(state=TaskState.PIPELINED)
+        snap = build_snapshot(now=NOW)
+        assert snap.tasks.state.tolist() == [EngineState.RUNNING, EngineState.PENDING]
+        assert snap.tasks.node.tolist() == [0, -1]
+
+    def test_cancelled_workloads_are_exported_only_while_they_hold_resources(self, queue_tree):
+        NodeFactory(name="n0")
+        running = workload_import(queue=queue_tree["a-train"], name="r", tasks=[
+            {"gpu": 1, "state": "Running", "node": "n0"}])
+        pending = workload_submit(queue=queue_tree["a-train"], name="p", task={"gpu": 1})
+        workload_cancel(workload=running)
+        workload_cancel(workload=pending)
+        snap = build_snapshot(now=NOW)
+        assert snap.jobs.names == ["r"] and snap.tasks.state.tolist() == [EngineState.RELEASING]
+
+    def test_duplicate_workload_names_in_two_queues_stay_distinct(self, queue_tree):
+        workload_submit(queue=queue_tree["a-train"], name="same", task={"gpu": 1})
+        workload_submit(queue=queue_tree["b-train"], name="same", task={"gpu": 1})
+        snap, index = build_snapshot_with_index(now=NOW)
+        assert sorted(snap.jobs.names) == ["a-train/same", "b-train/same"]
+        assert len(set(snap.tasks.names)) == 2 and len(set(index.workload_id.values())) == 2
+
+    def test_usage_and_config_are_passed_through(self, queue_tree):
+        snap = build_snapshot(now=NOW, config={"actions": ["allocate"], "kValue": 2},
+                              usage={"a-train": {"gpu": 0.25}, "unknown-queue": {"gpu": 1}})
+        assert snap.config.actions == ("allocate",) and snap.config.k_value == 2
+        assert snap.usage[snap.queues.index["a-train"], GPU] == 0.25
+        assert snap.config.now == NOW
+
+    def test_the_number_of_queries_does_not_grow_with_the_rows(self, queue_tree):
+        def count() -> int:
+            with CaptureQueriesContext(connection) as ctx:
+                data = build_engine_input(now=NOW, usage={}).data
+            assert data["jobs"]
+            return len(ctx.captured_queries)
+
+        _populate(2, queue_tree)
+        small = count()
+        _populate(25, queue_tree)
+        assert count() == small <= 6
+        snap = build_snapshot(now=NOW, usage={})
+        assert len(snap.tasks) == 27 * 5 and np.all(snap.tasks.request[:, GPU] > 0)
