@@ -208,6 +208,8 @@ def _default_request(state, j: int) -> list:
     ts = next_tasks_to_allocate(state, j)
     if not ts:
         return [0.0, 0.0, 0.0]
+    if len(ts) == 1:
+        return state.task_order_req[ts[0]].tolist()
     return state.task_order_req[ts].sum(axis=0).tolist()
 
 
@@ -232,6 +234,7 @@ class JobQueue:
         self._req_cache: dict[int, tuple[int, list]] = {}
         self._prof_cache: dict[tuple, tuple[int, _QueueProfile]] = {}
         Q = state.Q
+        self.paths = [[int(x) for x in p] for p in state.queue_path]
         self.heaps: list[list] = [[] for _ in range(Q)]
         self.children: list[list[int]] = [[] for _ in range(Q)]
         self.top: list[int] = []
@@ -242,17 +245,35 @@ class JobQueue:
         self.rep = [-1] * Q  # representative job of each queue
         self.profile: list[_QueueProfile | None] = [None] * Q
         self.best_child = [-1] * Q
+        jobs = [int(j) for j in jobs]
+        # static part of the job order (older first, then name) as one integer rank, so heap
+        # keys are plain ints: ((-priority) * 3 + elastic state) * M + rank (reversed for victims)
+        self._rank: dict[int, int] = {}
+        if jobs:
+            ja = np.asarray(jobs, dtype=np.int64)
+            names = np.asarray([state.jobs.names[j] for j in jobs])
+            created = np.asarray(state.jobs.created_minutes_ago, dtype=float)[ja]
+            order = np.lexsort((names, -created))
+            self._rank = {jobs[i]: r for r, i in enumerate(order.tolist())}
+        self._m = len(jobs) + 1
+        self._prio = state.jobs.priority
         for j in jobs:
-            self._heap_push(int(j))
+            self._heap_push(j)
         self.refresh_all()
 
     # -- jobs inside a leaf
-    def _job_key(self, j: int) -> tuple:
-        k = job_order_key(self.state, j)
+    def _job_key(self, j: int) -> int:
+        st = self.state
+        act = int(st.job_num_active_arr[j])
+        m = int(st.job_min_available[j])
+        el = 0 if act < m else (1 if act == m else 2)
+        rank = self._rank.get(j)
+        if rank is None:  # a job pushed that was not given at construction
+            rank = self._rank[j] = len(self._rank)
+            self._m = max(self._m, rank + 2)
         if self.victim:
-            return (int(self.state.jobs.priority[j]), -k[1], float(self.state.jobs.created_minutes_ago[j]),
-                    _Rev(self.state.jobs.names[j]))
-        return k
+            return ((int(self._prio[j]) * 3 + (2 - el)) * self._m) + (self._m - 1 - rank)
+        return ((-int(self._prio[j]) * 3 + el) * self._m) + rank
 
     def _heap_push(self, j: int) -> None:
         q = int(self.state.job_queue_arr[j])
@@ -260,8 +281,30 @@ class JobQueue:
 
     # -- order maintenance
     def _less(self, a: int, b: int) -> bool:
-        pa, pb = self.profile[a], self.profile[b]
+        pa, pb = self._prof(a), self._prof(b)
         return _profile_less(pb, pa) if self.victim else _profile_less(pa, pb)
+
+    def _prof(self, q: int) -> _QueueProfile:
+        """Profile of queue q with its representative job, computed only when compared."""
+        p = self.profile[q]
+        if p is None:
+            p = self.profile[q] = self._profile(q, self.rep[q])
+        return p
+
+    def _best_of(self, cands: list[int]) -> int:
+        live = [c for c in cands if self.rep[c] >= 0]
+        if not live:
+            return -1
+        if len(live) == 1:
+            return live[0]
+        keys = [self._prof(c).key for c in live]
+        k = max(keys) if self.victim else min(keys)
+        tied = [c for c, kc in zip(live, keys) if kc == k]
+        best = tied[0]
+        for c in tied[1:]:
+            if self._less(c, best):
+                best = c
+        return best
 
     def _recompute(self, q: int) -> None:
         kids = self.children[q]
@@ -269,35 +312,23 @@ class JobQueue:
             h = self.heaps[q]
             self.rep[q] = h[0][1] if h else -1
         else:
-            prof = self.profile
-            live = [c for c in kids if self.rep[c] >= 0]
-            if not live:
-                best = -1
-            else:
-                pick = max if self.victim else min
-                k = pick(prof[c].key for c in live)
-                tied = [c for c in live if prof[c].key == k]
-                best = tied[0]
-                for c in tied[1:]:
-                    if self._less(c, best):
-                        best = c
+            best = self._best_of(kids)
             self.best_child[q] = best
             self.rep[q] = self.rep[best] if best >= 0 else -1
-        j = self.rep[q]
-        self.profile[q] = self._profile(q, j) if j >= 0 else None
+        self.profile[q] = None  # stale: recomputed lazily when q is compared with a sibling
 
-    def _request(self, j: int) -> list:
+    def _request(self, j: int) -> tuple:
         ver = int(self.state.job_version[j])
         hit = self._req_cache.get(j)
         if hit is not None and hit[0] == ver:
             return hit[1]
-        req = list(self.request_fn(j))
+        req = tuple(self.request_fn(j))
         self._req_cache[j] = (ver, req)
         return req
 
     def _profile(self, q: int, j: int) -> _QueueProfile:
         req = self._request(j)
-        key = (q, tuple(req))
+        key = (q, req)
         ver = int(self.state.queue_version[q])
         hit = self._prof_cache.get(key)
         if hit is not None and hit[0] == ver:
@@ -308,8 +339,8 @@ class JobQueue:
 
     def refresh(self, leaf: int) -> None:
         """Recompute representatives and order on the path of ``leaf`` (after its state changed)."""
-        for q in self.state.queue_path[leaf]:
-            self._recompute(int(q))
+        for q in self.paths[leaf]:
+            self._recompute(q)
 
     def refresh_all(self) -> None:
         order = sorted(range(self.state.Q), key=lambda q: -len(self.state.queue_path[q]))
@@ -317,18 +348,7 @@ class JobQueue:
             self._recompute(q)
 
     def best_top(self) -> int:
-        live = [q for q in self.top if self.rep[q] >= 0]
-        if not live:
-            return -1
-        prof = self.profile
-        pick = max if self.victim else min
-        k = pick(prof[q].key for q in live)
-        tied = [q for q in live if prof[q].key == k]
-        best = tied[0]
-        for q in tied[1:]:
-            if self._less(q, best):
-                best = q
-        return best
+        return self._best_of(self.top)
 
     def peek(self) -> int | None:
         q = self.best_top()
@@ -353,18 +373,3 @@ class JobQueue:
 
     def __bool__(self) -> bool:
         return self.best_top() >= 0
-
-
-class _Rev:
-    """Reverses string order inside a sort key (victim order: later names first)."""
-
-    __slots__ = ("s",)
-
-    def __init__(self, s: str) -> None:
-        self.s = s
-
-    def __lt__(self, other: "_Rev") -> bool:
-        return self.s > other.s
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, _Rev) and self.s == other.s

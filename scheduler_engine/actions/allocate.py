@@ -141,11 +141,42 @@ class Allocator:
             return
         jq = JobQueue(s, jobs)
         placed_any: set[int] = set()
+        # Early exit bookkeeping: the initial shape of every job not popped yet. Once every such
+        # shape has a valid cached failure (and no pushed-back job is waiting), nothing left can
+        # be placed this cycle: the remaining jobs get the cached explanation without a scan.
+        sig0: dict[int, tuple] = {}
+        count: dict[tuple, int] = {}
+        for j in jobs:
+            ts = next_tasks_to_allocate(s, j)
+            if ts:
+                sig = s.job_signature(j, ts)
+                sig0[j] = sig
+                count[sig] = count.get(sig, 0) + 1
+        uncached = set(count)
+        seen_freed = s.resources_freed
+        pushed: set[int] = set()
         while True:
+            if not pushed and not uncached and sig0:
+                self._drain(jq, sig0)
+                break
             j = jq.pop(refresh=False)
             if j is None:
                 break
-            leaf = s.job_queue(j)
+            sig = sig0.pop(j, None)
+            if sig is not None:
+                c = count[sig] - 1
+                count[sig] = c
+                if c == 0:
+                    uncached.discard(sig)
+            leaf = int(s.job_queue_arr[j])
+            if sig is not None:
+                # fast path: a first attempt whose shape already failed (nothing changed since)
+                hit = self.fail_cache.get(sig)
+                if hit is not None and hit[0] == s.resources_freed:
+                    jq.refresh(leaf)
+                    self.failures[j] = hit[1]
+                    continue
+            pushed.discard(j)
             tasks = next_tasks_to_allocate(s, j)
             if not tasks:
                 jq.refresh(leaf)
@@ -154,10 +185,16 @@ class Allocator:
                     self.failures[j] = (f"gang needs minAvailable={int(s.job_min_available[j])} tasks but only "
                                         f"{s.job_num_active(j)} are running and {n_pend} pending")
                 continue
-            ok, pipelined, msg = self.try_job(j, tasks)
+            if sig is None:
+                sig = s.job_signature(j, tasks)
+            ok, pipelined, msg = self.try_job(j, tasks, sig)
+            if s.resources_freed != seen_freed:
+                seen_freed = s.resources_freed
+                uncached = {g for g, c in count.items() if c > 0 and not self._cached(g)}
             if not ok:
                 jq.refresh(leaf)
                 self.failures[j] = msg
+                uncached.discard(sig)
                 continue
             placed_any.add(j)
             self.failures.pop(j, None)
@@ -166,6 +203,7 @@ class Allocator:
                 continue
             if s.job_pending_tasks(j):
                 jq.push(j)
+                pushed.add(j)
             else:
                 jq.refresh(leaf)
         for j, msg in self.failures.items():
@@ -176,11 +214,23 @@ class Allocator:
             else:
                 s.add_event(j, "Unschedulable", msg)
 
+    def _cached(self, sig: tuple) -> bool:
+        hit = self.fail_cache.get(sig)
+        return hit is not None and hit[0] == self.state.resources_freed
+
+    def _drain(self, jq: JobQueue, sig0: dict[int, tuple]) -> None:
+        """Every remaining job is of a shape known to fail: record the cached reason for each."""
+        for j, sig in sig0.items():
+            self.failures[j] = self.fail_cache[sig][1]
+        for h in jq.heaps:
+            h.clear()
+
     # ------------------------------------------------------------------ one attempt
-    def try_job(self, j: int, tasks: list[int]) -> tuple[bool, bool, str]:
+    def try_job(self, j: int, tasks: list[int], sig: tuple | None = None) -> tuple[bool, bool, str]:
         """Place ``tasks`` of job j all-or-nothing. Returns ``(placed, pipelined, failure message)``."""
         s = self.state
-        sig = s.job_signature(j, tasks)
+        if sig is None:
+            sig = s.job_signature(j, tasks)
         hit = self.fail_cache.get(sig)
         if hit is not None and hit[0] == s.resources_freed:
             return False, False, hit[1]
