@@ -31,6 +31,10 @@ def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     if isinstance(detail, dict):
         for key, value in detail.items():
+            if isinstance(key, int):  # ListField / ListSerializer errors are keyed by index
+                for k, v in _flatten(value, f"{prefix}[{key}]").items():
+                    out.setdefault(k, []).extend(v)
+                continue
             key = str(key)
             if key in ("non_field_errors", NON_FIELD_ERRORS):
                 path = prefix or NON_FIELD_ERRORS

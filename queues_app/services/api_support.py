@@ -89,7 +89,8 @@ def workload_submit_idempotent(
 def queue_set_quotas(*, queue, quotas: dict[str, dict[str, Any]], actor: AbstractBaseUser | None = None,
                      source: str = "api") -> None:
     """Several ``queue_set_quota`` calls as one all-or-nothing edit (a PATCH of gpu and cpu
-    either lands completely, with its audit rows, or not at all)."""
+    either lands completely, with its audit rows, or not at all).  Errors are keyed
+    ``<resource>.<field>``, the path in the request body ``{"gpu": {"limit": ...}}``."""
     from queues_app.services.queues import queue_set_quota
 
     errors: dict[str, list[str]] = {}
@@ -99,7 +100,7 @@ def queue_set_quotas(*, queue, quotas: dict[str, dict[str, Any]], actor: Abstrac
                 queue_set_quota(queue=queue, resource=resource, actor=actor, source=source, **values)
         except ApplicationError as exc:
             for k, v in exc.extra.items():
-                errors[k if k.startswith("quotas.") else f"quotas.{resource}.{k}"] = v
+                errors[f"{resource}.{k}"] = v
     if errors:
         raise ApplicationError("Invalid quota.", extra=errors)
 
