@@ -32,6 +32,13 @@ def _beat_schedule() -> dict:
             # margin covers the embedded broker's 1 s polling delay.
             "options": {"expires": max(2 * period, 5.0)},
         },
+        # Usage accounting (fairshare_app): idempotent per interval, so beat may fire more often
+        # than the accounting interval and a duplicate or late trigger is a no-op.
+        "fairshare-account-usage": {
+            "task": "fairshare_app.tasks.account_usage",
+            "schedule": float(settings.KAI_ACCOUNTING_SECONDS),
+            "options": {"expires": max(2 * float(settings.KAI_ACCOUNTING_SECONDS), 5.0)},
+        },
     }
 
 

@@ -251,3 +251,7 @@ KAI_SCHEDULER_CONFIG: dict = {}
 # Dotted path of ``f() -> {queue_name: {resource: 0..1}}`` feeding the snapshot's usage
 # (fairshare_app provides it); None = no usage history.
 KAI_USAGE_PROVIDER = envstr("KAI_USAGE_PROVIDER") or None
+# Beat period of fairshare_app's usage accounting task (the accounting interval itself is an
+# operator setting in the admin; extra triggers are no-ops).  Unset KAI_USAGE_PROVIDER means
+# fairshare_app's normalised usage feeds the engine.
+KAI_ACCOUNTING_SECONDS = envint("KAI_ACCOUNTING_SECONDS", 30, minimum=1)

@@ -53,6 +53,8 @@ __all__ = [
     "parse_gpu",
     "parse_duration",
     "ScenarioError",
+    "usage_period_reset",
+    "usage_window_start",
 ]
 
 ScenarioError = engine_loader.ScenarioError
@@ -137,6 +139,20 @@ def _usage_from_provider() -> dict[str, dict[str, float]]:
     return dict(getattr(importlib.import_module(module), attr)() or {})
 
 
+def _fairshare_inputs(now: datetime) -> dict[str, Any]:
+    """fairshare_app's part of the engine input (added by the fair-share engineer, issue #6):
+    ``{"usage": {queue: {resource: U}}, "config": {"kValue": k}, "queues": {queue: {resource:
+    {field: value}}}}`` from ``fairshare_app.selectors.engine_inputs`` (accounting history,
+    operator settings, exhausted GPU budgets); empty when the app is not installed."""
+    from django.apps import apps
+
+    if not apps.is_installed("fairshare_app"):
+        return {}
+    from fairshare_app.selectors import engine_inputs
+
+    return engine_inputs(now=now)
+
+
 def _unique_names(names: list[str], qualifiers: list[str]) -> list[str]:
     """Names unique in the export: a name used twice is qualified ``<qualifier>/<name>``."""
     counts = Counter(names)
@@ -152,6 +168,7 @@ def build_engine_input(
     config: Mapping[str, Any] | None = None,
     usage: Mapping[str, Mapping[str, float]] | None = None,
     name: str = DEFAULT_SCENARIO_NAME,
+    fairshare: bool = True,
 ) -> EngineInput:
     """Read the scheduling state into a scenario dict and its :class:`EngineIndex`.
 
@@ -159,7 +176,11 @@ def build_engine_input(
     the usage provider runs.  Call it inside a REPEATABLE READ / read-only transaction if all
     five must see one snapshot (PostgreSQL); on SQLite a transaction already gives that.
     ``config`` keys (scenario names) override ``settings.KAI_SCHEDULER_CONFIG``; ``now``
-    defaults to the current time; ``usage`` to ``settings.KAI_USAGE_PROVIDER``'s result.
+    defaults to the current time; ``usage`` to ``settings.KAI_USAGE_PROVIDER``'s result, else
+    fairshare_app's normalised usage.  Unless ``usage`` is given (a caller-controlled what-if)
+    or ``fairshare=False``, fairshare_app also supplies ``kValue`` (operator settings; an
+    explicit ``config["kValue"]`` wins) when there is usage, and exhausted GPU budgets'
+    policies as overrides of queue resources (a few more queries).
     """
     now = now or timezone.now()
     index = EngineIndex()
@@ -286,13 +307,23 @@ def build_engine_input(
         task["name"] = tname
         index.task_id[tname] = tid
 
+    fair = _fairshare_inputs(now) if fairshare and usage is None else {}
+    for queue in queues:
+        for res, patch in fair.get("queues", {}).get(queue["name"], {}).items():
+            queue["resources"][res].update(patch)
     cfg: dict[str, Any] = {**getattr(settings, "KAI_SCHEDULER_CONFIG", {}), **dict(config or {})}
     cfg.setdefault("now", _iso(now))
     data: dict[str, Any] = {"name": name, "config": cfg, "nodes": nodes, "queues": queues, "jobs": jobs}
-    usage_map = dict(usage) if usage is not None else _usage_from_provider()
+    if usage is not None:
+        usage_map = dict(usage)
+    elif getattr(settings, "KAI_USAGE_PROVIDER", None):
+        usage_map = _usage_from_provider()
+    else:
+        usage_map = dict(fair.get("usage", {}))
     usage_map = {q: dict(v) for q, v in usage_map.items() if q in index.queue_id and v}
     if usage_map:
         data["usage"] = usage_map
+        cfg.update({k: v for k, v in fair.get("config", {}).items() if k not in (config or {})})
     return EngineInput(data=data, index=index)
 
 
@@ -310,6 +341,27 @@ def build_snapshot_with_index(**kwargs: Any) -> tuple[Snapshot, EngineIndex]:
 def build_snapshot(**kwargs: Any) -> Snapshot:
     """``scheduler_engine.loader.load_dict(build_scenario_dict())``: the engine's input type."""
     return build_snapshot_with_index(**kwargs)[0]
+
+
+# ----------------------------------------------------------------------------- the cycle's engine calls (issue #4)
+
+
+def snapshot_from_dict(data: Mapping[str, Any], *, source: str = "database") -> Snapshot:
+    """Load a (possibly rewritten) engine-input dict: the scheduling cycle folds the cluster's
+    confirmations into :func:`build_engine_input`'s dict before the engine sees it."""
+    return engine_loader.load_dict(dict(data), source=source)
+
+
+def run_engine(snapshot: Snapshot) -> Any:
+    """One scheduling cycle of the engine: ``scheduler_engine.cycle.run_cycle(snapshot)``.
+
+    Returns the engine's ``CycleResult`` (plain dicts keyed by scenario names: ``jobs``,
+    ``tasks``, ``queues``, ``nodes``, ``events``, ``timings``), which the cycle maps back to
+    database ids through the :class:`EngineIndex`.
+    """
+    from scheduler_engine.cycle import run_cycle
+
+    return run_cycle(snapshot)
 
 
 # ----------------------------------------------------------------------------- scenario -> DB
@@ -490,3 +542,23 @@ def dry_run_workload(*, submit: Any, now: datetime | None = None) -> dict[str, A
         "queue": result.queues.get(holder["queue"], {}),
         "skipped_actions": skipped,
     }
+
+
+# ----------------------------------------------------------------------------- usage windows (fairshare_app)
+
+
+def usage_window_start(window_type: str, now: datetime, *, window_size: timedelta | None = None,
+                       tumbling_start: datetime | None = None, cron: str | None = None) -> datetime | None:
+    """The engine's usage-window start (``scheduler_engine.usage.window_start``: sliding,
+    tumbling, cron; exact-boundary rule of spec e.1); ``None`` = an empty window."""
+    from scheduler_engine import usage as engine_usage
+
+    return engine_usage.window_start(window_type, now, window_size=window_size, tumbling_start=tumbling_start,
+                                     cron=cron)
+
+
+def usage_period_reset(period: str, now: datetime) -> datetime | None:
+    """Latest boundary of a Slurm ``PriorityUsageResetPeriod`` (``NONE`` -> None), engine rule."""
+    from scheduler_engine import usage as engine_usage
+
+    return engine_usage.period_reset(period, now)

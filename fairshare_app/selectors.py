@@ -1,0 +1,426 @@
+"""Every read of fairshare_app.  Selectors that expose data take the caller's tenant first:
+``tenant=None`` is an operator; a tenant sees its own usage (rows of its workloads) and the
+budgets and fair-share rows of the queues granted to it.
+
+``engine_inputs`` / ``normalized_usage`` are what ``queues_app.engine_io`` puts into the
+engine's input (``usage`` block, ``kValue``, budget policies as queue resource overrides).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Iterable, Sequence
+
+from django.db.models import F, FloatField, Q, QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncHour, TruncMonth
+
+from fairshare_app import sshare
+from fairshare_app.choices import BudgetPolicy, SshareAlgorithm
+from fairshare_app.clock import db_now, to_epoch
+from fairshare_app.models import (
+    AccountingInterval,
+    AccountingState,
+    FairshareSettings,
+    GpuBudget,
+    NormalizedUsage,
+    QueueIntervalStat,
+    UsageRecord,
+)
+from fairshare_app.services.settings import fairshare_settings_get
+from fairshare_app.usage import decayed_usage
+from fairshare_app.windows import period_bounds, reset_start
+from queues_app.errors import ApplicationError
+from queues_app.models import Queue, QueueResource, QueueStatus, Tenant
+
+GIB = 1024.0 ** 3
+GROUP_BY = ("queue", "tenant", "user", "queue_user")
+BUCKETS = ("none", "hour", "day", "month")
+MAX_REPORT_DAYS = 3660
+MAX_CHART_POINTS = 2000
+
+
+def fairshare_settings() -> FairshareSettings:
+    return fairshare_settings_get()
+
+
+def accounting_state() -> AccountingState | None:
+    return AccountingState.objects.filter(pk=1).first()
+
+
+# ----------------------------------------------------------------------------- engine input
+
+
+def normalized_usage(*, tenant: Tenant | None = None) -> dict[str, dict[str, float]]:
+    """``{queue_name: {gpu, cpu, memory}}`` (fractions of the cluster, 0..1) as last computed by
+    the accounting task; queues with no usage are left out (absent = 0 for the engine).
+
+    Usable as ``settings.KAI_USAGE_PROVIDER``.  One query.
+    """
+    qs = NormalizedUsage.objects.select_related("queue")
+    if tenant is not None:
+        qs = qs.filter(queue__tenants=tenant)
+    out = {}
+    for row in qs.order_by("queue__name"):
+        values = {r: getattr(row, r) for r in ("gpu", "cpu", "memory") if getattr(row, r) > 0}
+        if values:
+            out[row.queue.name] = values
+    return out
+
+
+def engine_inputs(*, now: datetime | None = None) -> dict[str, Any]:
+    """What the cycle hands the engine from fair-share accounting.
+
+    ``{"usage": {queue: {resource: U}}, "config": {"kValue": k}, "queues": {queue: {resource:
+    {field: value}}}}`` -- the last being budget policies of exhausted budgets: ``deprioritize``
+    sets the GPU over-quota weight to 0, ``block_over_quota`` sets the GPU limit to the quota.
+    A handful of queries whatever the number of queues.
+    """
+    cfg = fairshare_settings_get()
+    now = now or db_now()
+    overrides: dict[str, dict[str, dict[str, float]]] = {}
+    for status in budget_statuses(tenant=None, now=now, active_only=True):
+        if not status.exhausted or status.budget.policy == BudgetPolicy.REPORT_ONLY:
+            continue
+        name = status.budget.queue.name
+        if status.budget.policy == BudgetPolicy.DEPRIORITIZE:
+            overrides.setdefault(name, {}).setdefault("gpu", {})["overQuotaWeight"] = 0
+        elif status.budget.policy == BudgetPolicy.BLOCK_OVER_QUOTA:
+            quota = status.gpu_quota
+            overrides.setdefault(name, {}).setdefault("gpu", {})["limit"] = quota if quota >= 0 else -1
+    return {"usage": normalized_usage(), "config": {"kValue": float(cfg.k_value)}, "queues": overrides}
+
+
+# ----------------------------------------------------------------------------- usage reports
+
+
+def _scoped_records(tenant: Tenant | None) -> QuerySet[UsageRecord]:
+    qs = UsageRecord.objects.all()
+    return qs if tenant is None else qs.filter(tenant=tenant)
+
+
+def _check_range(start: datetime, end: datetime) -> None:
+    if start is None or end is None:
+        raise ApplicationError("Invalid date range.", extra={"start": ["start and end are required."]})
+    if end <= start:
+        raise ApplicationError("Invalid date range.", extra={"end": ["Must be after start."]})
+    if end - start > timedelta(days=MAX_REPORT_DAYS):
+        raise ApplicationError("Invalid date range.", extra={"end": [f"The range is at most {MAX_REPORT_DAYS} days."]})
+
+
+def usage_report(*, tenant: Tenant | None, start: datetime, end: datetime, group_by: str = "queue",
+                 bucket: str = "none", queues: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """GPU-hours, CPU core-hours and memory GiB-hours per group (and time bucket) in ``[start, end)``.
+
+    An accounting interval counts in the range (and bucket) containing its start; compacted
+    history has hourly, then daily resolution.  One grouped query.
+    """
+    _check_range(start, end)
+    if group_by not in GROUP_BY:
+        raise ApplicationError("Invalid report.", extra={"group_by": [f"Use one of {', '.join(GROUP_BY)}."]})
+    if bucket not in BUCKETS:
+        raise ApplicationError("Invalid report.", extra={"bucket": [f"Use one of {', '.join(BUCKETS)}."]})
+    qs = _scoped_records(tenant).filter(interval__start__gte=start, interval__start__lt=end)
+    if queues:
+        qs = qs.filter(queue_name__in=list(queues))
+    keys = {"queue": ["queue_name"], "tenant": ["tenant_name"], "user": ["user_name"],
+            "queue_user": ["queue_name", "user_name"]}[group_by]
+    if bucket != "none":
+        trunc = {"hour": TruncHour, "day": TruncDay, "month": TruncMonth}[bucket]
+        qs = qs.annotate(period=trunc("interval__start"))
+        keys = ["period"] + keys
+    rows = qs.values(*keys).annotate(g=Sum("gpu"), c=Sum("cpu"), m=Sum("memory")).order_by(*keys)
+    out = []
+    for r in rows:
+        item = {("queue" if k == "queue_name" else "tenant" if k == "tenant_name" else "user" if k == "user_name"
+                 else k): r[k] for k in keys}
+        item.update(gpu_hours=(r["g"] or 0.0) / 3600.0, cpu_hours=(r["c"] or 0.0) / 3600.0,
+                    memory_gib_hours=(r["m"] or 0.0) / 3600.0 / GIB)
+        out.append(item)
+    return out
+
+
+def usage_timeseries(*, tenant: Tenant | None, start: datetime, end: datetime,
+                     queues: Sequence[str] = ()) -> dict[str, dict[str, list]]:
+    """Per queue: ``{"t": [...], "allocated_gpu": [...], "fair_share_gpu": [...], "usage_gpu": [...]}``
+    over ``[start, end)`` for charts (allocation = mean GPUs held over each interval)."""
+    _check_range(start, end)
+    intervals = AccountingInterval.objects.filter(start__gte=start, start__lt=end)
+    n = intervals.count()
+    stride = max(1, -(-n // MAX_CHART_POINTS))
+    ids = list(intervals.order_by("start").values_list("id", "start", "covered_seconds"))[::stride]
+    keep = {i for i, _, _ in ids}
+    when = {i: (t, cov) for i, t, cov in ids}
+    visible: set[str] | None = None
+    if tenant is not None:
+        visible = set(Queue.objects.filter(tenants=tenant).values_list("name", flat=True))
+    series: dict[str, dict[str, list]] = {}
+
+    def slot(name: str) -> dict[str, dict]:
+        return series.setdefault(name, {"alloc": {}, "fs": {}, "u": {}})
+
+    rec = UsageRecord.objects.filter(interval_id__in=keep)
+    if queues:
+        rec = rec.filter(queue_name__in=list(queues))
+    if tenant is not None:
+        rec = rec.filter(queue_name__in=visible)
+    for r in rec.values("interval_id", "queue_name").annotate(g=Sum("gpu")):
+        cov = when[r["interval_id"]][1]
+        slot(r["queue_name"])["alloc"][r["interval_id"]] = (r["g"] or 0.0) / cov if cov else 0.0
+    st = QueueIntervalStat.objects.filter(interval_id__in=keep)
+    if queues:
+        st = st.filter(queue_name__in=list(queues))
+    if tenant is not None:
+        st = st.filter(queue_name__in=visible)
+    for s in st.values("interval_id", "queue_name", "fair_share_gpu", "usage_gpu"):
+        slot(s["queue_name"])["fs"][s["interval_id"]] = s["fair_share_gpu"]
+        slot(s["queue_name"])["u"][s["interval_id"]] = s["usage_gpu"]
+    out = {}
+    order = [i for i, _, _ in ids]
+    for name, d in sorted(series.items()):
+        out[name] = {
+            "t": [when[i][0] for i in order],
+            "allocated_gpu": [d["alloc"].get(i, 0.0) for i in order],
+            "fair_share_gpu": [d["fs"].get(i) for i in order],
+            "usage_gpu": [d["u"].get(i) for i in order],
+        }
+    return out
+
+
+# ----------------------------------------------------------------------------- budgets
+
+
+@dataclass
+class BudgetStatus:
+    budget: GpuBudget
+    period_start: datetime
+    period_end: datetime
+    used_gpu_hours: float
+    remaining_gpu_hours: float
+    burn_rate_gpu_per_hour: float
+    projected_exhaustion: datetime | None
+    exhausted: bool
+    gpu_quota: float
+    burn_down: list[tuple[datetime, float]]
+
+    def as_dict(self) -> dict[str, Any]:
+        b = self.budget
+        return {
+            "id": b.pk, "queue": b.queue.name, "period": b.period, "policy": b.policy, "is_active": b.is_active,
+            "gpu_hours": float(b.gpu_hours), "period_start": self.period_start, "period_end": self.period_end,
+            "used_gpu_hours": self.used_gpu_hours, "remaining_gpu_hours": self.remaining_gpu_hours,
+            "burn_rate_gpu_per_hour": self.burn_rate_gpu_per_hour,
+            "projected_exhaustion": self.projected_exhaustion, "exhausted": self.exhausted,
+            "burn_down": [{"t": t, "remaining_gpu_hours": r} for t, r in self.burn_down],
+        }
+
+
+def budget_list(*, tenant: Tenant | None, active_only: bool = False) -> QuerySet[GpuBudget]:
+    """Budgets visible to the caller: a tenant sees budgets of its granted queues and of their
+    ancestors (the department budget that limits it)."""
+    qs = GpuBudget.objects.select_related("queue")
+    if active_only:
+        qs = qs.filter(is_active=True)
+    if tenant is not None:
+        visible: set[int] = set()
+        parents = dict(Queue.objects.values_list("id", "parent_id"))
+        for qid in tenant.queues.values_list("id", flat=True):
+            cur = qid
+            while cur is not None and cur not in visible:
+                visible.add(cur)
+                cur = parents.get(cur)
+        qs = qs.filter(queue_id__in=visible)
+    return qs.order_by("queue__path", "period")
+
+
+def budget_get(*, tenant: Tenant | None, pk: int) -> GpuBudget:
+    return budget_list(tenant=tenant).get(pk=pk)
+
+
+def _subtree_ids(root_id: int, children: dict[int | None, list[int]]) -> list[int]:
+    out, stack = [], [root_id]
+    while stack:
+        q = stack.pop()
+        out.append(q)
+        stack.extend(children.get(q, []))
+    return out
+
+
+BURN_RATE_WINDOW = timedelta(hours=24)
+
+
+def budget_statuses(*, tenant: Tenant | None, now: datetime | None = None, active_only: bool = False,
+                    budgets: Iterable[GpuBudget] | None = None, with_burn_down: bool = False) -> list[BudgetStatus]:
+    """Burn-down of each budget in its current period.
+
+    ``burn_rate`` = GPU-hours per hour over the last 24 h of the period (or the elapsed part if
+    shorter); ``projected_exhaustion`` = now + remaining / burn rate when that falls before the
+    period ends, else None.  Queries: budgets, queue tree, quotas, one grouped usage query per
+    distinct period (plus one per budget for the burn-down series when asked).
+    """
+    now = now or db_now()
+    items = list(budgets) if budgets is not None else list(budget_list(tenant=tenant, active_only=active_only))
+    if not items:
+        return []
+    tree = list(Queue.objects.values_list("id", "parent_id"))
+    children: dict[int | None, list[int]] = {}
+    for qid, pid in tree:
+        children.setdefault(pid, []).append(qid)
+    quotas = dict(QueueResource.objects.filter(resource="gpu", queue_id__in=[b.queue_id for b in items])
+                  .values_list("queue_id", "quota"))
+    out = []
+    by_period: dict[str, list[GpuBudget]] = {}
+    for b in items:
+        by_period.setdefault(b.period, []).append(b)
+    for period, group in by_period.items():
+        start, end = period_bounds(period, now)
+        recent_from = max(start, now - BURN_RATE_WINDOW)
+        rows = (UsageRecord.objects.filter(interval__start__gte=start, interval__start__lt=now, queue__isnull=False)
+                .values("queue_id").annotate(total=Sum("gpu"),
+                                             recent=Sum("gpu", filter=Q(interval__start__gte=recent_from))))
+        total = {r["queue_id"]: (r["total"] or 0.0) for r in rows}
+        recent = {r["queue_id"]: (r["recent"] or 0.0) for r in rows}
+        for b in group:
+            ids = _subtree_ids(b.queue_id, children)
+            used = sum(total.get(q, 0.0) for q in ids) / 3600.0
+            recent_used = sum(recent.get(q, 0.0) for q in ids) / 3600.0
+            hours = max((now - recent_from).total_seconds() / 3600.0, 1e-9)
+            rate = recent_used / hours if now > recent_from else 0.0
+            budget = float(b.gpu_hours)
+            remaining = max(0.0, budget - used)
+            projected = None
+            if used >= budget:
+                projected = None
+            elif rate > 0:
+                eta = now + timedelta(hours=remaining / rate)
+                projected = eta if eta < end else None
+            burn = _burn_down(b, ids, start, now, budget) if with_burn_down else []
+            out.append(BudgetStatus(b, start, end, used, remaining, rate, projected, used >= budget,
+                                    float(quotas.get(b.queue_id, 0)), burn))
+    out.sort(key=lambda s: (s.budget.queue.path, s.budget.period))
+    return out
+
+
+def _burn_down(b: GpuBudget, ids: list[int], start: datetime, now: datetime, budget: float
+               ) -> list[tuple[datetime, float]]:
+    trunc = TruncHour if (now - start) <= timedelta(days=2) else TruncDay
+    rows = (UsageRecord.objects.filter(queue_id__in=ids, interval__start__gte=start, interval__start__lt=now)
+            .annotate(p=trunc("interval__start")).values("p").annotate(g=Sum("gpu")).order_by("p"))
+    out, used = [(start, budget)], 0.0
+    for r in rows:
+        used += (r["g"] or 0.0) / 3600.0
+        out.append((r["p"], max(0.0, budget - used)))
+    return out
+
+
+# ----------------------------------------------------------------------------- sshare
+
+
+def sshare_tree(*, tenant: Tenant | None, now: datetime | None = None, algorithm: str | None = None
+                ) -> tuple[sshare.Tree, dict[str, Any]]:
+    """The queue tree as Slurm associations, with decayed billing usage, computed.
+
+    Accounts = queues (RawShares = GPU over-quota weight, -1/unset = 1); users = owners of
+    usage in a leaf queue (1 share each; usage without an owner stays on the account).
+    RawUsage = decayed billing-seconds since the latest reset (settings: half-life, reset
+    period, billing weights), exact 2**(-age/half_life) decay (not Slurm's 0.693 constant).
+    A tenant sees the subtrees of its granted queues (with their ancestors).
+    """
+    cfg = fairshare_settings_get()
+    now = now or db_now()
+    algorithm = algorithm or (sshare.CLASSIC if cfg.sshare_algorithm == SshareAlgorithm.CLASSIC else sshare.FAIR_TREE)
+    if algorithm not in sshare.ALGORITHMS:
+        raise ApplicationError("Invalid report.", extra={"algorithm": [f"Use one of {', '.join(sshare.ALGORITHMS)}."]})
+    since = reset_start(cfg.reset_period, now) if cfg.reset_period != "NONE" else None
+    half_life = cfg.half_life.total_seconds()
+    weights = (cfg.billing_weight_gpu, cfg.billing_weight_cpu, cfg.billing_weight_memory_gib / GIB)
+
+    queues = list(Queue.objects.order_by("path", "name").values("id", "name", "parent_id"))
+    shares = {r["queue_id"]: float(r["over_quota_weight"]) for r in
+              QueueResource.objects.filter(resource="gpu").values("queue_id", "over_quota_weight")}
+    deserved = dict(QueueResource.objects.filter(resource="gpu").values_list("queue_id", "quota"))
+    status = {s["queue_id"]: s for s in QueueStatus.objects.values("queue_id", "fair_share_gpu", "allocated_gpu")}
+    billing = _billing_by_queue_user(now=now, since=since, half_life_s=half_life, weights=weights)
+    name_of = {q["id"]: q["name"] for q in queues}
+    assocs = [sshare.Assoc("root", None, "root", shares=None)]
+    has_children = {q["parent_id"] for q in queues if q["parent_id"] is not None}
+    for q in queues:
+        w = shares.get(q["id"], 1.0)
+        st = status.get(q["id"], {})
+        extra = {"GPUDeserved": float(deserved.get(q["id"], 0)), "GPUFairShare": st.get("fair_share_gpu"),
+                 "GPUAllocated": st.get("allocated_gpu")}
+        own = billing.get((q["id"], ""), 0.0)
+        extra["own_usage"] = own
+        parent = name_of.get(q["parent_id"], "root") if q["parent_id"] is not None else "root"
+        assocs.append(sshare.Assoc(q["name"], parent, q["name"], shares=1.0 if w < 0 else w,
+                                   raw_usage=own, extra=extra))
+        if q["id"] in has_children:
+            continue
+        for (qid, user), value in sorted(billing.items()):
+            if qid == q["id"] and user:
+                assocs.append(sshare.Assoc(f"{q['name']}/{user}", q["name"], q["name"], user=user, shares=1.0,
+                                           raw_usage=value))
+    tree = sshare.Tree(assocs)
+    sshare.compute(tree, algorithm)
+    meta = {"algorithm": algorithm, "now": now.isoformat(), "usage_since": since.isoformat() if since else None,
+            "half_life_seconds": half_life, "billing_weights": {"gpu": weights[0], "cpu": weights[1],
+                                                                 "memory_gib": cfg.billing_weight_memory_gib},
+            "usage_units": "decayed billing-seconds (GPU-seconds with the default weights)",
+            "decay": "exact 0.5 ** (age / half_life)"}
+    if tenant is not None:
+        meta["visible_accounts"] = sorted(_tenant_accounts(tenant, queues))
+    return tree, meta
+
+
+def _tenant_accounts(tenant: Tenant, queues: list[dict]) -> set[str]:
+    parents = {q["id"]: q["parent_id"] for q in queues}
+    names = {q["id"]: q["name"] for q in queues}
+    out: set[str] = set()
+    for qid in tenant.queues.values_list("id", flat=True):
+        cur = qid
+        while cur is not None:
+            out.add(names[cur])
+            cur = parents.get(cur)
+    return out
+
+
+def sshare_rows(*, tenant: Tenant | None, now: datetime | None = None, algorithm: str | None = None,
+                accounts: Sequence[str] = (), users: Sequence[str] = (), users_only: bool = False
+                ) -> tuple[list[sshare.Assoc], dict[str, Any]]:
+    """Rows of the report for the caller: a tenant sees its granted queues, their ancestors
+    and their users (not sibling teams)."""
+    tree, meta = sshare_tree(tenant=tenant, now=now, algorithm=algorithm)
+    rows = sshare.select_rows(tree, accounts=accounts, users=users, users_only=users_only)
+    if tenant is not None:
+        visible = set(meta["visible_accounts"])
+        rows = [r for r in rows if r.parent is None or r.account in visible]
+    return rows, meta
+
+
+def _billing_by_queue_user(*, now: datetime, since: datetime | None, half_life_s: float,
+                           weights: tuple[float, float, float]) -> dict[tuple[int, str], float]:
+    from fairshare_app.usage import _weight_expr
+
+    qs = UsageRecord.objects.filter(queue__isnull=False, interval__end__lte=now)
+    if since is not None:
+        qs = qs.filter(interval__start__gte=since)
+    w = _weight_expr("interval__mid_epoch", to_epoch(now), half_life_s)
+    bill = (F("gpu") * weights[0] + F("cpu") * weights[1] + F("memory") * weights[2]) * w
+    return {(r["queue_id"], r["user_name"]): r["b"] or 0.0
+            for r in qs.values("queue_id", "user_name").annotate(b=Sum(bill, output_field=FloatField()))}
+
+
+def queue_usage_now(*, tenant: Tenant | None, now: datetime | None = None) -> dict[str, dict[str, float]]:
+    """Normalised usage recomputed right now (not the cached value), for the API and admin."""
+    cfg = fairshare_settings_get()
+    now = now or db_now()
+    from fairshare_app.windows import window_start
+
+    sums = decayed_usage(now=now, window_start=window_start(cfg, now), half_life_s=cfg.half_life.total_seconds())
+    parents = dict(Queue.objects.values_list("id", "parent_id"))
+    names = dict(Queue.objects.values_list("id", "name"))
+    visible = None if tenant is None else set(Queue.objects.filter(tenants=tenant).values_list("id", flat=True))
+    out = {}
+    for qid, u in sums.fractions(parents).items():
+        if qid in names and (visible is None or qid in visible):
+            out[names[qid]] = {"gpu": float(u[0]), "cpu": float(u[1]), "memory": float(u[2])}
+    return out
