@@ -30,7 +30,8 @@ Per-node (mutable): ``node_idle`` (N, 3) free now (capacity minus everything on 
 tasks included), ``node_releasing`` (N, 3) held by Releasing tasks and not yet promised to a
 Pipelined task; ``node_schedulable`` (N,) bool (ready and not unschedulable). Per device:
 ``dev_free`` (N, G) free fraction of each device, ``dev_rel`` (N, G) releasing fraction not yet
-promised; ``dev_group`` list (per node) of dict device -> gpuGroup name.
+promised; ``dev_group`` list (per node) of dict device -> gpuGroup name; ``dev_shared`` (N, G)
+bool: the device carries a gpuGroup (is, or was this cycle, used by shared-GPU tasks).
 
 ``node_idle_gpus()`` / ``node_releasing_gpus()`` (N,) float: ``idleGpus`` = free GPU amount
 (whole free devices plus free fractions of shared ones), ``releasingGpus`` = GPU amount that victims
@@ -131,6 +132,7 @@ class CycleState:
         self.dev_free = self.dev_valid.astype(float)
         self.dev_rel = np.zeros((N, G))
         self.dev_group: list[dict[int, str]] = [dict() for _ in range(N)]
+        self.dev_shared = np.zeros((N, G), dtype=bool)  # device carries a gpuGroup (shared use)
         self.node_idle = cap.copy()
         self.node_releasing = np.zeros((N, NRES))
         self._selector_cache: dict[tuple, np.ndarray] = {}
@@ -275,6 +277,7 @@ class CycleState:
                 if name is None:
                     name = self._new_group_name(n, d)
                 groups[d] = name
+                self.dev_shared[n, d] = True
                 devs.append(d)
             if not self.task_gpu_groups[t]:
                 self.task_gpu_groups[t] = [groups[devs[0]]]
@@ -529,6 +532,11 @@ class CycleState:
             if dev_rows is not None:
                 self.dev_free[n], self.dev_rel[n] = dev_rows
             self.dev_group[n] = gmap
+            if self.G:
+                row = self.dev_shared[n]
+                row[:] = False
+                if gmap:
+                    row[[d for d in gmap if d < self.G]] = True
         if qpath is not None:
             self.queue_alloc[qpath] = qa
             self.queue_alloc_np[qpath] = qanp
@@ -612,6 +620,7 @@ class CycleState:
                 if name is None:
                     name = self._new_group_name(n, d)
                     self.dev_group[n][d] = name
+                    self.dev_shared[n, d] = True
                 groups.append(name)
             self.task_gpu_groups[t] = groups
         else:

@@ -36,6 +36,49 @@ def run(state: CycleState) -> None:
     allocator.run()
 
 
+def node_keys(state: CycleState, t: int, rows, idle_ok_rows: np.ndarray, col: int, spread: bool) -> np.ndarray:
+    """Placement order of nodes ``rows`` for task t as one float key per node, smaller first.
+
+    KAI sums node-order scores whose magnitudes never overlap, so the order is lexicographic:
+    a shared-GPU task that fits a GPU group already in shared use (gpusharingorder, 10000), then
+    nodes where the task fits on free resources (nodeavailability, 1000), then a CPU-only task on
+    a node without GPUs (resourcetype, 10), then binpack (least non-allocated first) or spread
+    (largest non-allocated share first) on GPU for GPU tasks and on CPU otherwise (nodeplacement,
+    non-allocated = free + releasing; GPU counted in devices with nothing but releasing load).
+    """
+    s = state
+    if col == GPU:
+        if s.G:
+            whole = ((s.dev_free[rows] + s.dev_rel[rows] >= 1 - EPS) & s.dev_valid[rows]).sum(axis=1).astype(float)
+        else:
+            whole = np.zeros(len(idle_ok_rows))
+        free, overall, top = whole, s.node_devices[rows].astype(float), float(max(s.G, 1))
+    else:
+        free = s.node_idle[rows, col] + s.node_releasing[rows, col]
+        overall = s.node_capacity[rows, col]
+        top = float(s.node_capacity[:, col].max()) if s.N else 1.0
+    has = overall > 0
+    if spread:
+        base = np.where(has, -free / np.where(has, overall, 1.0), 0.0)
+        width = 3.0
+    else:
+        base = np.where(has, free, top + 1.0)
+        width = 2.0 * top + 3.0
+    tier = 1000.0 * idle_ok_rows
+    if s.task_is_shared[t] and s.G:
+        if s.task_is_mem[t]:
+            gm = s.node_gpu_memory[rows]
+            f = np.where(gm > 0, s.task_gpu_memory[t] / np.where(gm > 0, gm, 1.0), np.inf)[:, None]
+        else:
+            f = float(s.task_request[t, GPU])
+        used = s.dev_shared[rows] & (s.dev_free[rows] < 1 - EPS) & s.dev_valid[rows]
+        fits = used & (s.dev_free[rows] + s.dev_rel[rows] >= f - EPS)
+        tier = tier + 10000.0 * fits.any(axis=1)
+    elif col == CPU:
+        tier = tier + 10.0 * (s.node_devices[rows] == 0)
+    return base - tier * width
+
+
 class _ShapeIndex:
     """Incrementally maintained fit masks and placement keys of one task shape over all nodes.
 
@@ -51,14 +94,7 @@ class _ShapeIndex:
         self._full()
 
     def _keys(self, rows):
-        s = self.state
-        free = s.node_idle[rows, self.col]
-        overall = s.node_capacity[rows, self.col]
-        if self.spread:
-            # KAI spread: higher free ratio first
-            return np.where(overall > 0, -free / np.where(overall > 0, overall, 1.0), 0.0)
-        # KAI binpack: less free first; nodes without the resource score lowest
-        return np.where(overall > 0, free, np.inf)
+        return node_keys(self.state, self.t, rows, self.idle_ok[rows], self.col, self.spread)
 
     def _full(self) -> None:
         s = self.state
@@ -328,28 +364,15 @@ class Allocator:
                                 f"only {i} fit: {f.message}") from None
                 raise
 
-    def node_order(self, t: int, cand: np.ndarray) -> np.ndarray:
-        """Candidate node indices in placement order (KAI nodeplacement: binpack = least free first)."""
+    def node_order(self, t: int, cand: np.ndarray, idle_ok: np.ndarray) -> np.ndarray:
+        """Candidate node indices in placement order (see :func:`node_keys`); ties by node index."""
         s = self.state
         idx = np.flatnonzero(cand)
         if idx.size <= 1:
             return idx
-        cpu_only = s.task_request[t, GPU] <= EPS and s.task_gpu_memory[t] <= 0
-        col = CPU if cpu_only else GPU
-        strategy = self.placement.get("cpu" if cpu_only else "gpu", "binpack")
-        overall = s.node_capacity[idx, col]
-        free = s.node_idle[idx, col]
-        if strategy == "spread":
-            score = np.where(overall > 0, free / np.where(overall > 0, overall, 1), 0.0)
-        else:
-            has = overall > 0
-            if has.any():
-                lo, hi = free[has].min(), free[has].max()
-                score = np.where(has, 1.0 - (free - lo) / (hi - lo) if hi > lo else 1.0, 0.0)
-            else:
-                score = np.zeros(idx.size)
-        order = np.argsort(-score, kind="stable")
-        return idx[order]
+        col, spread = self._strategy(t)
+        keys = node_keys(s, t, idx, idle_ok[idx], col, spread)
+        return idx[np.argsort(keys, kind="stable")]
 
     def _strategy(self, t: int) -> tuple[int, bool]:
         s = self.state
@@ -382,7 +405,7 @@ class Allocator:
         if not any_ok.any():
             raise _Fail(self.explain(t, within))
         node_quota_msg = None
-        for n in self.node_order(t, any_ok):
+        for n in self.node_order(t, any_ok, idle_ok):
             n = int(n)
             if s.task_is_mem[t]:
                 msg = s.queue_over_capacity(q, s.task_request_on_node(t, n), nonpre)

@@ -57,6 +57,30 @@ def test_cpu_only_task_uses_cpu_strategy():
     assert status(run(nodes, jobs, placement={"gpu": "binpack", "cpu": "spread"}), "p-0") == ("Binding", "b")
 
 
+def test_node_with_free_room_beats_a_tighter_node_that_needs_releasing():
+    nodes = [node("tight", gpus=2), node("roomy", gpus=4)]
+    jobs = [job("run", {"gpu": 1, "state": "Running", "node": "tight"}),
+            job("rel", {"gpu": 1, "state": "Releasing", "node": "tight"}),
+            job("p", {"gpu": 2, "name": "p-0"})]
+    assert status(run(nodes, jobs), "p-0") == ("Binding", "roomy")
+
+
+def test_fraction_prefers_a_node_with_a_matching_shared_gpu_over_binpack():
+    nodes = [node("busy", gpus=2), node("shared", gpus=4)]
+    jobs = [job("w", {"gpu": 1, "state": "Running", "node": "busy"}),
+            job("s", {"gpu": 0.5, "state": "Running", "node": "shared", "gpuGroups": ["g"]}),
+            job("p", {"gpu": 0.5, "name": "p-0"})]
+    s = run(nodes, jobs)
+    assert status(s, "p-0") == ("Binding", "shared")
+    assert s.task_gpu_groups[s.tasks.index["p-0"]] == ["g"]
+
+
+def test_cpu_only_task_prefers_nodes_without_gpus():
+    nodes = [node("gpu", gpus=4, cpu="8"), node("cpu", gpus=0, cpu="64")]
+    s = run(nodes, [job("c", {"gpu": 0, "cpu": "1", "name": "c-0"})])
+    assert status(s, "c-0") == ("Binding", "cpu")
+
+
 def test_unschedulable_and_not_ready_nodes_are_skipped_and_selector_applies():
     nodes = [node("down", ready=False), node("cordon", unschedulable=True), node("x", labels={"pool": "x"}),
              node("y", labels={"pool": "y"})]
