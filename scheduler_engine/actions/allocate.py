@@ -47,6 +47,9 @@ def node_keys(state: CycleState, t: int, rows, idle_ok_rows: np.ndarray, col: in
     non-allocated = free + releasing; GPU counted in devices with nothing but releasing load).
     """
     s = state
+    if not isinstance(rows, slice) and len(rows) <= 4:
+        return np.fromiter((_node_key_one(s, t, int(n), bool(i), col, spread) for n, i in zip(rows, idle_ok_rows)),
+                           float, len(rows))
     if col == GPU:
         if s.G:
             whole = ((s.dev_free[rows] + s.dev_rel[rows] >= 1 - EPS) & s.dev_valid[rows]).sum(axis=1).astype(float)
@@ -76,6 +79,35 @@ def node_keys(state: CycleState, t: int, rows, idle_ok_rows: np.ndarray, col: in
         tier = tier + 10000.0 * fits.any(axis=1)
     elif col == CPU:
         tier = tier + 10.0 * (s.node_devices[rows] == 0)
+    return base - tier * width
+
+
+def _node_key_one(s: CycleState, t: int, n: int, idle_ok: bool, col: int, spread: bool) -> float:
+    """:func:`node_keys` for one node in plain Python (same formula)."""
+    nd = int(s.node_devices[n])
+    if col == GPU:
+        fr = s.dev_free[n, :nd].tolist() if nd else []
+        rl = s.dev_rel[n, :nd].tolist() if nd else []
+        free = float(sum(1 for a, b in zip(fr, rl) if a + b >= 1 - EPS))
+        overall, top = float(nd), float(max(s.G, 1))
+    else:
+        free = float(s.node_idle[n, col] + s.node_releasing[n, col])
+        overall = float(s.node_capacity[n, col])
+        top = float(s.node_capacity[:, col].max())
+    if spread:
+        base, width = (-free / overall if overall > 0 else 0.0), 3.0
+    else:
+        base, width = (free if overall > 0 else top + 1.0), 2.0 * top + 3.0
+    tier = 1000.0 if idle_ok else 0.0
+    if s.task_is_shared[t] and nd:
+        f = s._shared_fraction(t, n)
+        sh = s.dev_shared[n, :nd].tolist()
+        fr = s.dev_free[n, :nd].tolist()
+        rl = s.dev_rel[n, :nd].tolist()
+        if any(h and a < 1 - EPS and a + b >= f - EPS for h, a, b in zip(sh, fr, rl)):
+            tier += 10000.0
+    elif col == CPU and nd == 0:
+        tier += 10.0
     return base - tier * width
 
 
