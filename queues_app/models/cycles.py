@@ -46,6 +46,9 @@ class SchedulingCycle(models.Model):
     bound_count = models.PositiveIntegerField(default=0)
     pipelined_count = models.PositiveIntegerField(default=0)
     evicted_count = models.PositiveIntegerField(default=0)
+    apply_started_at = models.DateTimeField(null=True, blank=True,
+                                            help_text="Inside the apply transaction, after the fencing lock (I8).")
+    apply_finished_at = models.DateTimeField(null=True, blank=True)
     phase_durations = models.JSONField(default=dict, blank=True,
                                        help_text="Seconds per phase: snapshot, compute, apply, ...")
     error = models.TextField(blank=True)

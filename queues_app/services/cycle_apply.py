@@ -1,0 +1,602 @@
+"""Turn an engine result into database writes, check it, and apply it in one transaction.
+
+Three steps, each with its own reason:
+
+1. :func:`build_plan` maps the engine's :class:`CycleResult` (plain dicts keyed by scenario
+   names) onto database ids and computes one :class:`TaskWrite` per task that changes.  It
+   also *validates* the decision set against the snapshot the engine saw: a placement on a
+   task that was not pending, on an unknown / cordoned / not-ready node, or one that leaves a
+   node or a shared device over-committed is an engine bug, so the whole cycle is refused
+   (:class:`DecisionSetRefused`) and nothing is written (reliability.md T-R3).
+2. :func:`apply_plan` runs in one short transaction: it locks the fencing row
+   (``SchedulerState``), then the rows the decisions depend on (workloads, tasks, nodes,
+   queues, in that order -- the order ``workload_cancel`` uses), and drops only the decisions
+   whose inputs changed since the snapshot (a task cancelled, a node edited, a quota edited).
+   Dropping only frees capacity, so it is always safe; a dropped decision drags along what
+   depends on it (the rest of its gang, the evictions and pipelined placements sharing its
+   node) until nothing else changes.
+3. The database triggers of migration 0004 refuse any statement that still over-commits a
+   node's GPU devices -- the last line if both checks above were wrong.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Mapping
+
+from django.db import connection
+from django.db.models import Count, Sum
+
+from queues_app.choices import TaskState, WorkloadStatus
+from queues_app.errors import ApplicationError
+from queues_app.models import (
+    Node,
+    Queue,
+    QueueStatus,
+    SchedulingCycle,
+    SchedulingEvent,
+    Task,
+    Workload,
+)
+from queues_app.services.cycle_cluster import Confirmations
+
+EPS = 1e-6
+#: States in which a task holds its node's resources (invariant I1).
+HOLDING = (TaskState.RUNNING, TaskState.BINDING, TaskState.RELEASING, TaskState.STUCK_RELEASING)
+#: States counted in a queue's allocation (what the engine charges to the queue).
+ALLOCATED = (TaskState.RUNNING, TaskState.BINDING, TaskState.PIPELINED)
+PLACE_STATES = (TaskState.BINDING, TaskState.PIPELINED)
+CHUNK = 900
+
+
+class DecisionSetRefused(ApplicationError):
+    """The engine returned decisions that cannot be right; nothing of the cycle is written."""
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+@dataclass
+class Target:
+    state: str
+    node_id: int | None
+    groups: list[str]
+
+
+@dataclass
+class TaskWrite:
+    """One task's change.  ``confirm`` is what the cluster confirmed (always applied while the
+    row is unchanged); ``decision`` is what the engine decided on top of it (may be dropped)."""
+
+    task_id: int
+    workload_id: int
+    version: int
+    db_state: str
+    db_node_id: int | None
+    confirm: Target | None = None
+    decision: Target | None = None
+    kind: str = ""  # bind | pipeline | evict | unpipeline | "" (confirmation only)
+
+    @property
+    def final(self) -> Target | None:
+        return self.decision or self.confirm
+
+    @property
+    def decision_node(self) -> int | None:
+        """The node a decision depends on: the target of a placement, the current node of an eviction."""
+        if self.kind in ("bind", "pipeline"):
+            return self.decision.node_id if self.decision else None
+        if self.kind == "evict":
+            return self.db_node_id
+        return None
+
+
+@dataclass
+class Plan:
+    writes: dict[int, TaskWrite]
+    #: every exported task id -> its workload id (whole gangs, for statuses)
+    task_workload: dict[int, int]
+    workload_tasks: dict[int, list[int]]
+    #: final state of every exported task if every write applies
+    final_state: dict[int, str]
+    task_gpu: dict[int, float]
+    workload_name: dict[int, str]
+    workload_queue: dict[int, int]
+    queue_ancestors: dict[int, set[int]]
+    events: list[dict[str, Any]]
+    queue_fair_share: dict[int, dict[str, float]]
+    node_ids: set[int]
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def _cpu_millis(value: Any) -> float:
+    if isinstance(value, str):
+        return float(value[:-1]) if value.endswith("m") else float(value) * 1000.0
+    return float(value or 0) * 1000.0
+
+
+def _groups(value: Any) -> list[str]:
+    return [str(g) for g in (value or [])]
+
+
+def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confirmations) -> Plan:
+    """Map the engine's result to task writes and validate the decision set (see module doc)."""
+    node_id = index.node_id
+    nodes_by_name = {n["name"]: n for n in data.get("nodes", ())}
+    queue_parent = {q["name"]: q.get("parent") for q in data.get("queues", ())}
+    queue_ancestors: dict[int, set[int]] = {}
+    for qname in queue_parent:
+        chain, cur, seen = set(), qname, 0
+        while cur is not None and seen < 1000:
+            chain.add(index.queue_id[cur])
+            cur, seen = queue_parent.get(cur), seen + 1
+        queue_ancestors[index.queue_id[qname]] = chain
+
+    engine_tasks: dict[str, dict[str, Any]] = {}
+    for jres in result.jobs.values():
+        for entry in jres.get("tasks", ()):
+            engine_tasks[entry["name"]] = entry
+
+    errors: list[str] = []
+    writes: dict[int, TaskWrite] = {}
+    task_workload: dict[int, int] = {}
+    workload_tasks: dict[int, list[int]] = defaultdict(list)
+    final_state: dict[int, str] = {}
+    task_gpu: dict[int, float] = {}
+    workload_name: dict[int, str] = {}
+    workload_queue: dict[int, int] = {}
+    # per node: list of (task request dict, final state, groups)
+    on_node: dict[str, list[tuple[dict[str, Any], str, list[str]]]] = defaultdict(list)
+    placed_nodes: set[str] = set()
+
+    node_name = {v: k for k, v in node_id.items()}
+    pipelined_node: dict[int, int] = getattr(index, "pipelined_node", {}) or {}
+    for job in data.get("jobs", ()):
+        wid = index.workload_id[job["name"]]
+        workload_name[wid] = job["name"]
+        workload_queue[wid] = index.queue_id[job["queue"]]
+        for task in job.get("tasks", ()):
+            tname = task["name"]
+            tid = index.task_id[tname]
+            task_workload[tid] = wid
+            workload_tasks[wid].append(tid)
+            task_gpu[tid] = float(task.get("gpu") or 0)
+            db_state = index.task_db_state[tid]
+            base_state = task["state"]  # exported state, after cluster confirmations
+            base_node = task.get("node")
+            db_node_id = pipelined_node.get(tid) if db_state == TaskState.PIPELINED else node_id.get(base_node)
+            if tid in conf.released:
+                db_node_id = index.node_id.get(getattr(index, "released_node", {}).get(tid))
+            eng = engine_tasks.get(tname)
+            status = eng["status"] if eng else base_state
+            e_node = eng.get("node") if eng else base_node
+            e_groups = _groups(eng.get("gpuGroups")) if eng else _groups(task.get("gpuGroups"))
+
+            confirm: Target | None = None
+            if tid in conf.bound:
+                confirm = Target(TaskState.RUNNING, node_id.get(base_node), _groups(task.get("gpuGroups")))
+            elif tid in conf.released:
+                confirm = Target(conf.released[tid], None, [])
+
+            decision: Target | None = None
+            kind = ""
+            # final (state, node name, groups) if everything applies, for the capacity check
+            fin = (db_state, node_name.get(db_node_id) if db_node_id is not None else None, e_groups)
+            if confirm is not None:
+                fin = (confirm.state, base_node if confirm.state == TaskState.RUNNING else None, e_groups)
+            if status in PLACE_STATES:
+                if base_state != TaskState.PENDING:
+                    errors.append(f"task {tname} is {base_state} in the snapshot; the engine cannot place it ({status})")
+                elif e_node not in nodes_by_name:
+                    errors.append(f"task {tname} placed on unknown node {e_node!r}")
+                else:
+                    n = nodes_by_name[e_node]
+                    if n.get("unschedulable") or not n.get("ready", True):
+                        errors.append(f"task {tname} placed on node {e_node} that is cordoned or not ready")
+                    placed_nodes.add(e_node)
+                    fin = (status, e_node, e_groups)
+                    if not (db_state == status == TaskState.PIPELINED and db_node_id == node_id[e_node]):
+                        kind = "bind" if status == TaskState.BINDING else "pipeline"
+                        decision = Target(status, node_id[e_node], e_groups)
+            elif status == TaskState.RELEASING:
+                if base_state == TaskState.RUNNING:
+                    kind = "evict"
+                    decision = Target(TaskState.RELEASING, node_id.get(base_node), _groups(task.get("gpuGroups")))
+                    fin = (TaskState.RELEASING, base_node, e_groups)
+                elif base_state not in (TaskState.RELEASING, TaskState.STUCK_RELEASING):
+                    errors.append(f"task {tname} is {base_state} in the snapshot; the engine cannot evict it")
+            elif status == TaskState.PENDING and db_state == TaskState.PIPELINED:
+                kind = "unpipeline"
+                decision = Target(TaskState.PENDING, None, [])
+                fin = (TaskState.PENDING, None, [])
+            elif status != base_state:
+                errors.append(f"task {tname}: the engine turned {base_state} into {status}")
+
+            if confirm is not None or decision is not None:
+                writes[tid] = TaskWrite(task_id=tid, workload_id=wid, version=index.task_version[tid],
+                                        db_state=db_state, db_node_id=db_node_id,
+                                        confirm=confirm, decision=decision, kind=kind)
+            final_state[tid] = fin[0]
+            if fin[1] is not None and fin[0] in HOLDING + (TaskState.PIPELINED,):
+                on_node[fin[1]].append((task, fin[0], fin[2]))
+
+    for nname in sorted(placed_nodes):
+        errors.extend(_node_problems(nodes_by_name[nname], on_node.get(nname, [])))
+    if errors:
+        shown = "; ".join(errors[:10]) + (f"; and {len(errors) - 10} more" if len(errors) > 10 else "")
+        raise DecisionSetRefused("The engine's decision set is inconsistent; nothing was applied.",
+                                 extra={"decisions": [shown]})
+
+    events = list(result.events)
+    fair = {index.queue_id[q]: dict(v.get("fairShare") or {}) for q, v in result.queues.items()
+            if q in index.queue_id}
+    node_ids = {w.decision_node for w in writes.values() if w.decision_node is not None}
+    node_ids |= {w.db_node_id for w in writes.values() if w.db_node_id is not None}
+    return Plan(writes=writes, task_workload=task_workload, workload_tasks=dict(workload_tasks),
+                final_state=final_state, task_gpu=task_gpu, workload_name=workload_name,
+                workload_queue=workload_queue, queue_ancestors=queue_ancestors, events=events,
+                queue_fair_share=fair, node_ids=node_ids)
+
+
+def _node_problems(node: Mapping[str, Any], tasks: list[tuple[dict[str, Any], str, list[str]]]) -> list[str]:
+    """Over-commitment of one node after the decisions (whole devices, shared devices, cpu, memory).
+
+    Binding/Running/Releasing must fit next to each other; a Pipelined task must fit once the
+    Releasing tasks are gone.
+    """
+    name = node["name"]
+    gpus = float(node.get("gpus") or 0)
+    dev_mem = float(node.get("gpuMemory") or 0)
+    reserved = node.get("reservedByOthers") or {}
+    cap = {
+        "gpu": gpus - float(reserved.get("gpu") or 0),
+        "cpu": _cpu_millis(node.get("cpu") or 0) - _cpu_millis(reserved.get("cpu") or 0),
+        "memory": float(node.get("memory") or 0) - float(reserved.get("memory") or 0),
+    }
+    problems = []
+    for label, include in (("now", {*HOLDING}), ("after releases", {TaskState.RUNNING, TaskState.BINDING,
+                                                                    TaskState.STUCK_RELEASING, TaskState.PIPELINED})):
+        members = [(t, s, g) for t, s, g in tasks if s in include]
+        used = {"gpu": 0.0, "cpu": 0.0, "memory": 0.0}
+        whole = 0.0
+        shared: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for t, _s, groups in members:
+            g = float(t.get("gpu") or 0)
+            gm = float(t.get("gpuMemory") or 0)
+            used["cpu"] += _cpu_millis(t.get("cpu") or 0)
+            used["memory"] += float(t.get("memory") or 0)
+            if g >= 1:
+                whole += g
+                used["gpu"] += g
+            elif g > 0 or gm > 0:
+                key = groups[0] if groups else f"?{id(t)}"
+                frac = g if g > 0 else (gm / dev_mem if dev_mem > 0 else 0.0)
+                shared[key][0] += frac
+                shared[key][1] += gm
+        used["gpu"] += float(len(shared)) if shared else 0.0
+        if whole + len(shared) > gpus + EPS:
+            problems.append(f"node {name} over-committed {label}: {whole:g} whole + {len(shared)} shared GPU devices "
+                            f"> {gpus:g}")
+        for res in ("cpu", "memory"):
+            if used[res] > cap[res] + EPS and used[res] > 0:
+                problems.append(f"node {name} over-committed {label} in {res}: {used[res]:g} > {cap[res]:g}")
+        for key, (frac, mem) in shared.items():
+            if frac > 1 + EPS:
+                problems.append(f"shared GPU {key} on node {name} over-committed {label}: fractions sum to {frac:g}")
+            if dev_mem > 0 and mem > dev_mem + EPS:
+                problems.append(f"shared GPU {key} on node {name} over-committed {label}: {mem:g} MiB > {dev_mem:g}")
+    return problems
+
+
+# ----------------------------------------------------------------------------- drops
+
+
+@dataclass
+class Versions:
+    task: dict[int, tuple[int, str]]
+    workload: dict[int, int]
+    node: dict[int, int]
+    queue: dict[int, int]
+
+
+def _chunks(ids: Iterable[int]) -> Iterable[list[int]]:
+    ids = sorted(set(ids))
+    for i in range(0, len(ids), CHUNK):
+        yield ids[i:i + CHUNK]
+
+
+def lock_and_read_versions(plan: Plan) -> Versions:
+    """Lock what the decisions depend on (workloads, tasks, nodes, queues -- fixed order) and
+    read the current versions.  On SQLite the BEGIN IMMEDIATE of the transaction already
+    serializes writers, and ``select_for_update`` is a no-op there."""
+    wids = {w.workload_id for w in plan.writes.values()}
+    wv: dict[int, int] = {}
+    for chunk in _chunks(wids):
+        wv.update(Workload.objects.select_for_update().filter(id__in=chunk).order_by("id").values_list("id", "version"))
+    tv: dict[int, tuple[int, str]] = {}
+    for chunk in _chunks(plan.writes):
+        for tid, ver, st in Task.objects.select_for_update().filter(id__in=chunk).order_by("id").values_list(
+                "id", "version", "state"):
+            tv[tid] = (ver, st)
+    nv: dict[int, int] = {}
+    for chunk in _chunks(plan.node_ids):
+        nv.update(Node.objects.select_for_update().filter(id__in=chunk).order_by("id").values_list("id", "version"))
+    qv = dict(Queue.objects.select_for_update().order_by("id").values_list("id", "version"))
+    return Versions(task=tv, workload=wv, node=nv, queue=qv)
+
+
+def compute_drops(plan: Plan, index: Any, versions: Versions) -> dict[int, str]:
+    """Decisions to drop (task id -> reason) and writes to skip entirely (reason starts with '!').
+
+    Seeds: a task row whose version or state changed (the whole write is skipped); a workload
+    whose version changed (cancelled, edited: its decisions are dropped); a node whose version
+    changed or that is gone; a queue on the workload's path whose version changed (quota
+    edit).  Closure: a dropped placement drops the rest of its gang's placements; a dropped
+    pipelined placement drops the evictions on its node (the victims it needed); a dropped
+    eviction drops the rest of that victim gang's evictions and every pipelined placement on
+    its node (they counted on its resources); a skipped release confirmation drops every
+    placement on its node (the engine counted those resources as free).  Binding placements
+    on free resources do not depend on each other: dropping one only frees capacity.
+    """
+    drops: dict[int, str] = {}
+    changed_queues = {q for q, v in index.queue_version.items() if versions.queue.get(q) != v}
+    changed_nodes = {n for n in plan.node_ids if versions.node.get(n) != index.node_version.get(n)}
+    by_node: dict[int, list[int]] = defaultdict(list)
+    by_workload: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for tid, w in plan.writes.items():
+        if w.kind in ("bind", "pipeline", "evict"):
+            by_node[w.decision_node].append(tid)
+            by_workload[(w.workload_id, "place" if w.kind != "evict" else "evict")].append(tid)
+
+    frontier: list[int] = []
+    for tid, w in plan.writes.items():
+        current = versions.task.get(tid)
+        if current is None or current[0] != w.version or current[1] != w.db_state:
+            drops[tid] = "!task changed since the snapshot"
+            frontier.append(tid)
+            continue
+        if w.kind in ("bind", "pipeline", "evict", "unpipeline"):
+            reason = None
+            if versions.workload.get(w.workload_id) != index.workload_version.get(w.workload_id):
+                reason = "workload changed since the snapshot"
+            elif w.kind != "unpipeline" and plan.queue_ancestors.get(plan.workload_queue.get(w.workload_id), set()) \
+                    & changed_queues:
+                reason = "queue quota or settings changed since the snapshot"
+            elif w.kind != "unpipeline" and w.decision_node in changed_nodes:
+                reason = "node changed since the snapshot"
+            if reason:
+                drops[tid] = reason
+                frontier.append(tid)
+    # release confirmations on changed nodes are still facts; decisions on those nodes are not
+    for n in changed_nodes:
+        for tid in by_node.get(n, ()):
+            if tid not in drops:
+                drops[tid] = "node changed since the snapshot"
+                frontier.append(tid)
+
+    def drop(other: int, why: str) -> None:
+        if other not in drops:
+            drops[other] = why
+            frontier.append(other)
+
+    seen: set[tuple] = set()
+    while frontier:
+        tid = frontier.pop()
+        w = plan.writes[tid]
+        todo: list[tuple] = []
+        if w.kind in ("bind", "pipeline"):
+            todo.append(("gang-place", w.workload_id))
+        if w.kind == "pipeline":
+            todo.append(("evictions-on", w.decision_node))
+        if w.kind == "evict":
+            todo.append(("gang-evict", w.workload_id))
+            todo.append(("pipelines-on", w.decision_node))
+        if drops[tid].startswith("!") and w.confirm is not None and w.db_node_id is not None \
+                and w.confirm.state != TaskState.RUNNING:
+            todo.append(("placements-on", w.db_node_id))
+        for key in todo:
+            if key in seen:
+                continue
+            seen.add(key)
+            what, ref = key
+            if what == "gang-place":
+                for o in by_workload.get((ref, "place"), ()):
+                    drop(o, "another decision of the same gang was dropped")
+            elif what == "gang-evict":
+                for o in by_workload.get((ref, "evict"), ()):
+                    drop(o, "another eviction of the same gang was dropped")
+            else:
+                kinds = {"evictions-on": ("evict",), "pipelines-on": ("pipeline",),
+                         "placements-on": ("bind", "pipeline")}[what]
+                for o in by_node.get(ref, ()):
+                    if plan.writes[o].kind in kinds:
+                        drop(o, "a decision it depends on (same node) was dropped")
+    return drops
+
+
+# ----------------------------------------------------------------------------- writes
+
+
+def workload_status_of(states: Iterable[str], current: str) -> str:
+    """A workload's status from its tasks; Cancelled / Succeeded / Failed are final."""
+    if current in (WorkloadStatus.CANCELLED, WorkloadStatus.SUCCEEDED, WorkloadStatus.FAILED):
+        return current
+    states = set(states)
+    if states & {TaskState.RUNNING, TaskState.BINDING}:
+        return WorkloadStatus.RUNNING
+    if states & {TaskState.RELEASING, TaskState.STUCK_RELEASING}:
+        return WorkloadStatus.RELEASING
+    if states and states <= {TaskState.SUCCEEDED}:
+        return WorkloadStatus.SUCCEEDED
+    if states and states <= {TaskState.SUCCEEDED, TaskState.FAILED}:
+        return WorkloadStatus.FAILED
+    return WorkloadStatus.PENDING
+
+
+@dataclass
+class ApplyCounts:
+    bound: int = 0
+    pipelined: int = 0
+    evicted: int = 0
+    confirmed: int = 0
+    dropped: int = 0
+    task_writes: int = 0
+
+
+def write_tasks(plan: Plan, drops: Mapping[int, str], *, now: datetime, mid_apply=None) -> tuple[ApplyCounts, dict[int, str]]:
+    """Write the surviving task changes: first those that free resources (releases,
+    un-pipelining), then the rest, so every statement leaves the nodes within capacity (the
+    guard triggers check after each statement on PostgreSQL and after each row on SQLite)."""
+    counts = ApplyCounts()
+    freeing: list[Task] = []
+    adding: list[Task] = []
+    final: dict[int, str] = dict(plan.final_state)
+    for tid, w in plan.writes.items():
+        reason = drops.get(tid)
+        if reason is not None and reason.startswith("!"):
+            final[tid] = w.db_state
+            counts.dropped += 1 if w.decision is not None else 0
+            continue
+        target = w.confirm if reason is not None else w.final
+        if reason is not None and w.decision is not None:
+            counts.dropped += 1
+        if target is None:
+            final[tid] = w.db_state
+            continue
+        final[tid] = target.state
+        row = Task(id=tid, state=target.state, node_id=target.node_id, gpu_groups=list(target.groups),
+                   version=w.version + 1, updated_at=now)
+        if target is w.decision:
+            if w.kind == "bind":
+                counts.bound += 1
+            elif w.kind == "pipeline":
+                counts.pipelined += 1
+            elif w.kind == "evict":
+                counts.evicted += 1
+        if w.confirm is not None:
+            counts.confirmed += 1
+        neutral = w.db_state in HOLDING and target.state in HOLDING and target.node_id == w.db_node_id
+        (freeing if target.state not in HOLDING and target.state not in PLACE_STATES or neutral
+         else adding).append(row)
+    fields = ["state", "node", "gpu_groups", "version", "updated_at"]
+    if freeing:
+        Task.objects.bulk_update(freeing, fields, batch_size=500)
+    if mid_apply is not None:
+        mid_apply()
+    if adding:
+        Task.objects.bulk_update(adding, fields, batch_size=500)
+    counts.task_writes = len(freeing) + len(adding)
+    return counts, final
+
+
+def write_workloads(plan: Plan, final: Mapping[int, str], *, now: datetime) -> int:
+    """Status, started_at and stale_since of every workload with a task write."""
+    wids = {w.workload_id for w in plan.writes.values()}
+    if not wids:
+        return 0
+    rows = []
+    for chunk in _chunks(wids):
+        rows.extend(Workload.objects.filter(id__in=chunk).only(
+            "id", "status", "started_at", "stale_since", "min_available", "version"))
+    changed = []
+    for wl in rows:
+        states = [final[t] for t in plan.workload_tasks.get(wl.id, ())]
+        status = workload_status_of(states, wl.status)
+        active = sum(1 for s in states if s in (TaskState.RUNNING, TaskState.BINDING))
+        started_at = wl.started_at or (now if active else None)
+        stale_since = wl.stale_since
+        if active == 0 or active >= wl.min_available:
+            stale_since = None
+        elif stale_since is None and wl.started_at is not None:
+            stale_since = now
+        if (status, started_at, stale_since) != (wl.status, wl.started_at, wl.stale_since):
+            wl.status, wl.started_at, wl.stale_since = status, started_at, stale_since
+            wl.version += 1
+            wl.updated_at = now
+            changed.append(wl)
+    Workload.objects.bulk_update(changed, ["status", "started_at", "stale_since", "version", "updated_at"],
+                                 batch_size=500)
+    return len(changed)
+
+
+def write_queue_status(plan: Plan, *, cycle: SchedulingCycle, now: datetime) -> None:
+    """Allocation from the tasks as now written (so I5 holds by construction, also when some
+    decisions were dropped); fair share from the engine; workload counts.  Units: gpu devices,
+    cpu cores, memory bytes."""
+    parents = dict(Queue.objects.values_list("id", "parent_id"))
+    alloc: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for qid, gpu, cpu, mem in Task.objects.filter(state__in=ALLOCATED).values_list("workload__queue_id").annotate(
+            gpu=Sum("gpu"), cpu=Sum("cpu_millis"), mem=Sum("memory_bytes")).values_list(
+            "workload__queue_id", "gpu", "cpu", "mem"):
+        _roll_up(alloc, parents, qid, [float(gpu or 0), float(cpu or 0) / 1000.0, float(mem or 0)])
+    counts: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for qid, status, n in Workload.objects.filter(
+            status__in=(WorkloadStatus.PENDING, WorkloadStatus.RUNNING)).values_list("queue_id", "status").annotate(
+            n=Count("id")).values_list("queue_id", "status", "n"):
+        vec = [float(n), 0.0] if status == WorkloadStatus.PENDING else [0.0, float(n)]
+        _roll_up(counts, parents, qid, vec)
+    rows = []
+    for qid in parents:
+        a = alloc.get(qid, [0.0, 0.0, 0.0])
+        fs = plan.queue_fair_share.get(qid, {})
+        c = counts.get(qid, [0.0, 0.0])
+        rows.append(QueueStatus(
+            queue_id=qid, cycle=cycle, allocated_gpu=round(a[0], 6), allocated_cpu=round(a[1], 6),
+            allocated_memory=a[2], fair_share_gpu=_finite(fs.get("gpu")), fair_share_cpu=_finite(fs.get("cpu")),
+            fair_share_memory=_finite(fs.get("memory")), pending_workloads=int(c[0]), running_workloads=int(c[1]),
+            updated_at=now,
+        ))
+    QueueStatus.objects.bulk_create(
+        rows, update_conflicts=True, unique_fields=["queue"],
+        update_fields=["cycle", "allocated_gpu", "allocated_cpu", "allocated_memory", "fair_share_gpu",
+                       "fair_share_cpu", "fair_share_memory", "pending_workloads", "running_workloads", "updated_at"],
+        batch_size=500,
+    )
+
+
+def _finite(x: Any) -> float:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return 0.0
+    return f if math.isfinite(f) else 0.0
+
+
+def _roll_up(acc: dict[int, list[float]], parents: Mapping[int, int | None], qid: int, vec: list[float]) -> None:
+    cur, steps = qid, 0
+    while cur is not None and steps < 1000:
+        row = acc[cur]
+        for i, v in enumerate(vec):
+            row[i] += v
+        cur, steps = parents.get(cur), steps + 1
+
+
+def write_events(plan: Plan, index: Any, drops: Mapping[int, str], *, cycle: SchedulingCycle, now: datetime) -> int:
+    """The engine's explanations, plus one event per workload that lost decisions."""
+    rows = []
+    for ev in plan.events:
+        wid = index.workload_id.get(ev.get("job"))
+        tid = index.task_id.get(ev.get("task")) if ev.get("task") else None
+        message = str(ev.get("message") or "")
+        if ev.get("victimOf"):
+            message = f"{message} (for {ev['victimOf']})"
+        rows.append(SchedulingEvent(cycle=cycle, workload_id=wid, task_id=tid,
+                                    reason=str(ev.get("reason") or "Event")[:64], message=message, created_at=now))
+    dropped_by_workload: dict[int, list[str]] = defaultdict(list)
+    for tid, reason in drops.items():
+        w = plan.writes[tid]
+        if w.decision is not None:
+            dropped_by_workload[w.workload_id].append(reason.lstrip("!"))
+    for wid, reasons in dropped_by_workload.items():
+        rows.append(SchedulingEvent(
+            cycle=cycle, workload_id=wid, reason="DecisionDropped", created_at=now,
+            message=f"{len(reasons)} decision(s) not applied: {sorted(set(reasons))[0]}; the next cycle decides again",
+        ))
+    SchedulingEvent.objects.bulk_create(rows, batch_size=1000)
+    return len(rows)
+
+
+def vendor_is_postgres() -> bool:
+    return connection.vendor == "postgresql"

@@ -1,0 +1,144 @@
+"""What the cluster confirmed since the last cycle: binds that took effect, pods that are gone.
+
+The scheduler decides ``Binding`` (a bind is issued) and ``Releasing`` (an eviction is issued);
+only the cluster can say when those happened.  Two modes (``KAI_CLUSTER_MODE``):
+
+* ``embedded`` (default): there is no Kubernetes; the database *is* the cluster.  Every bind
+  issued by cycle *k* is confirmed at the start of cycle *k+1* (``Binding -> Running``) and
+  every terminating pod is gone by then: ``Releasing``/``StuckInReleasing -> Pending`` with no
+  node (the pod is recreated, scenario-format "Rounds"), or ``-> Failed`` when its workload
+  was cancelled (nothing to recreate).  The confirmations are folded into the engine input
+  before the engine runs and written in the same apply transaction as the decisions, so a
+  cycle stays all-or-nothing (a crash never leaves "confirmed but not decided").
+* ``kubernetes``: the cycle confirms nothing itself.  The Kubernetes reconciler reports what
+  it observed through :func:`cluster_confirm_bound` and :func:`cluster_confirm_released`
+  (each its own short transaction); the next snapshot sees the result.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from django.db import transaction
+from django.utils import timezone
+
+from queues_app.choices import TaskState, WorkloadStatus
+from queues_app.errors import ApplicationError
+from queues_app.models import Task, Workload
+
+RELEASING_STATES = (TaskState.RELEASING, TaskState.STUCK_RELEASING)
+
+
+@dataclass
+class Confirmations:
+    """Task id -> the state the cluster confirmed: ``bound`` become Running on their node;
+    ``released`` become Pending (no node) or Failed (workload cancelled)."""
+
+    bound: set[int] = field(default_factory=set)
+    released: dict[int, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.bound) + len(self.released)
+
+
+def _released_state(workload_status: str | None) -> str:
+    if workload_status in (WorkloadStatus.CANCELLED, WorkloadStatus.SUCCEEDED, WorkloadStatus.FAILED):
+        return TaskState.FAILED
+    return TaskState.PENDING
+
+
+def embedded_confirmations(*, task_db_state: dict[int, str], task_workload: dict[int, int],
+                           workload_status: dict[int, str]) -> Confirmations:
+    """Everything in flight at snapshot time is confirmed (the embedded cluster is instant)."""
+    conf = Confirmations()
+    for tid, state in task_db_state.items():
+        if state == TaskState.BINDING:
+            conf.bound.add(tid)
+        elif state in RELEASING_STATES:
+            conf.released[tid] = _released_state(workload_status.get(task_workload.get(tid)))
+    return conf
+
+
+def cycle_confirmations(*, mode: str, task_db_state: dict[int, str], task_workload: dict[int, int],
+                        workload_status: dict[int, str]) -> Confirmations:
+    if mode == "embedded":
+        return embedded_confirmations(task_db_state=task_db_state, task_workload=task_workload,
+                                      workload_status=workload_status)
+    return Confirmations()
+
+
+def fold_into_input(data: dict[str, Any], *, task_id: dict[str, int], job_id: dict[str, int],
+                    conf: Confirmations) -> None:
+    """Rewrite the engine input as the cluster now is (scenario-format "Rounds" rules).
+
+    Binding tasks are already exported as Running; a job whose bind is confirmed and that had
+    never started counts as started now.  Released tasks lose their node and gpuGroups.
+    """
+    if not conf:
+        return
+    for job in data.get("jobs", ()):
+        started = False
+        for task in job.get("tasks", ()):
+            tid = task_id.get(task["name"])
+            if tid in conf.bound:
+                started = True
+            elif tid in conf.released:
+                task["state"] = str(conf.released[tid])
+                task["node"] = None
+                task["gpuGroups"] = []
+        if started and job.get("startedMinutesAgo") is None:
+            job["startedMinutesAgo"] = 0
+
+
+# ----------------------------------------------------------------------------- reconciler API
+
+
+def _lock_tasks(task_ids: Iterable[int]) -> list[Task]:
+    ids = sorted({int(t) for t in task_ids})
+    if not ids:
+        return []
+    # Workloads first, then tasks: the same lock order as workload_cancel and the cycle apply.
+    wids = sorted(set(Task.objects.filter(id__in=ids).values_list("workload_id", flat=True)))
+    list(Workload.objects.select_for_update().filter(id__in=wids).order_by("id").values_list("id", flat=True))
+    return list(Task.objects.select_for_update().filter(id__in=ids).order_by("id"))
+
+
+@transaction.atomic
+def cluster_confirm_bound(*, task_ids: Iterable[int]) -> int:
+    """The cluster reports these pods bound and running: ``Binding -> Running``.
+
+    Tasks no longer Binding (cancelled meanwhile, already confirmed) are left alone, so the
+    reconciler may report the same pod twice.  Returns how many tasks changed.
+    """
+    now = timezone.now()
+    tasks = [t for t in _lock_tasks(task_ids) if t.state == TaskState.BINDING]
+    for t in tasks:
+        t.state, t.version, t.updated_at = TaskState.RUNNING, t.version + 1, now
+    Task.objects.bulk_update(tasks, ["state", "version", "updated_at"])
+    wids = {t.workload_id for t in tasks}
+    Workload.objects.filter(id__in=wids, started_at__isnull=True).update(started_at=now)
+    return len(tasks)
+
+
+@transaction.atomic
+def cluster_confirm_released(*, task_ids: Iterable[int]) -> int:
+    """The cluster reports these pods gone: ``Releasing -> Pending`` (recreated) or
+    ``-> Failed`` (the workload was cancelled).  Idempotent like :func:`cluster_confirm_bound`."""
+    now = timezone.now()
+    tasks = [t for t in _lock_tasks(task_ids) if t.state in RELEASING_STATES]
+    if not tasks:
+        return 0
+    status = dict(Workload.objects.filter(id__in={t.workload_id for t in tasks}).values_list("id", "status"))
+    for t in tasks:
+        t.state = _released_state(status.get(t.workload_id))
+        t.node, t.gpu_groups, t.version, t.updated_at = None, [], t.version + 1, now
+    Task.objects.bulk_update(tasks, ["state", "node", "gpu_groups", "version", "updated_at"])
+    for wid, st in status.items():
+        if st == WorkloadStatus.RELEASING:
+            Workload.objects.filter(id=wid).update(status=WorkloadStatus.PENDING)
+    return len(tasks)
+
+
+def ensure_mode(mode: str) -> None:
+    if mode not in ("embedded", "kubernetes"):
+        raise ApplicationError("Invalid cluster mode.", extra={"KAI_CLUSTER_MODE": [f"Unknown mode {mode!r}."]})

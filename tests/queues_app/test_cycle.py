@@ -1,0 +1,298 @@
+"""The scheduling cycle end to end on the test database (SQLite by default, PostgreSQL in CI):
+bind -> confirm, explanations, version-checked drops, fencing, lease dedup, refused decision
+sets, database guards, reclaim with pipelining, cancellation."""
+from __future__ import annotations
+
+import copy
+import os
+import socket
+
+import pytest
+from django.db import DatabaseError, IntegrityError, connection, transaction
+
+from queues_app.choices import CycleStatus, TaskState, WorkloadStatus
+from queues_app.invariants import check_invariants
+from queues_app.models import QueueStatus, SchedulerState, SchedulingCycle, SchedulingEvent, Task, Workload
+from queues_app.services import cycle_faults
+from queues_app.services.cycle import cycle_run, lease_acquire
+from queues_app.services.nodes import node_upsert
+from queues_app.services.queues import queue_set_quota
+from queues_app.services.workloads import workload_cancel
+from tests.queues_app.cycle_helpers import dump, make_cluster, make_queues, states, submit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_hooks():
+    cycle_faults.clear()
+    yield
+    cycle_faults.clear()
+
+
+def assert_invariants(**kw):
+    violations = check_invariants(**kw)
+    assert violations == [], [v.as_dict() for v in violations]
+
+
+def test_a_fill_binds_then_the_embedded_cluster_confirms_running():
+    make_cluster(nodes=2, gpus=4)
+    qs = make_queues()
+    small = [submit(qs["qa"], f"a{i}") for i in range(3)]
+    out = cycle_run(trigger="test")
+    assert out.status == CycleStatus.APPLIED and out.generation == 1 and out.bound == 3
+    assert all(states(w) == [TaskState.BINDING] for w in small)
+    assert set(Workload.objects.values_list("status", flat=True)) == {WorkloadStatus.RUNNING}
+    assert_invariants(expected_workload_ids=[w.pk for w in small])
+    out = cycle_run(trigger="test")
+    assert out.status == CycleStatus.APPLIED and out.confirmed == 3 and out.bound == 0
+    assert all(states(w) == [TaskState.RUNNING] for w in small)
+    assert Workload.objects.filter(started_at__isnull=True).count() == 0
+    status = QueueStatus.objects.get(queue=qs["qa"])
+    assert status.allocated_gpu == 3 and status.running_workloads == 3 and status.fair_share_gpu > 0
+    assert QueueStatus.objects.get(queue=qs["root"]).allocated_gpu == 3
+    cycles = SchedulingCycle.objects.filter(status=CycleStatus.APPLIED).order_by("generation")
+    assert [c.generation for c in cycles] == [1, 2]
+    assert cycles[0].bound_count == 3 and cycles[0].apply_started_at <= cycles[0].apply_finished_at
+    assert {"snapshot", "compute", "apply"} <= set(cycles[0].phase_durations)
+    assert SchedulerState.objects.get(id=1).generation == 2 and SchedulerState.objects.get(id=1).lease_holder == ""
+    assert_invariants()
+
+
+def test_a_pending_workload_gets_its_explanation_in_one_cycle():
+    make_cluster(nodes=1, gpus=4)
+    qs = make_queues()
+    big = submit(qs["qa"], "too-big", gpu=8)
+    cycle_run(trigger="test")
+    events = SchedulingEvent.objects.filter(workload=big)
+    assert events.exists(), "no explanation after one cycle"
+    assert states(big) == [TaskState.PENDING]
+    assert QueueStatus.objects.get(queue=qs["qa"]).pending_workloads == 1
+
+
+def test_a_workload_cancelled_after_the_snapshot_loses_only_its_decisions():
+    make_cluster(nodes=2, gpus=4)
+    qs = make_queues()
+    victim = submit(qs["qa"], "cancel-me", replicas=2)
+    keep = submit(qs["qb"], "keep", replicas=2)
+    cycle_faults.register("after_compute", lambda: workload_cancel(workload=Workload.objects.get(pk=victim.pk)))
+    out = cycle_run(trigger="test")
+    assert out.status == CycleStatus.APPLIED and out.bound == 2 and out.dropped == 2
+    assert states(keep) == [TaskState.BINDING] * 2
+    assert states(victim) == [TaskState.FAILED] * 2
+    assert Workload.objects.get(pk=victim.pk).status == WorkloadStatus.CANCELLED
+    assert SchedulingEvent.objects.filter(workload=victim, reason="DecisionDropped").exists()
+    assert_invariants()
+
+
+def test_a_quota_edit_after_the_snapshot_drops_that_queues_placements_only():
+    make_cluster(nodes=2, gpus=4)
+    qs = make_queues()
+    a = submit(qs["qa"], "a", replicas=2)
+    b = submit(qs["qb"], "b", replicas=2)
+    cycle_faults.register("after_compute", lambda: queue_set_quota(queue=qs["qa"], resource="gpu", quota=1))
+    out = cycle_run(trigger="test")
+    assert out.status == CycleStatus.APPLIED
+    assert states(a) == [TaskState.PENDING] * 2 and states(b) == [TaskState.BINDING] * 2
+    cycle_faults.clear()
+    cycle_run(trigger="test")  # the next cycle decides under the new quota
+    assert TaskState.PENDING not in states(a)
+    assert_invariants()
+
+
+def test_a_node_edit_after_the_snapshot_drops_the_placements_on_it_and_their_gangs():
+    make_cluster(nodes=2, gpus=4)
+    qs = make_queues({"qa": 8})
+    gang = submit(qs["qa"], "gang", replicas=6)  # needs both nodes
+    single = submit(qs["qa"], "single", replicas=1, gpu=1)
+    cycle_faults.register("after_compute", lambda: node_upsert(name="n1", labels={"edited": "yes"}))
+    out = cycle_run(trigger="test")
+    assert out.status == CycleStatus.APPLIED
+    assert states(gang) == [TaskState.PENDING] * 6  # the whole gang, also its tasks on n0
+    assert Task.objects.filter(node__name="n1").count() == 0
+    assert_invariants()
+    assert single  # placed or not depending on the node the engine chose; never half a gang
+
+
+def test_a_stale_generation_aborts_the_cycle_with_nothing_written():
+    make_cluster(nodes=1, gpus=4)
+    qs = make_queues()
+    submit(qs["qa"], "a")
+    before = dump()
+    cycle_faults.register("after_compute", lambda: SchedulerState.objects.filter(id=1).update(generation=41))
+    out = cycle_run(trigger="test")
+    assert out.status == CycleStatus.ABORTED
+    after = dump()
+    assert after["tasks"] == before["tasks"] and after["workloads"] == before["workloads"]
+    assert after["generation"] == 41 and after["applied"] == 0
+
+
+def test_extra_triggers_are_skipped_while_a_live_holder_has_the_lease_and_counted():
+    make_cluster(nodes=1, gpus=4)
+    qs = make_queues()
+    submit(qs["qa"], "a")
+    live = f"{socket.gethostname()}:{os.getpid()}::other"
+    SchedulerState.objects.filter(id=1).update(lease_holder=live)
+    assert lease_acquire(holder="someone-else", ttl=30)[0] is True  # no expiry set: the lease is free
+    SchedulerState.objects.filter(id=1).update(lease_holder=live)
+    from django.utils import timezone
+    from datetime import timedelta
+
+    SchedulerState.objects.filter(id=1).update(lease_expires_at=timezone.now() + timedelta(seconds=60))
+    outcomes = [cycle_run(trigger="dup").status for _ in range(3)]
+    assert outcomes == [CycleStatus.SKIPPED] * 3
+    assert SchedulingCycle.objects.filter(trigger="dup", status=CycleStatus.SKIPPED).count() == 3
+    SchedulerState.objects.filter(id=1).update(lease_holder="", lease_expires_at=None)
+    assert cycle_run(trigger="dup").status == CycleStatus.APPLIED
+    assert SchedulingCycle.objects.filter(trigger="dup").count() == 4
+
+
+def test_a_lease_of_a_dead_process_is_taken_over_at_once():
+    make_cluster(nodes=1, gpus=4)
+    qs = make_queues()
+    submit(qs["qa"], "a")
+    import subprocess
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()  # a pid that no longer exists
+    backend = "999999" if connection.vendor == "postgresql" else ""
+    from django.utils import timezone
+    from datetime import timedelta
+
+    SchedulerState.objects.filter(id=1).update(lease_holder=f"{socket.gethostname()}:{proc.pid}:{backend}:dead",
+                                               lease_expires_at=timezone.now() + timedelta(hours=1))
+    assert cycle_run(trigger="test").status == CycleStatus.APPLIED
+
+
+class LyingEngine:
+    """The real engine, then a doctored result: every pending task of ``job`` is bound onto
+    ``node`` whatever fits (the double-booking engine of reliability.md T-R3)."""
+
+    def __init__(self, job: str, node: str):
+        self.job, self.node = job, node
+
+    def __call__(self, snapshot):
+        from queues_app import engine_io
+
+        result = engine_io.run_engine(snapshot)
+        doctored = copy.copy(result)
+        doctored.jobs = copy.deepcopy(result.jobs)
+        for t in doctored.jobs[self.job]["tasks"]:
+            t["status"], t["node"], t["gpuGroups"] = "Binding", self.node, []
+        return doctored
+
+
+def test_a_double_booking_decision_set_is_refused_with_nothing_written():
+    make_cluster(nodes=1, gpus=4)
+    qs = make_queues({"qa": 8})
+    submit(qs["qa"], "fits", replicas=4)
+    cycle_run(trigger="test")
+    cycle_run(trigger="test")
+    submit(qs["qa"], "extra", replicas=2)
+    before = dump()
+    out = cycle_run(trigger="test", engine=LyingEngine("extra", "n0"))
+    assert out.status == CycleStatus.FAILED and "over-committed" in out.reason
+    after = dump()
+    assert after == before
+    assert SchedulingCycle.objects.filter(status=CycleStatus.FAILED).count() == 1
+    assert SchedulerState.objects.get(id=1).lease_holder == ""  # released: the next trigger runs
+    assert_invariants()
+
+
+def test_the_database_refuses_a_double_booking_even_if_the_application_check_is_wrong(monkeypatch):
+    from queues_app.services import cycle_apply
+
+    make_cluster(nodes=1, gpus=4)
+    qs = make_queues({"qa": 8})
+    submit(qs["qa"], "fits", replicas=4)
+    cycle_run(trigger="test")
+    submit(qs["qa"], "extra", replicas=1)
+    monkeypatch.setattr(cycle_apply, "_node_problems", lambda node, tasks: [])
+    before = dump()
+    out = cycle_run(trigger="test", engine=LyingEngine("extra", "n0"))
+    assert out.status == CycleStatus.FAILED and "over-committed" in out.reason.lower()
+    assert dump() == before
+
+
+def test_the_guard_trigger_refuses_raw_writes_that_overcommit():
+    nodes = make_cluster(nodes=1, gpus=2)
+    qs = make_queues()
+    w = submit(qs["qa"], "w", replicas=3)
+    with pytest.raises((IntegrityError, DatabaseError)):
+        with transaction.atomic():
+            Task.objects.filter(workload=w).update(state=TaskState.RUNNING, node=nodes[0])
+    assert states(w) == [TaskState.PENDING] * 3
+    with pytest.raises((IntegrityError, DatabaseError)):
+        with transaction.atomic():
+            Task.objects.filter(workload=w, index__lt=2).update(state=TaskState.RUNNING, node=nodes[0])
+            from queues_app.models import Node
+
+            Node.objects.filter(pk=nodes[0].pk).update(gpus=1)
+
+
+def test_reclaim_evicts_pipelines_and_binds_once_the_release_is_confirmed():
+    make_cluster(nodes=1, gpus=8)
+    qs = make_queues({"qa": 4, "qb": 4})
+    hog = [submit(qs["qa"], f"hog{i}") for i in range(8)]
+    cycle_run(trigger="test")
+    cycle_run(trigger="test")
+    assert all(states(w) == [TaskState.RUNNING] for w in hog)
+    newcomer = submit(qs["qb"], "newcomer", replicas=4, min_available=4)
+    seen = set()
+    for _ in range(6):
+        out = cycle_run(trigger="test")
+        assert out.status == CycleStatus.APPLIED
+        assert_invariants()
+        seen.update(states(newcomer))
+        if states(newcomer) == [TaskState.RUNNING] * 4:
+            break
+    assert states(newcomer) == [TaskState.RUNNING] * 4, seen
+    assert TaskState.PIPELINED in seen or TaskState.BINDING in seen
+    assert sum(1 for w in hog if states(w) == [TaskState.RUNNING]) == 4
+    assert SchedulingCycle.objects.filter(evicted_count__gt=0).exists()
+
+
+def test_a_cancelled_running_workload_releases_and_ends_failed():
+    make_cluster(nodes=1, gpus=4)
+    qs = make_queues()
+    w = submit(qs["qa"], "w", replicas=2)
+    cycle_run(trigger="test")
+    cycle_run(trigger="test")
+    workload_cancel(workload=w)
+    assert states(w) == [TaskState.RELEASING] * 2
+    assert_invariants()  # Releasing still holds the node; allocation check skips the changed queue
+    cycle_run(trigger="test")
+    assert states(w) == [TaskState.FAILED] * 2
+    assert Task.objects.filter(workload=w, node__isnull=False).count() == 0
+    assert QueueStatus.objects.get(queue=qs["qa"]).allocated_gpu == 0
+    assert_invariants()
+
+
+def test_kubernetes_mode_confirms_nothing_itself(settings):
+    from queues_app.services.cycle_cluster import cluster_confirm_bound
+
+    settings.KAI_CLUSTER_MODE = "kubernetes"
+    make_cluster(nodes=1, gpus=4)
+    qs = make_queues()
+    w = submit(qs["qa"], "w")
+    cycle_run(trigger="test")
+    cycle_run(trigger="test")
+    assert states(w) == [TaskState.BINDING]
+    assert cluster_confirm_bound(task_ids=Task.objects.filter(workload=w).values_list("id", flat=True)) == 1
+    assert states(w) == [TaskState.RUNNING]
+    cycle_run(trigger="test")
+    assert_invariants()
+
+
+def test_rerunning_a_cycle_on_a_settled_state_changes_nothing():
+    make_cluster(nodes=1, gpus=4)
+    qs = make_queues()
+    submit(qs["qa"], "a", replicas=2)
+    submit(qs["qa"], "too-big", gpu=8)
+    cycle_run(trigger="test")
+    cycle_run(trigger="test")
+    settled = dump()
+    cycle_run(trigger="test")
+    again = dump()
+    assert again["tasks"] == settled["tasks"] and again["workloads"] == settled["workloads"]
+    assert again["queue_status"] == settled["queue_status"]
