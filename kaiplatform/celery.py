@@ -32,6 +32,15 @@ def _beat_schedule() -> dict:
             # margin covers the embedded broker's 1 s polling delay.
             "options": {"expires": max(2 * period, 5.0)},
         },
+        # The scheduling cycle (queues_app, issue #4): single-flight, so two beats or `worker -B`
+        # on every host only produce skipped triggers.  `expires` = one interval: a trigger older
+        # than that is revoked (and counted as skipped), never run in a burst after an outage.
+        "scheduling-cycle": {
+            "task": "queues_app.tasks.scheduling_cycle",
+            "schedule": float(settings.KAI_CYCLE_SECONDS),
+            "kwargs": {"trigger": "beat"},
+            "options": {"expires": float(settings.KAI_CYCLE_SECONDS)},
+        },
         # Usage accounting (fairshare_app): idempotent per interval, so beat may fire more often
         # than the accounting interval and a duplicate or late trigger is a no-op.
         "fairshare-account-usage": {
