@@ -183,7 +183,13 @@ class _ShapeIndex:
 
 
 class Allocator:
-    """One allocate pass; reusable pieces (``try_job``, ``place_tasks``) serve other actions too."""
+    """One allocate pass; reusable pieces (``try_job``, ``place_tasks``) serve other actions too.
+
+    ``use_index = False`` disables the incremental per-shape node index (every task then scans
+    all nodes in placement order): same decisions, slower; the tests compare the two.
+    """
+
+    use_index = True
 
     def __init__(self, state: CycleState) -> None:
         self.state = state
@@ -422,7 +428,7 @@ class Allocator:
             msg = s.queue_over_capacity(q, s.task_request[t], nonpre) if check_queue else None
             if msg:
                 raise _Fail(msg)
-            if within is None:
+            if within is None and self.use_index:
                 col, spread = self._strategy(t)
                 key = (s.task_signature(t), col, spread)
                 idx = self.shape_index.get(key)

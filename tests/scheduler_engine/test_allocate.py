@@ -367,3 +367,37 @@ def test_property_allocate_never_overcommits(sc):
     # queue limits hold after allocation
     lim = s.queue_limit
     assert ((lim < 0) | (s.queue_alloc <= lim + 1e-6)).all()
+
+
+@st.composite
+def _wide_scenario(draw):
+    """Many nodes and many jobs of few shapes: exercises the incremental index (changes << N)."""
+    n_nodes = draw(st.integers(16, 48))
+    nodes = [{"name": f"n{i}", "gpus": draw(st.sampled_from([0, 2, 4, 8])), "gpuMemory": 100,
+              "cpu": str(draw(st.integers(4, 32))), "memory": "64Gi"} for i in range(n_nodes)]
+    queues = [{"name": "top", "parent": None}, {"name": "a", "parent": "top", "gpu": (4, 1, -1)},
+              {"name": "b", "parent": "top", "gpu": (8, 1, -1)}]
+    shapes = [{"gpu": 1, "cpu": "1"}, {"gpu": 4, "cpu": "2"}, {"gpu": 0.5, "cpu": "1"}, {"gpu": 0, "cpu": "3"},
+              {"gpu": 0, "gpuMemory": 30, "cpu": "1"}]
+    jobs = []
+    for i in range(draw(st.integers(10, 60))):
+        k = draw(st.integers(1, 3))
+        shape = draw(st.sampled_from(shapes))
+        jobs.append({"name": f"j{i}", "queue": draw(st.sampled_from(["a", "b"])), "createdMinutesAgo": i,
+                     "tasks": [dict(shape) for _ in range(k)], "minAvailable": draw(st.integers(1, k))})
+    return nodes, queues, jobs
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_wide_scenario(), st.sampled_from(["binpack", "spread"]))
+def test_property_incremental_node_index_matches_full_scan(sc, strategy):
+    nodes, queues, jobs = sc
+    results = []
+    for use_index in (True, False):
+        s = CycleState(simple(nodes, queues, jobs, placement={"gpu": strategy, "cpu": strategy}))
+        al = allocate.Allocator(s)
+        al.use_index = use_index
+        al.run()
+        results.append((s.task_state.tolist(), s.task_node.tolist(), [list(g) for g in s.task_gpu_groups]))
+        _check_no_overcommit(s)
+    assert results[0] == results[1]
