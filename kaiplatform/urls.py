@@ -10,6 +10,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from kaiplatform.health import readyz
+from queues_app.metrics import metrics_view
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -21,6 +22,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),  # Prometheus; KAI_METRICS_TOKEN requires a bearer token
     # OpenAPI 3 schema (public, like the docs page) and its browsable UI; session login for
     # DRF's browsable API (tenants' scripts use tokens from /api/v1/auth/token/).
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
