@@ -139,6 +139,8 @@ class CycleState:
 
         # ---------------- queues
         self.queue_path = [np.asarray(queues.path_to_root(q), dtype=np.int64) for q in range(Q)]
+        self.queue_path_list = [[int(a) for a in p] for p in self.queue_path]
+        self._lim_rows = None
         self.queue_is_leaf = queues.is_leaf
         self.queue_deserved = np.asarray(queues.deserved, float).reshape(Q, NRES)
         self.queue_limit = np.asarray(queues.limit, float).reshape(Q, NRES)
@@ -708,33 +710,36 @@ class CycleState:
     # ------------------------------------------------------------------ queue capacity (spec a.7)
     def queue_over_capacity(self, q: int, req: np.ndarray, nonpreemptible: bool) -> str | None:
         """``None`` if ``req`` may be added to leaf q, else why not (limit / non-preemptible quota)."""
-        req = np.asarray(req, float)
-        asked = req > EPS
-        if not asked.any():
+        r0, r1, r2 = (float(x) for x in req)
+        asked = (r0 > EPS, r1 > EPS, r2 > EPS)
+        if not (asked[0] or asked[1] or asked[2]):
             return None
-        path = self.queue_path[q]
-        lim = self._path_limit(q)
-        over = ((self.queue_alloc[path] + req > lim + EPS) & asked).any(axis=1)
-        if nonpreemptible:
-            over_np = ((self.queue_alloc_np[path] + req > self._path_deserved(q) + EPS) & asked).any(axis=1)
-        else:
-            over_np = np.zeros_like(over)
-        if not (over.any() or over_np.any()):
-            return None
-        for i, a in enumerate(path):
-            if over[i]:
-                lim_a, alloc = self.queue_limit[a], self.queue_alloc[a]
-                r = int(np.flatnonzero(asked & (lim_a != UNLIMITED) & (alloc + req > lim_a + EPS))[0])
-                return (f"queue {self.queues.names[a]} is over its limit for {RES_NAMES[r]}: "
-                        f"{fmt_amount(r, alloc[r])} used + {fmt_amount(r, req[r])} requested > "
-                        f"{fmt_amount(r, lim_a[r])}")
-            if over_np[i]:
-                d, anp = self.queue_deserved[a], self.queue_alloc_np[a]
-                r = int(np.flatnonzero(asked & (d != UNLIMITED) & (anp + req > d + EPS))[0])
-                return (f"queue {self.queues.names[a]} quota for non-preemptible jobs exceeded for "
-                        f"{RES_NAMES[r]}: {fmt_amount(r, anp[r])} used + {fmt_amount(r, req[r])} "
-                        f"requested > {fmt_amount(r, d[r])} deserved")
-        return None  # pragma: no cover
+        rq = (r0, r1, r2)
+        lims = self._lim_rows
+        if lims is None:
+            inf = np.where(self.queue_limit == UNLIMITED, np.inf, self.queue_limit).tolist()
+            des = np.where(self.queue_deserved == UNLIMITED, np.inf, self.queue_deserved).tolist()
+            lims = self._lim_rows = (inf, des)
+        inf_lim, inf_des = lims
+        for a in self.queue_path_list[q]:
+            la = inf_lim[a]
+            if la[0] != np.inf or la[1] != np.inf or la[2] != np.inf:
+                alloc = self.queue_alloc[a].tolist()
+                for r in range(NRES):
+                    if asked[r] and alloc[r] + rq[r] > la[r] + EPS:
+                        return (f"queue {self.queues.names[a]} is over its limit for {RES_NAMES[r]}: "
+                                f"{fmt_amount(r, alloc[r])} used + {fmt_amount(r, rq[r])} requested > "
+                                f"{fmt_amount(r, la[r])}")
+            if nonpreemptible:
+                da = inf_des[a]
+                if da[0] != np.inf or da[1] != np.inf or da[2] != np.inf:
+                    anp = self.queue_alloc_np[a].tolist()
+                    for r in range(NRES):
+                        if asked[r] and anp[r] + rq[r] > da[r] + EPS:
+                            return (f"queue {self.queues.names[a]} quota for non-preemptible jobs exceeded for "
+                                    f"{RES_NAMES[r]}: {fmt_amount(r, anp[r])} used + {fmt_amount(r, rq[r])} "
+                                    f"requested > {fmt_amount(r, da[r])} deserved")
+        return None
 
     def _path_limit(self, q: int) -> np.ndarray:
         c = self._path_cache_lim.get(q)
