@@ -25,6 +25,10 @@ _BIND = int(TaskState.BINDING)
 _PIPE = int(TaskState.PIPELINED)
 
 
+def _fmt_vec(v) -> str:
+    return f"gpu={fmt_amount(GPU, v[GPU])}, cpu={fmt_amount(CPU, v[CPU])}, memory={fmt_amount(MEM, v[MEM])}"
+
+
 class _Fail(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -337,56 +341,83 @@ class Allocator:
         if not required and not preferred:
             self.place_tasks(j, tasks, None)
             return
-        if required:
-            domains = self._domains(required, None, tasks)
-            if not domains:
-                raise _Fail(f"topology: no node carries the required label {required}")
-            last = None
-            for name, mask in domains:
-                cp = s.checkpoint()
-                try:
-                    self._place_preferred(j, tasks, mask, preferred)
-                    return
-                except _Fail as f:
-                    s.rollback(cp)
-                    last = f"{required}={name}: {f.message}"
-            raise _Fail(f"topology: no domain of {required} can hold all {len(tasks)} tasks (last tried {last})")
-        self._place_preferred(j, tasks, None, preferred)
+        candidates, why_none = self._topology_candidates(j, tasks, required, preferred)
+        if not candidates:
+            raise _Fail(why_none)
+        last = None
+        for desc, mask in candidates:
+            cp = s.checkpoint()
+            try:
+                self.place_tasks(j, tasks, mask)
+                return
+            except _Fail as f:
+                s.rollback(cp)
+                last = f"{desc}: {f.message}"
+        label = required or preferred
+        raise _Fail(f"topology: no domain of {label} can hold all {len(tasks)} tasks (last tried {last})")
 
-    def _place_preferred(self, j: int, tasks: list[int], within: np.ndarray | None, preferred: str | None) -> None:
+    def _topology_candidates(self, j: int, tasks: list[int], required: str | None,
+                             preferred: str | None) -> tuple[list[tuple[str, np.ndarray | None]], str]:
+        """Node sets to try, in KAI's order: every preferred-level domain (inside the required
+        domains when both are set), then the required-level domains (or, with only a preference,
+        the whole cluster). Domains are sorted by how packed the job would leave them (largest
+        job-to-free ratio first, then name) and those that cannot hold the job's total request
+        (free + releasing, whole GPUs) are skipped. A required domain must contain the job's
+        active tasks, if it has any."""
         s = self.state
-        if preferred:
-            for _, mask in self._domains(preferred, within, tasks):
-                cp = s.checkpoint()
-                try:
-                    self.place_tasks(j, tasks, mask)
-                    return
-                except _Fail:
-                    s.rollback(cp)
-        self.place_tasks(j, tasks, within)
+        total = s.task_order_req[tasks].sum(axis=0)  # GPU memory as a fraction of the smallest device
+        out: list[tuple[str, np.ndarray | None]] = []
+        if required:
+            allowed = None
+            active = s.job_active_tasks(j)
+            if active:
+                vals = s.label_values(required)
+                allowed = {vals[int(s.task_node[t])] for t in active if s.task_node[t] >= 0}
+            req_domains = self._domains(required, None, total, allowed)
+            if not req_domains:
+                where = " that holds the job's running tasks" if allowed else ""
+                return [], (f"topology: no domain of {required}{where} has room for the job's "
+                            f"{len(tasks)} tasks ({_fmt_vec(total)} in total)")
+            if preferred:
+                for rname, rmask in req_domains:
+                    for pname, pmask in self._domains(preferred, rmask, total, None):
+                        out.append((f"{required}={rname}/{preferred}={pname}", pmask))
+            out.extend((f"{required}={name}", mask) for name, mask in req_domains)
+            return out, ""
+        for name, mask in self._domains(preferred, None, total, None):
+            out.append((f"{preferred}={name}", mask))
+        out.append(("whole cluster", None))
+        return out, ""
 
-    def _domains(self, label: str, within: np.ndarray | None, tasks: list[int]) -> list[tuple[str, np.ndarray]]:
-        """Domains of ``label`` (node masks), tightest first for binpack, emptiest first for spread."""
+    def _domains(self, label: str, within: np.ndarray | None, total: np.ndarray,
+                 allowed: set | None) -> list[tuple[str, np.ndarray]]:
+        """Domains of ``label`` (node masks) that can hold ``total``, most packed first."""
         s = self.state
         values = s.label_values(label)
         groups: dict[str, list[int]] = {}
         for n, v in enumerate(values):
             if v is None or not s.node_schedulable[n] or (within is not None and not within[n]):
                 continue
+            if allowed is not None and v not in allowed:
+                continue
             groups.setdefault(v, []).append(n)
-        gpu_job = bool(s.task_request[tasks, GPU].sum() > 0 or s.task_gpu_memory[tasks].sum() > 0)
-        col = GPU if gpu_job else CPU
-        free_by = {}
-        out = []
+        scored = []
         for v, ns in groups.items():
+            ns_a = np.asarray(ns)
+            free = (s.node_idle[ns_a] + s.node_releasing[ns_a]).sum(axis=0)
+            if s.G:
+                free[GPU] = float(((s.dev_free[ns_a] + s.dev_rel[ns_a] >= 1 - EPS) & s.dev_valid[ns_a]).sum())
+            ratio = 0.0
+            for r in range(3):
+                if total[r] > EPS:
+                    ratio = max(ratio, total[r] / free[r] if free[r] > 0 else 1000.0)
+            if ratio > 1.0 + EPS:
+                continue
             mask = np.zeros(s.N, dtype=bool)
-            mask[ns] = True
-            free = float(s.node_idle[ns, col].sum())
-            free_by[v] = free
-            out.append((v, mask))
-        spread = self.placement.get("gpu" if gpu_job else "cpu", "binpack") == "spread"
-        out.sort(key=lambda vm: (-free_by[vm[0]] if spread else free_by[vm[0]]))
-        return out
+            mask[ns_a] = True
+            scored.append((-ratio, v, mask))
+        scored.sort(key=lambda x: (x[0], x[1]))
+        return [(v, mask) for _, v, mask in scored]
 
     # ------------------------------------------------------------------ tasks -> nodes
     def place_tasks(self, j: int, tasks: list[int], within: np.ndarray | None) -> None:

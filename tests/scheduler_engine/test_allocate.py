@@ -201,8 +201,29 @@ def test_required_topology_keeps_the_gang_in_one_domain():
 def test_required_topology_failure_is_explained():
     nodes = [node("n0", gpus=1, labels={"rack": "r1"}), node("n1", gpus=1, labels={"rack": "r2"})]
     s = run(nodes, [job("g", {"gpu": 1}, {"gpu": 1}, topology={"required": "rack"})])
+    assert events_of(s, "g") == ["topology: no domain of rack has room for the job's 2 tasks "
+                                 "(gpu=2, cpu=0, memory=0 in total)"]
+    # enough GPUs in the rack in total, but split so that the second task fits nowhere
+    nodes = [node("a", gpus=2, labels={"rack": "r1"}), node("b", gpus=1, labels={"rack": "r1"}),
+             node("c", gpus=1, labels={"rack": "r1"})]
+    s = run(nodes, [job("g", {"gpu": 2}, {"gpu": 2}, topology={"required": "rack"})])
     (msg,) = events_of(s, "g")
-    assert msg.startswith("topology: no domain of rack can hold all 2 tasks")
+    assert msg.startswith("topology: no domain of rack can hold all 2 tasks (last tried rack=r1: gang of 2")
+
+
+def test_required_topology_domains_most_packed_first_and_sticky_for_running_tasks():
+    nodes = [node("a0", gpus=4, labels={"rack": "ra"}), node("b0", gpus=4, labels={"rack": "rb"}),
+             node("b1", gpus=4, labels={"rack": "rb"})]
+    jobs = [job("fill", {"gpu": 2, "state": "Running", "node": "b0"}),
+            job("g", {"gpu": 1, "name": "g-0"}, {"gpu": 1, "name": "g-1"}, topology={"required": "rack"})]
+    s = run(nodes, jobs)
+    # rack ra: 2 of 4 free GPUs needed (ratio 0.5); rack rb: 2 of 6 (0.33) -> ra is more packed
+    assert status(s, "g-0")[1] == "a0" and status(s, "g-1")[1] == "a0"
+    # an elastic job keeps growing inside the rack of its running tasks
+    jobs = [job("e", {"gpu": 1, "state": "Running", "node": "b1"}, {"gpu": 1, "name": "e-1"}, minAvailable=1,
+                topology={"required": "rack"})]
+    s = run(nodes, jobs)
+    assert status(s, "e-1")[1] in ("b0", "b1")
 
 
 def test_preferred_topology_tries_one_domain_then_falls_back():
