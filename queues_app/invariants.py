@@ -218,8 +218,9 @@ def check_invariants(*, expected_workload_ids: Iterable[int] | None = None,
     if unknown:
         raise ValueError(f"unknown check(s): {', '.join(unknown)}; known: {', '.join(CHECKS)}")
     out: list[Violation] = []
+    outermost = not connection.in_atomic_block
     with transaction.atomic():
-        if connection.vendor == "postgresql":
+        if connection.vendor == "postgresql" and outermost:
             with connection.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         checks = _checks()

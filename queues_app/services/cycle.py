@@ -164,8 +164,9 @@ def take_snapshot(*, now: datetime) -> Snap:
     PostgreSQL: a REPEATABLE READ transaction, so the six reads see one instant; SQLite: the
     transaction holds the database lock while reading.
     """
+    outermost = not connection.in_atomic_block
     with transaction.atomic():
-        if connection.vendor == "postgresql":
+        if connection.vendor == "postgresql" and outermost:
             with connection.cursor() as cur:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         generation = SchedulerState.objects.values_list("generation", flat=True).get(id=1)
