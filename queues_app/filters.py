@@ -6,7 +6,6 @@ from typing import Any, Mapping
 
 import django_filters
 from django.db.models import QuerySet
-from django.db.models.fields.json import KeyTextTransform
 
 from queues_app.choices import TaskState, WorkloadStatus
 from queues_app.errors import ApplicationError
@@ -82,8 +81,10 @@ class NodeFilter(django_filters.FilterSet):
         key, sep, val = value.partition("=")
         if not sep or not key:
             raise ApplicationError("Invalid filter.", extra={"label": ["Use key=value."]})
-        # KeyTextTransform takes the key verbatim, so dots and slashes in label keys are fine.
-        return queryset.alias(_label=KeyTextTransform(key, "labels")).filter(_label=val)
+        if "__" in key:
+            raise ApplicationError("Invalid filter.", extra={"label": ["Label keys with '__' cannot be filtered."]})
+        # One JSON key transform: dots and slashes in the key are kept verbatim (quoted path).
+        return queryset.filter(**{f"labels__{key}": val})
 
 
 def apply_filterset(filterset_class: type[django_filters.FilterSet], queryset: QuerySet,
