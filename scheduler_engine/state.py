@@ -87,6 +87,7 @@ _STUCK = int(TaskState.STUCK_RELEASING)
 _BIND = int(TaskState.BINDING)
 _PIPE = int(TaskState.PIPELINED)
 ACTIVE_STATES = (_RUN, _BIND, _PIPE)
+_EMPTY: tuple = ()  # shared immutable "no devices" entry
 RES_NAMES = ("gpu", "cpu", "memory")
 
 
@@ -148,8 +149,10 @@ class CycleState:
         # ---------------- tasks
         self.task_state = np.asarray(tasks.state, dtype=np.int8).copy()
         self.task_node = np.asarray(tasks.node, dtype=np.int64).copy()
-        self.task_gpu_groups: list[list[str]] = [list(g or []) for g in tasks.gpu_groups]
-        self.task_devices: list[list[int]] = [[] for _ in range(T)]
+        # outer lists are copied, inner ones shared with the snapshot: this module only ever
+        # replaces an entry, never mutates one in place (the snapshot stays untouched)
+        self.task_gpu_groups: list[list[str]] = list(tasks.gpu_groups)
+        self.task_devices: list[list[int]] = [_EMPTY] * T
         self.task_job = np.asarray(tasks.job, dtype=np.int64)
         req = np.asarray(tasks.request, float).reshape(T, NRES)
         self.task_request = req
@@ -167,8 +170,8 @@ class CycleState:
             self.task_quota_req[self.task_is_mem, GPU] = mem / self.max_gpu_memory if self.max_gpu_memory else 0.0
         self.task_alloc = np.zeros((T, NRES))
         self.task_rel_take = np.zeros((T, NRES))  # pipelined tasks: part taken from releasing
-        self.task_dev_take: list[list[float]] = [[] for _ in range(T)]
-        self.task_selector_key = [tuple(sorted((s or {}).items())) for s in tasks.node_selector]
+        self.task_dev_take: list[list[float]] = [_EMPTY] * T
+        self.task_selector_key = [tuple(sorted(s.items())) if s else () for s in tasks.node_selector]
         self.job_queue_arr = np.asarray(jobs.queue, dtype=np.int64)
         self.job_preemptible_arr = np.asarray(jobs.preemptible, bool)
         self.job_start = np.asarray(jobs.task_start, dtype=np.int64)
