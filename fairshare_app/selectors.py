@@ -319,8 +319,9 @@ def sshare_tree(*, tenant: Tenant | None, now: datetime | None = None, algorithm
                 ) -> tuple[sshare.Tree, dict[str, Any]]:
     """The queue tree as Slurm associations, with decayed billing usage, computed.
 
-    Accounts = queues (RawShares = GPU over-quota weight, -1/unset = 1); users = owners of
-    usage in a leaf queue (1 share each; usage without an owner stays on the account).
+    Accounts = queues (RawShares = GPU over-quota weight, -1/unset = 1); users of a leaf queue =
+    members of the tenants granted it plus owners of usage there (1 share each; usage without an
+    owner stays on the account).
     RawUsage = decayed billing-seconds since the latest reset (settings: half-life, reset
     period, billing weights), exact 2**(-age/half_life) decay (not Slurm's 0.693 constant).
     A tenant sees the subtrees of its granted queues (with their ancestors).
@@ -341,6 +342,11 @@ def sshare_tree(*, tenant: Tenant | None, now: datetime | None = None, algorithm
     status = {s["queue_id"]: s for s in QueueStatus.objects.values("queue_id", "fair_share_gpu", "allocated_gpu")}
     billing = _billing_by_queue_user(now=now, since=since, half_life_s=half_life, weights=weights)
     name_of = {q["id"]: q["name"] for q in queues}
+    # Associations: members of the tenants granted a leaf queue, plus whoever has usage there.
+    members: dict[int, set[str]] = {}
+    for qid, username in Queue.objects.filter(tenants__is_active=True, tenants__members__isnull=False).values_list(
+            "id", "tenants__members__username"):
+        members.setdefault(qid, set()).add(username)
     assocs = [sshare.Assoc("root", None, "root", shares=None)]
     has_children = {q["parent_id"] for q in queues if q["parent_id"] is not None}
     for q in queues:
@@ -355,10 +361,9 @@ def sshare_tree(*, tenant: Tenant | None, now: datetime | None = None, algorithm
                                    raw_usage=own, extra=extra))
         if q["id"] in has_children:
             continue
-        for (qid, user), value in sorted(billing.items()):
-            if qid == q["id"] and user:
-                assocs.append(sshare.Assoc(f"{q['name']}/{user}", q["name"], q["name"], user=user, shares=1.0,
-                                           raw_usage=value))
+        for user in sorted(members.get(q["id"], set()) | {u for (qid, u) in billing if qid == q["id"] and u}):
+            assocs.append(sshare.Assoc(f"{q['name']}/{user}", q["name"], q["name"], user=user, shares=1.0,
+                                       raw_usage=billing.get((q["id"], user), 0.0)))
     tree = sshare.Tree(assocs)
     sshare.compute(tree, algorithm)
     meta = {"algorithm": algorithm, "now": now.isoformat(), "usage_since": since.isoformat() if since else None,

@@ -1,0 +1,1 @@
+"""REST API of fairshare_app, mounted at /api/v1/fairshare/ (kaiplatform/urls.py)."""
