@@ -320,22 +320,24 @@ class Allocator:
             self.fail_cache[sig] = (s.resources_freed, f.message)
             s.mark_failure_point()
             return False, False, f.message
-        pipelined = any(s.task_state[t] == _PIPE for t in s.job_task_range(j))
+        a, c = int(s.job_start[j]), int(s.job_count[j])
+        states = s.task_state[a:a + c]
+        pipelined = bool((states == _PIPE).any())
         if pipelined:
-            for t in s.job_task_range(j):
-                if s.task_state[t] == _BIND:
-                    s.mark_pipelined(t)
+            for i in np.flatnonzero(states == _BIND):
+                s.mark_pipelined(a + int(i))
         return True, pipelined, ""
 
     def _attempt(self, j: int, tasks: list[int]) -> None:
         s = self.state
         q = s.job_queue(j)
         nonpre = not s.job_is_preemptible(j)
-        req = s.task_quota_req[tasks].sum(axis=0)
+        req = s.task_quota_req[tasks[0]] if len(tasks) == 1 else s.task_quota_req[tasks].sum(axis=0)
         msg = s.queue_over_capacity(q, req, nonpre)
         if msg:
             raise _Fail(msg)
-        tasks = task_order(s, tasks)
+        if len(tasks) > 1:
+            tasks = task_order(s, tasks)
         required = s.jobs.topology_required[j]
         preferred = s.jobs.topology_preferred[j]
         if not required and not preferred:
