@@ -102,8 +102,41 @@ class AlignedIds:
 
 @dataclass
 class EngineInput:
+    """The scenario dict, its index, and what was left out because the database is corrupt
+    (e.g. a queue cycle written by raw SQL): the rest is still scheduled, and the cycle can
+    report ``excluded_workloads`` as events instead of failing as a whole."""
+
     data: dict[str, Any]
     index: EngineIndex
+    excluded_queues: dict[str, str] = field(default_factory=dict)  # queue name -> reason
+    excluded_workloads: dict[int, str] = field(default_factory=dict)  # workload id -> reason
+
+
+def _corrupt_queues(rows: list[dict[str, Any]]) -> dict[int, str]:
+    """Queues whose ancestry is broken (a cycle, or a parent that does not exist), and all
+    their descendants.  The services never create these; raw SQL can."""
+    parent = {q["id"]: q["parent_id"] for q in rows}
+    name = {q["id"]: q["name"] for q in rows}
+    bad: dict[int, str] = {}
+    for qid in parent:
+        chain, current = [qid], parent[qid]
+        reason = None
+        while current is not None:
+            if current not in parent:
+                reason = f"queue {name[chain[-1]]!r} has a parent that does not exist"
+                break
+            if current in chain:
+                reason = "the queue tree has a cycle through " + " -> ".join(
+                    name[c] for c in chain[chain.index(current):] + [current])
+                break
+            if current in bad:
+                reason = bad[current]
+                break
+            chain.append(current)
+            current = parent[current]
+        if reason is not None:
+            bad[qid] = reason
+    return bad
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -217,6 +250,10 @@ def build_engine_input(
     queue_rows = list(Queue.objects.order_by("path", "name").values(
         "id", "name", "parent_id", "priority", "created_at", "reclaim_min_runtime", "preempt_min_runtime", "version",
     ))
+    corrupt = _corrupt_queues(queue_rows)
+    excluded_queues = {q["name"]: corrupt[q["id"]] for q in queue_rows if q["id"] in corrupt}
+    queue_rows = [q for q in queue_rows if q["id"] not in corrupt]
+    inner_queues = {q["parent_id"] for q in queue_rows if q["parent_id"] is not None}
     queue_name = {q["id"]: q["name"] for q in queue_rows}
     queues = []
     for q in queue_rows:
@@ -238,8 +275,15 @@ def build_engine_input(
     wl_rows = list(exported.order_by("created_at", "name", "id").values(
         "id", "name", "queue__name", "priority", "preemptible", "min_available", "created_at", "started_at",
         "stale_since", "staleness_grace_period", "preemption_delay", "topology_required", "topology_preferred",
-        "node_selector", "version",
+        "node_selector", "version", "queue_id",
     ))
+    excluded_workloads: dict[int, str] = {}
+    for w in wl_rows:
+        if w["queue_id"] in corrupt:
+            excluded_workloads[w["id"]] = f"not scheduled: {corrupt[w['queue_id']]}"
+        elif w["queue_id"] in inner_queues:
+            excluded_workloads[w["id"]] = f"not scheduled: queue {w['queue__name']!r} has child queues"
+    wl_rows = [w for w in wl_rows if w["id"] not in excluded_workloads]
     job_names = _unique_names([w["name"] for w in wl_rows], [w["queue__name"] for w in wl_rows])
     task_rows: dict[int, list[dict[str, Any]]] = {}
     for t in Task.objects.filter(workload__in=exported).order_by("workload_id", "index").values(
@@ -324,7 +368,8 @@ def build_engine_input(
     if usage_map:
         data["usage"] = usage_map
         cfg.update({k: v for k, v in fair.get("config", {}).items() if k not in (config or {})})
-    return EngineInput(data=data, index=index)
+    return EngineInput(data=data, index=index, excluded_queues=excluded_queues,
+                       excluded_workloads=excluded_workloads)
 
 
 def build_scenario_dict(**kwargs: Any) -> dict[str, Any]:

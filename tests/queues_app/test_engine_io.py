@@ -106,3 +106,31 @@ class SnapshotBuilderTests:
         assert count() == small <= 6
         snap = build_snapshot(now=NOW, usage={})
         assert len(snap.tasks) == 27 * 5 and np.all(snap.tasks.request[:, GPU] > 0)
+
+
+class CorruptTreeTests:
+    """reliability.md 2.9: a tree corrupted by raw SQL must not stop scheduling the rest."""
+
+    def test_a_queue_cycle_excludes_that_subtree_and_keeps_the_rest(self, queue_tree):
+        good = workload_submit(queue=queue_tree["b-train"], name="good", task={"gpu": 1})
+        stuck = workload_submit(queue=queue_tree["a-train"], name="stuck", task={"gpu": 1})
+        # team-a-dept <-> a-train: bypasses every service check
+        from queues_app.models import Queue
+
+        Queue.objects.filter(pk=queue_tree["team-a-dept"].pk).update(parent=queue_tree["a-train"])
+        engine_input = build_engine_input(now=NOW, usage={})
+        assert set(engine_input.excluded_queues) == {"team-a-dept", "a-train"}
+        assert "cycle" in engine_input.excluded_queues["a-train"]
+        assert set(engine_input.excluded_workloads) == {stuck.pk}
+        snap = build_snapshot(now=NOW, usage={})
+        assert snap.jobs.names == ["good"] and "a-train" not in snap.queues.index
+        assert engine_input.index.workload_id == {"good": good.pk}
+
+    def test_a_workload_on_an_inner_queue_is_excluded(self, queue_tree):
+        w = workload_submit(queue=queue_tree["a-train"], name="w", task={"gpu": 1})
+        from queues_app.models import Workload
+
+        Workload.objects.filter(pk=w.pk).update(queue=queue_tree["team-a-dept"])
+        engine_input = build_engine_input(now=NOW, usage={})
+        assert "child queues" in engine_input.excluded_workloads[w.pk]
+        build_snapshot(now=NOW, usage={})  # the engine accepts the rest
