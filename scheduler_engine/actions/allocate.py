@@ -5,8 +5,8 @@ the job's next tasks (the missing ``minAvailable`` of a gang, all-or-nothing, or
 once the gang is satisfied; spec g) and is rolled back entirely if any task fails. A task goes to
 the first node in placement order (binpack / spread per resource, ``config.placement``) where it fits
 on free plus releasing resources: on free resources it is Binding, otherwise Pipelined; once one
-task of a job is pipelined the whole job is pipelined, as KAI does. Queue limits and the
-non-preemptible quota are checked per attempt and per task per node (spec a.7).
+task of a job is pipelined the whole job is pipelined, as KAI does (its later elastic tasks too).
+Queue limits and the non-preemptible quota are checked per attempt and per task per node (spec a.7).
 
 Every job that stays Pending gets an ``Unschedulable`` event naming the blocking reason with
 numbers. Identical job shapes that failed are not retried against the cluster in the same cycle
@@ -276,9 +276,8 @@ class Allocator:
                 continue
             placed_any.add(j)
             self.failures.pop(j, None)
-            if pipelined:
-                jq.refresh(leaf)
-                continue
+            # KAI pushes a job back whenever it still has tasks to allocate, pipelined or not
+            # (further tasks of a pipelined job are pipelined too)
             if s.job_pending_tasks(j):
                 jq.push(j)
                 pushed.add(j)

@@ -121,6 +121,14 @@ def test_gang_with_releasing_capacity_is_pipelined_as_a_whole():
     assert s.queue_alloc[1, GPU] == 4
 
 
+def test_pipelined_elastic_job_keeps_growing_pipelined():
+    nodes = [node("a", gpus=2)]
+    jobs = [job("rel", {"gpu": 2, "state": "Releasing", "node": "a"}),
+            job("e", {"gpu": 1, "name": "e-0"}, {"gpu": 1, "name": "e-1"}, {"gpu": 1, "name": "e-2"}, minAvailable=1)]
+    s = run(nodes, jobs)
+    assert [status(s, f"e-{i}")[0] for i in range(3)] == ["Pipelined", "Pipelined", "Pending"]
+
+
 # --------------------------------------------------------------------------- GPU sharing
 def test_fraction_joins_the_most_used_shared_device_that_fits():
     nodes = [node("a", gpus=2)]
