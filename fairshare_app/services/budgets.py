@@ -25,14 +25,19 @@ def _decimal(value: Any, *, field: str) -> Decimal:
         raise ApplicationError("Invalid budget.", extra={field: ["Must be a number."]}) from None
 
 
+DUPLICATE = "This queue already has a budget for that period."
+
+
 def _save(budget: GpuBudget) -> GpuBudget:
+    if budget.queue_id and GpuBudget.objects.filter(queue_id=budget.queue_id, period=budget.period).exclude(
+            pk=budget.pk).exists():
+        raise ApplicationError("Invalid budget.", extra={"period": [DUPLICATE]})
     validate(budget, message="Invalid budget.")
     try:
         with transaction.atomic():
             budget.save()
     except IntegrityError:
-        raise ApplicationError("Invalid budget.", extra={"period": [
-            "This queue already has a budget for that period."]}) from None
+        raise ApplicationError("Invalid budget.", extra={"period": [DUPLICATE]}) from None
     return budget
 
 
