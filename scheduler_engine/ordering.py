@@ -233,6 +233,7 @@ class JobQueue:
         self.request_fn = request_fn
         self._req_cache: dict[int, tuple[int, list]] = {}
         self._prof_cache: dict[tuple, tuple[int, _QueueProfile]] = {}
+        self._pver = [-1] * state.Q  # queue_version at which profile[q] was computed
         Q = state.Q
         self.paths = [[int(x) for x in p] for p in state.queue_path]
         self.heaps: list[list] = [[] for _ in range(Q)]
@@ -289,6 +290,7 @@ class JobQueue:
         p = self.profile[q]
         if p is None:
             p = self.profile[q] = self._profile(q, self.rep[q])
+            self._pver[q] = int(self.state.queue_version[q])
         return p
 
     def _best_of(self, cands: list[int]) -> int:
@@ -339,7 +341,26 @@ class JobQueue:
 
     def refresh(self, leaf: int) -> None:
         """Recompute representatives and order on the path of ``leaf`` (after its state changed)."""
-        for q in self.paths[leaf]:
+        path = self.paths[leaf]
+        old = self.rep[leaf]
+        h = self.heaps[leaf]
+        new = h[0][1] if h else -1
+        if old >= 0 and new >= 0 and old != new and self._request(new) == self._request(old):
+            # Fast path (e.g. a job that failed was popped and the next one asks for the same):
+            # with the same request and no allocation change on the path every profile and
+            # therefore every comparison is unchanged; only the representative moves on.
+            ver = self.state.queue_version
+            prof, pver = self.profile, self._pver
+            if all(prof[q] is None or pver[q] == ver[q] for q in path):
+                self.rep[leaf] = new
+                prev = leaf
+                for q in path[1:]:
+                    if self.best_child[q] != prev:
+                        break
+                    self.rep[q] = new
+                    prev = q
+                return
+        for q in path:
             self._recompute(q)
 
     def refresh_all(self) -> None:
