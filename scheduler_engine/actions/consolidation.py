@@ -10,6 +10,8 @@ that lands back where it was is simply left Running. Nothing is ever lost.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..ordering import JobQueue, next_tasks_to_allocate
 from ..snapshot import GPU
 from ..state import CycleState
@@ -72,8 +74,9 @@ class Consolidation:
         s = self.state
 
         def candidates():
-            return [v for v in range(s.J)
-                    if v != j and s.job_is_preemptible(v) and s.job_num_active(v) > 0]
+            mask = s.job_preemptible_arr & (s.job_num_active_arr > 0)
+            mask[j] = False
+            return np.flatnonzero(mask)
 
         return candidates
 

@@ -15,8 +15,8 @@ from ..ordering import JobQueue, next_tasks_to_allocate
 from ..snapshot import NRES, UNLIMITED
 from ..state import CycleState, RES_NAMES, fmt_amount
 from .reclaim import _min_runtime_elastic
-from .victims import (FailedShapes, VictimSolver, commit_events, is_elastic, job_ready, min_runtime_protected,
-                      preempt_min_runtime, within_preemption_delay)
+from .victims import (FailedShapes, VictimSolver, commit_events, job_ready, preempt_min_runtime,
+                      protected_non_elastic, within_preemption_delay)
 
 
 def run(state: CycleState) -> None:
@@ -93,18 +93,13 @@ class Preempt:
         prio = int(s.jobs.priority[j])
 
         def candidates():
-            out = []
-            for v in range(s.J):
-                if v == j or s.job_queue(v) != leaf:
-                    continue
-                if not s.job_is_preemptible(v) or int(s.jobs.priority[v]) >= prio:
-                    continue
-                if s.job_num_active(v) == 0:
-                    continue
-                if not is_elastic(s, v) and min_runtime_protected(s, v, preempt_min_runtime(s, leaf)):
-                    continue
-                out.append(v)
-            return out
+            mask = (s.job_preemptible_arr & (s.job_num_active_arr > 0) & (s.job_queue_arr == leaf)
+                    & (np.asarray(s.jobs.priority) < prio))
+            mask[j] = False
+            mr = preempt_min_runtime(s, leaf)
+            if mr > 0:
+                mask &= ~protected_non_elastic(s, mr)
+            return np.flatnonzero(mask)
 
         def validator(sc):
             return _min_runtime_elastic(s, sc, lambda v: preempt_min_runtime(s, s.job_queue(v)))

@@ -30,7 +30,7 @@ from ..proportion import QueueShares, can_reclaim_resources, effective_multiplie
 from ..snapshot import NRES, UNLIMITED
 from ..state import EPS, CycleState, RES_NAMES, fmt_amount
 from .victims import (FailedShapes, Scenario, VictimSolver, commit_events, is_elastic, job_ready,
-                      min_runtime_protected, reclaim_min_runtime, within_preemption_delay)
+                      min_runtime_protected, protected_non_elastic, reclaim_min_runtime, within_preemption_delay)
 
 
 def run(state: CycleState) -> None:
@@ -139,28 +139,21 @@ class Reclaim:
     def _solver(self, j: int, leaf: int, full_req: np.ndarray, preemptible: bool) -> VictimSolver:
         s = self.state
         start = shares_now(s, copy=True)  # OnJobSolutionStart
-        filter_cache: dict[int, bool] = {}
 
         def candidates():
             live = shares_now(s)
-            out = []
-            for v in range(s.J):
-                vq = s.job_queue(v)
-                if vq == leaf or v == j:
+            mask = s.job_preemptible_arr & (s.job_num_active_arr > 0) & (s.job_queue_arr != leaf)
+            mask[j] = False
+            leaves = s.job_queue_arr
+            for vq in np.unique(leaves[mask]):
+                vq = int(vq)
+                if not victim_filter(live, leaf, vq, full_req):
+                    mask &= leaves != vq
                     continue
-                if not s.job_is_preemptible(v) or s.job_num_active(v) == 0:
-                    continue
-                ok = filter_cache.get(vq)
-                if ok is None:
-                    ok = bool(victim_filter(live, leaf, vq, full_req))
-                    filter_cache[vq] = ok
-                if not ok:
-                    continue
-                if not is_elastic(s, v) and min_runtime_protected(s, v, reclaim_min_runtime(s, leaf, vq)):
-                    continue
-                out.append(v)
-            filter_cache.clear()
-            return out
+                mr = reclaim_min_runtime(s, leaf, vq)
+                if mr > 0:
+                    mask &= ~((leaves == vq) & protected_non_elastic(s, mr))
+            return np.flatnonzero(mask)
 
         def validator(sc: Scenario) -> str | None:
             req = s.task_order_req[sc.tasks].sum(axis=0)

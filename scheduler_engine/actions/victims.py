@@ -103,6 +103,15 @@ def min_runtime_protected(state: CycleState, j: int, min_runtime: float) -> bool
     return ago < min_runtime
 
 
+def protected_non_elastic(state: CycleState, min_runtime: float) -> np.ndarray:
+    """(J,) bool: non-elastic jobs started less than ``min_runtime`` seconds ago (vectorised filter)."""
+    ago = np.asarray(state.jobs.started_minutes_ago, dtype=float) * 60.0
+    elastic = state.job_min_available < state.job_count
+    with np.errstate(invalid="ignore"):
+        young = ago < min_runtime
+    return young & ~np.isnan(ago) & ~elastic & (min_runtime > 0)
+
+
 def _walk_up(state: CycleState, q: int, field_values: np.ndarray) -> float:
     for a in state.queue_path[q]:
         v = float(field_values[int(a)])
@@ -218,17 +227,16 @@ class _Rep:
         self.seq = seq
 
 
-class _RevStr:
-    __slots__ = ("s",)
-
-    def __init__(self, s: str) -> None:
-        self.s = s
-
-    def __lt__(self, other: "_RevStr") -> bool:
-        return self.s > other.s
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, _RevStr) and self.s == other.s
+def _name_rank(state: CycleState) -> np.ndarray:
+    """Rank of every job name (ascending), cached on the state (victim order reverses names)."""
+    r = getattr(state, "_victims_name_rank", None)
+    if r is None:
+        names = state.jobs.names
+        order = sorted(range(len(names)), key=names.__getitem__)
+        r = np.empty(len(names), dtype=np.int64)
+        r[order] = np.arange(len(names))
+        state._victims_name_rank = r
+    return r
 
 
 class VictimQueue:
@@ -237,82 +245,132 @@ class VictimQueue:
     Queue nodes are compared with the queue comparator reversed, each leaf represented by the
     victims already popped from it plus its next one (their allocations are subtracted, rule 5);
     inside a leaf jobs come in reversed job order (lowest priority, above minAvailable, newest).
+
+    The initial candidates of each leaf are sorted once with numpy (lazy: a representative object
+    is only built for a leaf's head); pushed-back remainders live in a small heap per leaf.
     """
 
     def __init__(self, state: CycleState, jobs: Iterable[int]) -> None:
         self.state = state
+        s = state
+        jobs = np.fromiter((int(j) for j in jobs), dtype=np.int64) if not isinstance(jobs, np.ndarray) \
+            else jobs.astype(np.int64)
+        self.sorted: dict[int, np.ndarray] = {}
+        self.ptr: dict[int, int] = {}
         self.heaps: dict[int, list] = {}
+        self.head_rep: dict[int, _Rep] = {}
         self.popped_alloc: dict[int, np.ndarray] = {}
         self._seq = 0
-        for j in jobs:
-            self.push(int(j), state.job_active_tasks(int(j)))
+        if jobs.size:
+            prio = np.asarray(s.jobs.priority)[jobs].astype(np.int64)
+            act = s.job_num_active_arr[jobs]
+            m = s.job_min_available[jobs]
+            el = np.where(act < m, 0, np.where(act == m, 1, 2))
+            created = np.asarray(s.jobs.created_minutes_ago, dtype=float)[jobs]
+            nr = _name_rank(s)[jobs]
+            order = np.lexsort((-nr, created, -el, prio))
+            jobs = jobs[order]
+            leaves = s.job_queue_arr[jobs]
+            for q in np.unique(leaves):
+                self.sorted[int(q)] = jobs[leaves == q]
+                self.ptr[int(q)] = 0
 
-    def _key(self, rep: _Rep) -> tuple:
+    def _key_of(self, j: int, n_active: int, seq: int) -> tuple:
         s = self.state
-        j = rep.job
-        act = sum(1 for t in rep.tasks if s.task_state[t] in _ACTIVE)
         m = int(s.job_min_available[j])
-        el = 0 if act < m else (1 if act == m else 2)
-        return (int(s.jobs.priority[j]), -el, float(s.jobs.created_minutes_ago[j]), _RevStr(s.jobs.names[j]),
-                rep.seq)
+        el = 0 if n_active < m else (1 if n_active == m else 2)
+        return (int(s.jobs.priority[j]), -el, float(s.jobs.created_minutes_ago[j]), -int(_name_rank(s)[j]), seq)
 
     def push(self, j: int, tasks: Sequence[int]) -> None:
         if not tasks:
             return
         self._seq += 1
         rep = _Rep(self.state, j, tasks, self._seq)
+        n_act = sum(1 for t in rep.tasks if self.state.task_state[t] in _ACTIVE)
         q = int(self.state.job_queue_arr[j])
-        heapq.heappush(self.heaps.setdefault(q, []), (self._key(rep), rep))
+        heapq.heappush(self.heaps.setdefault(q, []), (self._key_of(j, n_act, self._seq), self._seq, rep))
+        self.head_rep.pop(q, None)
+
+    def _head(self, q: int) -> tuple[str, _Rep] | None:
+        """The leaf's next victim: ("heap", rep) or ("sorted", rep); cached until popped/pushed."""
+        rep = self.head_rep.get(q)
+        if rep is not None:
+            return rep
+        h = self.heaps.get(q)
+        arr = self.sorted.get(q)
+        i = self.ptr.get(q, 0)
+        cand_sorted = None
+        if arr is not None and i < arr.size:
+            j = int(arr[i])
+            cand_sorted = (self._key_of(j, self.state.job_num_active(j), 0), j)
+        if h and (cand_sorted is None or h[0][0] < cand_sorted[0]):
+            out = ("heap", h[0][2])
+        elif cand_sorted is not None:
+            j = cand_sorted[1]
+            out = ("sorted", _Rep(self.state, j, self.state.job_active_tasks(j), 0))
+        else:
+            return None
+        self.head_rep[q] = out
+        return out
+
+    def _leaves(self) -> list[int]:
+        out = []
+        for q in set(self.sorted) | set(self.heaps):
+            arr = self.sorted.get(q)
+            if (arr is not None and self.ptr[q] < arr.size) or self.heaps.get(q):
+                out.append(q)
+        return out
 
     def __bool__(self) -> bool:
-        return any(self.heaps.values())
+        return bool(self._leaves())
 
     def _leaf_victims(self, q: int) -> np.ndarray:
-        h = self.heaps[q]
+        nxt = self._head(q)[1].alloc
         base = self.popped_alloc.get(q)
-        nxt = h[0][1].alloc
         return nxt if base is None else base + nxt
 
     def pop(self) -> tuple[int, list[int]] | None:
         s = self.state
-        leaves = [q for q, h in self.heaps.items() if h]
+        leaves = self._leaves()
         if not leaves:
             return None
-        # active tree: every ancestor of a non-empty leaf
-        children: dict[int, list[int]] = {}
-        tops: list[int] = []
-        seen: set[int] = set()
-        for leaf in leaves:
-            path = [int(x) for x in s.queue_path[leaf]]
-            for child, par in zip(path, path[1:] + [-1]):
-                if child in seen:
-                    break
-                seen.add(child)
-                (children.setdefault(par, []) if par >= 0 else tops).append(child)
-        rep_leaf: dict[int, int] = {}
+        if len(leaves) == 1:
+            leaf = leaves[0]
+        else:
+            children: dict[int, list[int]] = {}
+            tops: list[int] = []
+            seen: set[int] = set()
+            for lq in sorted(leaves):
+                path = [int(x) for x in s.queue_path[lq]]
+                for child, par in zip(path, path[1:] + [-1]):
+                    if child in seen:
+                        break
+                    seen.add(child)
+                    (children.setdefault(par, []) if par >= 0 else tops).append(child)
+            rep_leaf: dict[int, int] = {}
 
-        def leaf_of(q: int) -> int:
-            if q in rep_leaf:
+            def leaf_of(q: int) -> int:
+                if q not in rep_leaf:
+                    kids = children.get(q)
+                    rep_leaf[q] = q if not kids else leaf_of(best(kids))
                 return rep_leaf[q]
-            kids = children.get(q)
-            if not kids:
-                rep_leaf[q] = q
-                return q
-            rep_leaf[q] = leaf_of(best(kids))
-            return rep_leaf[q]
 
-        def best(nodes: list[int]) -> int:
-            b = nodes[0]
-            for c in nodes[1:]:
-                # victim order is the queue order reversed
-                if not queue_less(s, c, b, self._leaf_victims(leaf_of(c)), self._leaf_victims(leaf_of(b)),
-                                  victim=True):
-                    b = c
-            return b
+            def best(nodes: list[int]) -> int:
+                b = nodes[0]
+                for c in nodes[1:]:
+                    # victim order is the queue order reversed
+                    if not queue_less(s, c, b, self._leaf_victims(leaf_of(c)), self._leaf_victims(leaf_of(b)),
+                                      victim=True):
+                        b = c
+                return b
 
-        q = best(tops)
-        leaf = leaf_of(q)
-        _, rep = heapq.heappop(self.heaps[leaf])
+            leaf = leaf_of(best(tops))
+        where, rep = self._head(leaf)
+        if where == "heap":
+            heapq.heappop(self.heaps[leaf])
+        else:
+            self.ptr[leaf] += 1
+        self.head_rep.pop(leaf, None)
         self.popped_alloc[leaf] = self.popped_alloc.get(leaf, np.zeros(NRES)) + rep.alloc
         return rep.job, rep.tasks
 
@@ -592,7 +650,11 @@ class VictimSolver:
             if res is not None:
                 return res
         vq = VictimQueue(s, self.candidates())
-        need = self._gpu_need(partial)
+        base = self._fit_base()
+        victim_gpu = np.zeros(s.N)
+        for t in victims:
+            if s.task_node[t] >= 0:
+                victim_gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
         while vq:
             if self.tried >= self.max_scenarios:
                 self.last_reason = f"gave up after {self.tried} scenarios"
@@ -613,7 +675,10 @@ class VictimSolver:
                 ev = set(evict)
                 vq.push(vj, [t for t in vtasks if t not in ev])
             victims = victims + evict
-            if not self._may_fit(need, victims):
+            for t in evict:
+                if s.task_node[t] >= 0:
+                    victim_gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
+            if not self._may_fit(partial, base, victim_gpu):
                 continue
             res = self._try(j, partial, victims)
             if res is not None:
@@ -621,17 +686,37 @@ class VictimSolver:
         return None
 
     # ---------------------------------------------------------------- cheap necessary condition
-    def _gpu_need(self, partial: list[int]) -> float:
-        return float(self.state.task_order_req[partial, GPU].sum())
-
-    def _may_fit(self, need: float, victims: list[int]) -> bool:
-        """Idle-GPU filter: free + releasing + victims' GPUs must cover the request."""
-        if need <= EPS:
-            return True
+    def _fit_base(self) -> np.ndarray:
+        """Per-node GPUs a pipelined task could use now (free + releasing); unschedulable nodes 0."""
         s = self.state
-        have = float((s.node_idle_gpus() + s.node_releasing_gpus())[s.node_schedulable].sum())
-        have += float(s.task_alloc[victims, GPU].sum())
-        return have >= need - 1e-6
+        base = s.node_idle_gpus() + s.node_releasing_gpus()
+        return np.where(s.node_schedulable, base, 0.0)
+
+    def _may_fit(self, partial: list[int], base: np.ndarray, victim_gpu: np.ndarray) -> bool:
+        """Idle-GPU filter (upstream accumulated-scenario filters): could the tasks' GPUs fit at all?
+
+        Per node: free + releasing + the victims' GPUs there; tasks are packed best-fit, largest
+        first, honouring node selectors. A necessary condition only: scenarios failing it are never
+        simulated, the others are.
+        """
+        s = self.state
+        g = s.task_order_req[partial, GPU]
+        if not np.any(g > EPS):
+            return True
+        cap = base + victim_gpu
+        for t in [partial[i] for i in np.argsort(-g, kind="stable")]:
+            need = float(s.task_order_req[t, GPU])
+            if need <= EPS:
+                continue
+            ok = cap >= need - 1e-9
+            key = s.task_selector_key[t]
+            if key:
+                ok &= s.selector_mask(key)
+            if not ok.any():
+                return False
+            n = int(np.argmin(np.where(ok, cap, np.inf)))
+            cap[n] -= need
+        return True
 
     # ---------------------------------------------------------------- one scenario
     def _try(self, j: int, partial: list[int], victims: list[int]):
@@ -688,22 +773,30 @@ class VictimSolver:
         return cand[:1]
 
     def _allocate_in_order(self, j: int, partial: list[int], victim_jobs: list[int], evicted: set[int]) -> bool:
-        """Place the beneficiary and re-place victims in normal queue/job order (KAI jobs-to-allocate)."""
+        """Place the beneficiary and re-place victims in normal queue/job order (KAI jobs-to-allocate).
+
+        What each job would place, and its order inside its leaf, is fixed once the victims are
+        evicted (a job's own placement is the only thing that changes it); the order between leaves
+        is re-evaluated after every placement, as queue allocations move.
+        """
         s = self.state
-        pending = {j: list(partial)}
+        tasks_of: dict[int, list[int]] = {j: list(partial)}
         for vj in victim_jobs:
             if vj != j:
-                pending[vj] = None  # computed when its turn comes
+                tasks_of[vj] = self._victim_tasks_to_allocate(vj, evicted)
+        reqs = {jj: (s.task_order_req[ts].sum(axis=0) if ts else np.zeros(NRES)) for jj, ts in tasks_of.items()}
+        by_leaf: dict[int, list[int]] = {}
+        for jj in tasks_of:
+            by_leaf.setdefault(int(s.job_queue_arr[jj]), []).append(jj)
+        for q, lst in by_leaf.items():
+            lst.sort(key=lambda jj: self._job_key(jj, j), reverse=True)  # pop() from the end = best
         placed_beneficiary = False
-        while pending:
-            reqs: dict[int, np.ndarray] = {}
-            tasks_of: dict[int, list[int]] = {}
-            for jj, ts in pending.items():
-                ts = ts if ts is not None else self._victim_tasks_to_allocate(jj, evicted)
-                tasks_of[jj] = ts
-                reqs[jj] = s.task_order_req[ts].sum(axis=0) if ts else np.zeros(NRES)
-            nxt = self._next_job(list(pending), reqs, j)
-            del pending[nxt]
+        while by_leaf:
+            leaf = next(iter(by_leaf)) if len(by_leaf) == 1 else self._next_leaf(by_leaf, reqs)
+            lst = by_leaf[leaf]
+            nxt = lst.pop()
+            if not lst:
+                del by_leaf[leaf]
             ts = tasks_of[nxt]
             if nxt == j:
                 if not self.placer.place_job(j, ts):
@@ -713,22 +806,12 @@ class VictimSolver:
                 self.placer.place_job(nxt, ts)
         return placed_beneficiary
 
-    def _next_job(self, jobs: list[int], reqs: dict[int, np.ndarray], beneficiary: int) -> int:
+    def _next_leaf(self, by_leaf: dict[int, list[int]], reqs: dict[int, np.ndarray]) -> int:
         s = self.state
-        if len(jobs) == 1:
-            return jobs[0]
-        by_leaf: dict[int, int] = {}
-        for jj in jobs:
-            q = int(s.job_queue_arr[jj])
-            cur = by_leaf.get(q)
-            if cur is None or self._job_key(jj, beneficiary) < self._job_key(cur, beneficiary):
-                by_leaf[q] = jj
-        if len(by_leaf) == 1:
-            return next(iter(by_leaf.values()))
         children: dict[int, list[int]] = {}
         tops: list[int] = []
         seen: set[int] = set()
-        for leaf in by_leaf:
+        for leaf in sorted(by_leaf):
             path = [int(x) for x in s.queue_path[leaf]]
             for child, par in zip(path, path[1:] + [-1]):
                 if child in seen:
@@ -743,14 +826,17 @@ class VictimSolver:
                 memo[q] = q if not kids else leaf_of(best(kids))
             return memo[q]
 
+        def req_of(q: int) -> np.ndarray:
+            return reqs[by_leaf[leaf_of(q)][-1]]
+
         def best(nodes: list[int]) -> int:
             b = nodes[0]
             for c in nodes[1:]:
-                if queue_less(s, c, b, reqs[by_leaf[leaf_of(c)]], reqs[by_leaf[leaf_of(b)]]):
+                if queue_less(s, c, b, req_of(c), req_of(b)):
                     b = c
             return b
 
-        return by_leaf[leaf_of(best(tops))]
+        return leaf_of(best(tops))
 
     def _job_key(self, jj: int, beneficiary: int) -> tuple:
         k = job_order_key(self.state, jj)
