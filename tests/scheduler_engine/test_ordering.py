@@ -153,3 +153,56 @@ def test_job_queue_push_back_and_refresh_after_allocation():
     assert s.jobs.names[jq.pop()] == "b0"
     assert s.jobs.names[jq.pop()] == "a1"
     assert not jq
+
+
+# --------------------------------------------------------------------------- incremental == full recompute
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+class _FullRefresh(JobQueue):
+    def refresh(self, leaf):
+        self.refresh_all()
+
+
+@st.composite
+def _tree_and_jobs(draw):
+    qs = [{"name": "t0", "parent": None, "gpu": (draw(st.sampled_from([-1, 2, 6])), 1, -1)},
+          {"name": "t1", "parent": None, "gpu": (draw(st.sampled_from([-1, 2, 6])), 1, -1),
+           "priority": draw(st.sampled_from([100, 101]))}]
+    leaves = []
+    for i in range(draw(st.integers(2, 5))):
+        name = f"l{i}"
+        qs.append({"name": name, "parent": draw(st.sampled_from(["t0", "t1"])), "createdMinutesAgo": i,
+                   "gpu": (draw(st.sampled_from([0, 1, 3])), 1, -1)})
+        leaves.append(name)
+    jobs = []
+    for i in range(draw(st.integers(1, 25))):
+        jobs.append({"name": f"j{i:02d}", "queue": draw(st.sampled_from(leaves)),
+                     "priority": draw(st.sampled_from([50, 100])), "createdMinutesAgo": draw(st.integers(0, 5)),
+                     "tasks": [{"gpu": draw(st.sampled_from([1, 2, 8]))}]})
+    return qs, jobs, draw(st.lists(st.booleans(), min_size=25, max_size=25))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_tree_and_jobs())
+def test_property_incremental_refresh_matches_full_recompute(data):
+    qs, jobs, place_flags = data
+    leaf_names = {q["name"] for q in qs if q["name"].startswith("l")}
+    if not any(j["queue"] in leaf_names for j in jobs):
+        return
+    orders = []
+    for cls in (JobQueue, _FullRefresh):
+        s = CycleState(simple([{**NODE, "gpus": 64}], qs, jobs))
+        jq = cls(s, range(len(jobs)))
+        seq = []
+        for k in range(len(jobs)):
+            j = jq.pop(refresh=False)
+            if j is None:
+                break
+            seq.append(j)
+            t = s.job_task_range(j)[0]
+            if place_flags[k] and s.fit_masks(t)[0][0]:
+                s.place(t, 0)
+            jq.refresh(s.job_queue(j))
+        orders.append(seq)
+    assert orders[0] == orders[1]
