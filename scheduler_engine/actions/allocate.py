@@ -210,12 +210,15 @@ class Allocator:
         pend = np.zeros(s.J, dtype=bool)
         pend[s.task_job[s.task_state == _PEND]] = True
         leaf = s.queue_is_leaf[s.job_queue_arr]
+        for j in np.flatnonzero(pend & ~leaf):  # the loader refuses these; the engine still explains
+            self.failures[int(j)] = f"queue {s.queues.names[s.job_queue(int(j))]} is not a leaf queue"
         return [int(j) for j in np.flatnonzero(pend & leaf)]
 
     def run(self) -> None:
         s = self.state
         jobs = self.candidate_jobs()
         if not jobs:
+            self._emit({})
             return
         jq = JobQueue(s, jobs)
         placed_any: set[int] = set()
@@ -283,6 +286,10 @@ class Allocator:
                 pushed.add(j)
             else:
                 jq.refresh(leaf)
+        self._emit(placed_any)
+
+    def _emit(self, placed_any) -> None:
+        s = self.state
         for j, msg in self.failures.items():
             if j in placed_any and not s.job_pending_tasks(j):
                 continue

@@ -430,3 +430,9 @@ def test_property_incremental_node_index_matches_full_scan(sc, strategy):
         results.append((s.task_state.tolist(), s.task_node.tolist(), [list(g) for g in s.task_gpu_groups]))
         _check_no_overcommit(s)
     assert results[0] == results[1]
+
+
+def test_job_on_a_non_leaf_queue_is_explained_not_placed():
+    s = run([node("a")], [job("p", {"gpu": 1}, queue="top"), job("ok", {"gpu": 1, "name": "ok-0"})])
+    assert events_of(s, "p") == ["queue top is not a leaf queue"]
+    assert status(s, "ok-0") == ("Binding", "a")
