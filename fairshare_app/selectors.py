@@ -37,6 +37,7 @@ GROUP_BY = ("queue", "tenant", "user", "queue_user")
 BUCKETS = ("none", "hour", "day", "month")
 MAX_REPORT_DAYS = 3660
 MAX_CHART_POINTS = 2000
+ROOT_KEY = ""
 
 
 def fairshare_settings() -> FairshareSettings:
@@ -347,7 +348,8 @@ def sshare_tree(*, tenant: Tenant | None, now: datetime | None = None, algorithm
     for qid, username in Queue.objects.filter(tenants__is_active=True, tenants__members__isnull=False).values_list(
             "id", "tenants__members__username"):
         members.setdefault(qid, set()).add(username)
-    assocs = [sshare.Assoc("root", None, "root", shares=None)]
+    # The cluster association is keyed "" (no queue can have that name), displayed "root".
+    assocs = [sshare.Assoc(ROOT_KEY, None, "root", shares=None)]
     has_children = {q["parent_id"] for q in queues if q["parent_id"] is not None}
     for q in queues:
         w = shares.get(q["id"], 1.0)
@@ -356,7 +358,7 @@ def sshare_tree(*, tenant: Tenant | None, now: datetime | None = None, algorithm
                  "GPUAllocated": st.get("allocated_gpu")}
         own = billing.get((q["id"], ""), 0.0)
         extra["own_usage"] = own
-        parent = name_of.get(q["parent_id"], "root") if q["parent_id"] is not None else "root"
+        parent = name_of.get(q["parent_id"], ROOT_KEY) if q["parent_id"] is not None else ROOT_KEY
         assocs.append(sshare.Assoc(q["name"], parent, q["name"], shares=1.0 if w < 0 else w,
                                    raw_usage=own, extra=extra))
         if q["id"] in has_children:

@@ -302,7 +302,7 @@ def as_json(rows: Sequence[Assoc], algorithm: str, meta: dict[str, Any] | None =
             "name": a.user or a.account,
             "account": a.account,
             "user": a.user,
-            "parent": a.parent or "",
+            "parent": "" if a.parent is None else (a.parent or "root"),
             "type": ["USER"] if a.is_user else ["ASSOCIATION"],
             "shares": _number(None if a.shares is None or a.parent is None else float(a.shares)),
             "shares_normalized": _number(a.norm_shares),
