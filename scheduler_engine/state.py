@@ -46,9 +46,12 @@ Primitives:
 * ``fit_masks(t, nodes=None)`` -> ``(idle_ok, any_ok)`` (N,) bool: the task fits node n on free
   resources only / on free plus releasing resources (resources incl. whole GPUs, fractions and GPU
   memory on one device, nodeSelector, schedulable). ``nodes`` optional (N,) bool pre-mask.
+* ``fit_one(t, n)`` -> ``(fits_free, fits_free_or_releasing)`` for one node (plain Python).
 * ``choose_devices(t, n, pipelined)`` -> list of device indices or ``None``.
 * ``place(t, n, pipelined=False, devices=None)``: Pending -> Binding (free resources) or Pipelined
   (resources being released); picks devices/gpuGroups; adds to the queue allocation.
+* ``mark_pipelined(t)``: Binding -> Pipelined in place (KAI pipelines a whole job once one of
+  its tasks is pipelined).
 * ``evict(t, for_job=None, reason="Evicted", message=None)``: Running/Binding/Pipelined task is
   given up. Running -> Releasing (its resources become releasing); Binding/Pipelined (placed in
   this cycle) -> Pending again (resources returned). Queue allocation is reduced.
@@ -66,7 +69,13 @@ Primitives:
 * Change tracking for incremental caches: ``node_log`` (append-only list of nodes whose resources
   changed, rollbacks included), ``job_version`` (J,) and ``queue_version`` (Q,) counters bumped
   whenever a job's tasks / a queue's allocation change. ``fit_rows(t, rows)`` = ``fit_masks`` on a
-  subset of nodes.
+  subset of nodes. Code outside this module that mutates tasks/nodes/queues directly must call
+  ``_record(t, n)`` first (journal + trackers), as ``actions/victims.py`` does.
+
+Units and invariants: internal units (gpu devices, cpu millicores, memory bytes). After every
+primitive ``node_idle >= 0`` and ``node_releasing >= 0`` on every node that was not over-committed
+in the input, and per device ``dev_free + dev_rel <= 1``. ``queue_limit``, ``queue_deserved`` and
+``fair_share`` are fixed for the cycle (caches rely on it).
 """
 from __future__ import annotations
 
