@@ -781,7 +781,9 @@ class CycleState:
         shapes = [self.task_signature(t) for t in tasks]
         if len(shapes) > 1:
             shapes.sort()
+        # a required topology sticks to the domain of the job's running tasks: not shareable
+        own = j if (self.jobs.topology_required[j] and self.job_num_active_arr[j] > 0) else -1
         return (
             int(self.job_queue_arr[j]), bool(self.job_preemptible_arr[j]),
-            self.jobs.topology_required[j], self.jobs.topology_preferred[j], tuple(shapes),
+            self.jobs.topology_required[j], self.jobs.topology_preferred[j], tuple(shapes), own,
         )

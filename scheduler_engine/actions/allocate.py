@@ -501,20 +501,20 @@ class Allocator:
 
     # ------------------------------------------------------------------ explanations
     def explain(self, t: int, within: np.ndarray | None) -> str:
-        """Why task t fits no node, with numbers."""
+        """Why task t fits no node, with numbers (no task name: the message is cached and shared by
+        every job of the same shape)."""
         s = self.state
-        name = s.tasks.names[t]
         base = s.node_schedulable.copy()
         if within is not None:
             base &= within
         if not base.any():
-            return f"task {name}: no schedulable node" + (" in the domain" if within is not None else "")
+            return "no schedulable node" + (" in the domain" if within is not None else "")
         key = s.task_selector_key[t]
         if key:
             base &= s.selector_mask(key)
             if not base.any():
                 sel = ", ".join(f"{k}={v}" for k, v in key)
-                return f"task {name}: no schedulable node matches nodeSelector {sel}"
+                return f"no schedulable node matches nodeSelector {sel}"
         idx = np.flatnonzero(base)
         avail = s.node_idle[idx] + s.node_releasing[idx]
         req = s.task_request[t]
@@ -540,9 +540,9 @@ class Allocator:
                 parts.append(f"no node has {fmt_amount(r, req[r])} free {label} "
                              f"(largest free: {fmt_amount(r, float(avail[:, r].max()))})")
         if parts:
-            return f"task {name}: " + "; ".join(parts)
+            return "; ".join(parts)
         want = f"gpu={fmt_amount(GPU, req[GPU] if not s.task_is_mem[t] else 0)}"
         if s.task_is_mem[t]:
             want = f"gpuMemory={s.task_gpu_memory[t]:g}MiB"
-        return (f"task {name}: no single node has {want}, cpu={fmt_amount(CPU, req[CPU])}, "
+        return (f"no single node has {want}, cpu={fmt_amount(CPU, req[CPU])}, "
                 f"memory={fmt_amount(MEM, req[MEM])} free together ({idx.size} candidate nodes)")

@@ -87,7 +87,7 @@ def test_unschedulable_and_not_ready_nodes_are_skipped_and_selector_applies():
     s = run(nodes, [job("p", {"gpu": 4, "nodeSelector": {"pool": "y"}, "name": "p-0"}),
                     job("bad", {"gpu": 1, "nodeSelector": {"pool": "z"}})])
     assert status(s, "p-0") == ("Binding", "y")
-    assert events_of(s, "bad") == ["task bad-0: no schedulable node matches nodeSelector pool=z"]
+    assert events_of(s, "bad") == ["no schedulable node matches nodeSelector pool=z"]
 
 
 # --------------------------------------------------------------------------- gangs and elastic
@@ -166,7 +166,7 @@ def test_whole_gpu_task_cannot_use_a_partly_shared_device():
     nodes = [node("a", gpus=2)]
     jobs = [job("r", {"gpu": 0.1, "state": "Running", "node": "a", "gpuGroups": ["0"]}), job("w", {"gpu": 2})]
     s = run(nodes, jobs)
-    assert events_of(s, "w") == ["task w-0: no node has 2 free GPUs (largest free: 1)"]
+    assert events_of(s, "w") == ["no node has 2 free GPUs (largest free: 1)"]
 
 
 # --------------------------------------------------------------------------- queue capacity
