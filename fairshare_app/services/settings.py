@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from fairshare_app.models import FairshareSettings
@@ -42,9 +43,19 @@ def fairshare_settings_update(*, data: Mapping[str, Any], actor: AbstractBaseUse
                                extra={k: ["Unknown or read-only setting."] for k in unknown})
     fairshare_settings_get()
     obj = FairshareSettings.objects.select_for_update().get(pk=1)
-    changed = [name for name in EDITABLE_FIELDS if name in data and getattr(obj, name) != data[name]]
+    values, errors = {}, {}
+    for name in EDITABLE_FIELDS:
+        if name not in data:
+            continue
+        try:  # types first, so the bounds checks in clean() compare like with like
+            values[name] = FairshareSettings._meta.get_field(name).to_python(data[name])
+        except ValidationError as exc:
+            errors[name] = list(exc.messages)
+    if errors:
+        raise ApplicationError("Invalid fair-share settings.", extra=errors)
+    changed = [name for name, value in values.items() if getattr(obj, name) != value]
     for name in changed:
-        setattr(obj, name, data[name])
+        setattr(obj, name, values[name])
     if not changed:
         return obj
     validate(obj, message="Invalid fair-share settings.")
