@@ -132,17 +132,26 @@ class _ShapeIndex:
         self.state, self.t, self.col, self.spread = state, t, col, spread
         self._full()
 
-    def _keys(self, rows):
-        return node_keys(self.state, self.t, rows, self.idle_ok[rows], self.col, self.spread)
-
     def _full(self) -> None:
         s = self.state
-        self.idle_ok, self.any_ok = s.fit_rows(self.t, slice(None))
-        self.key = self._keys(slice(None))
+        idle_ok, any_ok = s.fit_rows(self.t, slice(None))
+        key = node_keys(s, self.t, slice(None), idle_ok, self.col, self.spread)
+        # plain lists: the hot path reads and writes single entries
+        self.idle_ok, self.any_ok, self.key = idle_ok.tolist(), any_ok.tolist(), key.tolist()
         self.pos = len(s.node_log)
-        idx = np.flatnonzero(self.any_ok)
-        self.heap = list(zip(self.key[idx].tolist(), idx.tolist()))
+        idx = np.flatnonzero(any_ok)
+        self.heap = list(zip(key[idx].tolist(), idx.tolist()))
         heapq.heapify(self.heap)
+
+    def _update(self, n: int) -> None:
+        s = self.state
+        fi, fa = s.fit_one(self.t, n)
+        k = _node_key_one(s, self.t, n, fi, self.col, self.spread)
+        self.idle_ok[n] = fi
+        self.any_ok[n] = fa
+        self.key[n] = k
+        if fa:
+            heapq.heappush(self.heap, (k, n))
 
     def query(self) -> int:
         """Best node (or -1) for the shape under the current state: the fitting node first in
@@ -150,20 +159,21 @@ class _ShapeIndex:
         s = self.state
         log = s.node_log
         if len(log) != self.pos:
-            changed = np.unique(np.asarray(log[self.pos:], dtype=np.int64))
+            delta = log[self.pos:]
             self.pos = len(log)
-            if changed.size * 8 > s.N:
-                self._full()
+            if len(delta) <= 16:
+                seen = set()
+                for n in delta:
+                    if n not in seen:
+                        seen.add(n)
+                        self._update(n)
             else:
-                io, ao = s.fit_rows(self.t, changed)
-                self.idle_ok[changed] = io
-                self.any_ok[changed] = ao
-                k = self._keys(changed)
-                self.key[changed] = k
-                heap = self.heap
-                for n, kk, ok in zip(changed.tolist(), k.tolist(), ao.tolist()):
-                    if ok:
-                        heapq.heappush(heap, (kk, n))
+                changed = np.unique(np.asarray(delta, dtype=np.int64))
+                if changed.size * 8 > s.N:
+                    self._full()
+                else:
+                    for n in changed.tolist():
+                        self._update(n)
         heap = self.heap
         any_ok, key = self.any_ok, self.key
         while heap:
