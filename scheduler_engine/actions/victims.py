@@ -261,6 +261,8 @@ class VictimQueue:
         self.head_rep: dict[int, _Rep] = {}
         self.popped_alloc: dict[int, np.ndarray] = {}
         self._seq = 0
+        self._ver: dict[int, int] = {}  # bumped when a leaf's head or popped victims change
+        self._cmp: dict[tuple, bool] = {}  # queue comparisons, valid while both leaves' versions hold
         if jobs.size:
             prio = np.asarray(s.jobs.priority)[jobs].astype(np.int64)
             act = s.job_num_active_arr[jobs]
@@ -290,6 +292,7 @@ class VictimQueue:
         q = int(self.state.job_queue_arr[j])
         heapq.heappush(self.heaps.setdefault(q, []), (self._key_of(j, n_act, self._seq), self._seq, rep))
         self.head_rep.pop(q, None)
+        self._ver[q] = self._ver.get(q, 0) + 1
 
     def _head(self, q: int) -> tuple[str, _Rep] | None:
         """The leaf's next victim: ("heap", rep) or ("sorted", rep); cached until popped/pushed."""
@@ -355,12 +358,20 @@ class VictimQueue:
                     rep_leaf[q] = q if not kids else leaf_of(best(kids))
                 return rep_leaf[q]
 
+            def first(c: int, b: int) -> bool:
+                lc, lb = leaf_of(c), leaf_of(b)
+                key = (c, b, lc, lb, self._ver.get(lc, 0), self._ver.get(lb, 0))
+                r = self._cmp.get(key)
+                if r is None:
+                    # victim order is the queue order reversed
+                    r = not queue_less(s, c, b, self._leaf_victims(lc), self._leaf_victims(lb), victim=True)
+                    self._cmp[key] = r
+                return r
+
             def best(nodes: list[int]) -> int:
                 b = nodes[0]
                 for c in nodes[1:]:
-                    # victim order is the queue order reversed
-                    if not queue_less(s, c, b, self._leaf_victims(leaf_of(c)), self._leaf_victims(leaf_of(b)),
-                                      victim=True):
+                    if first(c, b):
                         b = c
                 return b
 
@@ -371,6 +382,7 @@ class VictimQueue:
         else:
             self.ptr[leaf] += 1
         self.head_rep.pop(leaf, None)
+        self._ver[leaf] = self._ver.get(leaf, 0) + 1
         self.popped_alloc[leaf] = self.popped_alloc.get(leaf, np.zeros(NRES)) + rep.alloc
         return rep.job, rep.tasks
 
@@ -642,19 +654,33 @@ class VictimSolver:
         return f"no victim set among the eligible ones makes room for {what} ({self.tried} scenarios simulated)"
 
     def _solve_partial(self, j: int, partial: list[int], recorded: list[int]):
+        """Scenarios for one prefix of the beneficiary's tasks, first that fits and validates wins.
+
+        The recorded victims (those that solved the previous prefix) are tried alone first. Then
+        victims accumulate in victim order; after each addition the scenarios emitted are, in
+        order: for each node of the newest victim, the recorded victims plus the accumulated
+        victims of every job present on that node (node-local: no unrelated eviction elsewhere),
+        then all accumulated victims (the fallback for placements that need several nodes).
+        Identical victim sets are simulated once; sets that cannot fit by GPU count are skipped.
+        """
         s = self.state
         recorded_set = set(recorded)
-        victims = list(recorded)
-        if victims:
-            res = self._try(j, partial, victims)
+        if recorded:
+            res = self._try(j, partial, list(recorded))
             if res is not None:
                 return res
         vq = VictimQueue(s, self.candidates())
         base = self._fit_base()
-        victim_gpu = np.zeros(s.N)
-        for t in victims:
+        rec_gpu = np.zeros(s.N)
+        for t in recorded:
             if s.task_node[t] >= 0:
-                victim_gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
+                rec_gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
+        potential: list[int] = []  # accumulated potential victim tasks, in order
+        all_gpu = rec_gpu.copy()
+        jobs_on_node: dict[int, set[int]] = {}
+        job_potential: dict[int, list[int]] = {}
+        pos: dict[int, int] = {}
+        tried: set[frozenset] = {frozenset(recorded)} if recorded else set()
         while vq:
             if self.tried >= self.max_scenarios:
                 self.last_reason = f"gave up after {self.tried} scenarios"
@@ -674,15 +700,41 @@ class VictimSolver:
             if more:
                 ev = set(evict)
                 vq.push(vj, [t for t in vtasks if t not in ev])
-            victims = victims + evict
             for t in evict:
-                if s.task_node[t] >= 0:
-                    victim_gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
-            if not self._may_fit(partial, base, victim_gpu):
-                continue
-            res = self._try(j, partial, victims)
-            if res is not None:
-                return res
+                pos[t] = len(potential)
+                potential.append(t)
+            job_potential.setdefault(vj, []).extend(evict)
+            hosts = []
+            for t in evict:
+                n = int(s.task_node[t])
+                if n >= 0:
+                    all_gpu[n] += s.task_alloc[t, GPU]
+                    jobs_on_node.setdefault(n, set()).add(vj)
+                    if n not in hosts:
+                        hosts.append(n)
+            emissions = []
+            for n in sorted(hosts):
+                js = jobs_on_node[n]
+                local = sorted((t for x in js for t in job_potential[x]), key=pos.__getitem__)
+                emissions.append(local)
+            emissions.append(list(potential))
+            for extra in emissions:
+                key = frozenset(extra) | frozenset(recorded)
+                if key in tried:
+                    continue
+                tried.add(key)
+                if extra is potential or len(extra) == len(potential):
+                    gpu = all_gpu
+                else:
+                    gpu = rec_gpu.copy()
+                    for t in extra:
+                        if s.task_node[t] >= 0:
+                            gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
+                if not self._may_fit(partial, base, gpu):
+                    continue
+                res = self._try(j, partial, list(recorded) + extra)
+                if res is not None:
+                    return res
         return None
 
     # ---------------------------------------------------------------- cheap necessary condition
