@@ -43,6 +43,11 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from ..ordering import job_order_key, queue_less, task_order
+
+try:  # the comparator's parts, to cache one queue's profile across comparisons (same package)
+    from ..ordering import _QueueProfile, _profile_less
+except ImportError:  # pragma: no cover - fall back to the public comparator
+    _QueueProfile = _profile_less = None
 from ..snapshot import CPU, GPU, MEM, NRES, TaskState
 from ..state import EPS, CycleState, fmt_amount
 
@@ -214,6 +219,13 @@ class FailedShapes:
 
 
 # ================================================================================ victim order
+def _active_tasks(state: CycleState, j: int) -> list[int]:
+    """Active tasks of job j (small jobs: a plain loop beats numpy's per-call overhead)."""
+    st = state.task_state
+    s0 = int(state.job_start[j])
+    return [t for t in range(s0, s0 + int(state.job_count[j])) if st[t] in _ACTIVE]
+
+
 class _Rep:
     """A victim job representative: the job and the active tasks it still offers."""
 
@@ -223,7 +235,10 @@ class _Rep:
         self.job = job
         self.tasks = list(tasks)
         act = [t for t in self.tasks if state.task_state[t] in _ACTIVE]
-        self.alloc = state.task_alloc[act].sum(axis=0) if act else np.zeros(NRES)
+        if len(act) == 1:
+            self.alloc = state.task_alloc[act[0]].copy()
+        else:
+            self.alloc = state.task_alloc[act].sum(axis=0) if act else np.zeros(NRES)
         self.seq = seq
 
 
@@ -262,7 +277,7 @@ class VictimQueue:
         self.popped_alloc: dict[int, np.ndarray] = {}
         self._seq = 0
         self._ver: dict[int, int] = {}  # bumped when a leaf's head or popped victims change
-        self._cmp: dict[tuple, bool] = {}  # queue comparisons, valid while both leaves' versions hold
+        self._cmp: dict[tuple, object] = {}  # queue profiles, valid while their leaf's version holds
         if jobs.size:
             prio = np.asarray(s.jobs.priority)[jobs].astype(np.int64)
             act = s.job_num_active_arr[jobs]
@@ -310,7 +325,7 @@ class VictimQueue:
             out = ("heap", h[0][2])
         elif cand_sorted is not None:
             j = cand_sorted[1]
-            out = ("sorted", _Rep(self.state, j, self.state.job_active_tasks(j), 0))
+            out = ("sorted", _Rep(self.state, j, _active_tasks(self.state, j), 0))
         else:
             return None
         self.head_rep[q] = out
@@ -358,15 +373,21 @@ class VictimQueue:
                     rep_leaf[q] = q if not kids else leaf_of(best(kids))
                 return rep_leaf[q]
 
+            def profile(q: int):
+                lq = leaf_of(q)
+                key = (q, lq, self._ver.get(lq, 0))
+                p = self._cmp.get(key)
+                if p is None:
+                    p = _QueueProfile(s, q, list(self._leaf_victims(lq)), True)
+                    self._cmp[key] = p
+                return p
+
             def first(c: int, b: int) -> bool:
-                lc, lb = leaf_of(c), leaf_of(b)
-                key = (c, b, lc, lb, self._ver.get(lc, 0), self._ver.get(lb, 0))
-                r = self._cmp.get(key)
-                if r is None:
-                    # victim order is the queue order reversed
-                    r = not queue_less(s, c, b, self._leaf_victims(lc), self._leaf_victims(lb), victim=True)
-                    self._cmp[key] = r
-                return r
+                # victim order is the queue order reversed
+                if _QueueProfile is None:
+                    lc, lb = leaf_of(c), leaf_of(b)
+                    return not queue_less(s, c, b, self._leaf_victims(lc), self._leaf_victims(lb), victim=True)
+                return not _profile_less(profile(c), profile(b))
 
             def best(nodes: list[int]) -> int:
                 b = nodes[0]
@@ -752,6 +773,16 @@ class VictimSolver:
         simulated, the others are.
         """
         s = self.state
+        if len(partial) == 1:
+            t = partial[0]
+            need = float(s.task_order_req[t, GPU])
+            if need <= EPS:
+                return True
+            key = s.task_selector_key[t]
+            cap = base + victim_gpu
+            if key:
+                cap = np.where(s.selector_mask(key), cap, 0.0)
+            return float(cap.max()) >= need - 1e-9
         g = s.task_order_req[partial, GPU]
         if not np.any(g > EPS):
             return True
