@@ -1,0 +1,500 @@
+"""``bench``: time one full scheduling cycle on a generated, realistic cluster.
+
+Usage::
+
+    python -m scheduler_engine bench --nodes N --jobs M --queues Q [--seed S] [--shape mixed|one-gpu]
+                                     [--json] [--repeat R] [--compare-reference] [--write-scenario FILE]
+
+The generated cluster (:func:`generate`, deterministic for a seed):
+
+* ``N`` nodes with 8 GPUs each, mixed models (80 GiB / 48 GiB / 40 GiB devices, 96-192 cores,
+  1-2 TiB memory), racks of 16 nodes and zones of 256 (labels), 1 % not ready;
+* a 3-level queue tree of ``Q`` queues (about Q^(1/3) departments, Q^(2/3) projects, the rest
+  leaves), GPU quotas summing to 90 % of the cluster, over-quota weights 1-4, 10 % of the leaves
+  with a limit, some historical usage (``kValue`` 1);
+* the cluster already 70 % full: Running single-task jobs (whole GPUs and 0.5-GPU shared devices);
+* ``M`` pending jobs: ``mixed`` = single-task whole-GPU jobs (1/2/4/8 GPUs), fractional (0.25 / 0.5
+  GPU) and GPU-memory jobs, gangs of 2-8 tasks, CPU-only jobs, with train / interactive / build /
+  inference priorities; ``one-gpu`` = every pending job is one task of 1 GPU.
+
+Reported per phase (wall clock, ``time.perf_counter``): ``fair_share`` (inside the cycle state
+construction), ``open`` (the rest of the state construction), ``allocate``, ``consolidation``,
+``reclaim``, ``preempt``, ``stalegangeviction``, ``result``, and ``ordering`` = time spent inside the
+hierarchical job queue (:class:`scheduler_engine.ordering.JobQueue` construction, pops, pushes and
+refreshes) *included in* the action times.  Also the peak resident memory of the process
+(``ru_maxrss``) and the decisions (binds, pipelines, evictions, events).
+
+``--compare-reference`` also runs the allocate action alone with the numpy engine and with the
+plain-Python reference (:mod:`scheduler_engine.reference`), checks they decide the same, and prints
+the speed ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import resource
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any, Iterator, Sequence, TextIO
+
+import numpy as np
+
+from .snapshot import (
+    ACTION_NAMES, CPU, GPU, MEM, NRES, Config, Jobs, Nodes, Queues, Snapshot, TaskState, Tasks,
+)
+
+__all__ = ["generate", "run_bench", "main", "queue_tree_sizes"]
+
+GI = 1024.0 ** 3
+_NODE_TYPES = (  # (gpu memory MiB, cores, memory bytes, weight)
+    (81920.0, 192, 2048 * GI, 0.4),
+    (49152.0, 128, 1024 * GI, 0.3),
+    (40960.0, 96, 1024 * GI, 0.3),
+)
+CPU_PER_GPU = 8000.0  # millicores requested per GPU
+MEM_PER_GPU = 64 * GI
+
+
+def queue_tree_sizes(q: int) -> tuple[int, int, int]:
+    """(departments, projects, leaves) of a 3-level tree of ``q`` queues (q >= 3)."""
+    if q < 3:
+        raise ValueError("queues: a 3-level tree needs at least 3 queues")
+    top = max(1, int(round(q ** (1 / 3))))
+    mid = max(top, int(round(q ** (2 / 3))) - top)
+    if top + mid >= q:
+        top, mid = 1, max(1, (q - 1) // 2)
+    return top, mid, q - top - mid
+
+
+def _queues(rng: np.random.Generator, q: int, total_gpus: float) -> Queues:
+    top, mid, leaves = queue_tree_sizes(q)
+    names, parent = [], []
+    for d in range(top):
+        names.append(f"dept-{d}")
+        parent.append(-1)
+    for p in range(mid):
+        names.append(f"proj-{p}")
+        parent.append(p % top)
+    for leaf in range(leaves):
+        names.append(f"team-{leaf}")
+        parent.append(top + leaf % mid)
+    parent_a = np.array(parent, dtype=np.int64)
+    deserved = np.full((q, NRES), -1.0)
+    share = rng.gamma(2.0, 1.0, leaves)
+    leaf_quota = np.floor(share / share.sum() * total_gpus * 0.9)
+    deserved[top + mid:, GPU] = leaf_quota
+    # parents deserve the sum of their children (bottom-up: projects, then departments)
+    deserved[top:top + mid, GPU] = 0.0
+    np.add.at(deserved[:, GPU], parent_a[top + mid:], leaf_quota)
+    deserved[:top, GPU] = 0.0
+    np.add.at(deserved[:, GPU], parent_a[top:top + mid], deserved[top:top + mid, GPU])
+    weight = np.ones((q, NRES))
+    weight[:, GPU] = rng.integers(1, 5, q)
+    limit = np.full((q, NRES), -1.0)
+    capped = top + mid + np.flatnonzero(rng.random(leaves) < 0.1)
+    limit[capped, GPU] = np.maximum(2.0 * deserved[capped, GPU], 8.0)
+    priority = np.full(q, 100, dtype=np.int64)
+    priority[top + mid + np.flatnonzero(rng.random(leaves) < 0.05)] = 200
+    return Queues(
+        names=names, parent=parent_a, priority=priority,
+        created_minutes_ago=rng.integers(100, 100000, q).astype(float),
+        deserved=deserved, weight=weight, limit=limit,
+        reclaim_min_runtime=np.full(q, np.nan), preempt_min_runtime=np.full(q, np.nan),
+    )
+
+
+def _nodes(rng: np.random.Generator, n: int) -> Nodes:
+    kinds = rng.choice(len(_NODE_TYPES), size=n, p=[t[3] for t in _NODE_TYPES])
+    cap = np.zeros((n, NRES))
+    cap[:, GPU] = 8
+    cap[:, CPU] = [_NODE_TYPES[k][1] * 1000.0 for k in kinds]
+    cap[:, MEM] = [_NODE_TYPES[k][2] for k in kinds]
+    return Nodes(
+        names=[f"node-{i:05d}" for i in range(n)], capacity=cap, reserved=np.zeros((n, NRES)),
+        gpus=np.full(n, 8, dtype=np.int64), gpu_memory=np.array([_NODE_TYPES[k][0] for k in kinds]),
+        labels=[{"kai.scheduler/rack": f"r{i // 16}", "topology.kubernetes.io/zone": f"z{i // 256}"}
+                for i in range(n)],
+        unschedulable=np.zeros(n, dtype=bool), ready=rng.random(n) >= 0.01,
+    )
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.j_names: list[str] = []
+        self.j_queue: list[int] = []
+        self.j_prio: list[int] = []
+        self.j_min: list[int] = []
+        self.j_created: list[float] = []
+        self.j_started: list[float] = []
+        self.j_count: list[int] = []
+        self.t_names: list[str] = []
+        self.t_job: list[int] = []
+        self.t_req: list[tuple[float, float, float]] = []
+        self.t_gm: list[float] = []
+        self.t_state: list[int] = []
+        self.t_node: list[int] = []
+        self.t_groups: list[list[str]] = []
+
+    def job(self, name, queue, prio, created, started, tasks, min_available=None) -> None:
+        j = len(self.j_names)
+        self.j_names.append(name)
+        self.j_queue.append(queue)
+        self.j_prio.append(prio)
+        self.j_created.append(created)
+        self.j_started.append(started)
+        self.j_count.append(len(tasks))
+        self.j_min.append(len(tasks) if min_available is None else min_available)
+        for k, (req, gm, state, node, groups) in enumerate(tasks):
+            self.t_names.append(f"{name}-{k}")
+            self.t_job.append(j)
+            self.t_req.append(req)
+            self.t_gm.append(gm)
+            self.t_state.append(state)
+            self.t_node.append(node)
+            self.t_groups.append(groups)
+
+
+def _req(gpu: float) -> tuple[float, float, float]:
+    g = max(gpu, 0.25)
+    return (gpu, max(1000.0, CPU_PER_GPU * g), max(4 * GI, MEM_PER_GPU * g))
+
+
+_PRIOS = np.array([50, 75, 100, 125])
+_PRIO_P = np.array([0.7, 0.1, 0.1, 0.1])
+
+
+def generate(*, nodes: int, jobs: int, queues: int, seed: int = 1, shape: str = "mixed",
+             fill: float = 0.7) -> Snapshot:
+    """A realistic cluster snapshot (module docstring); deterministic for ``seed``."""
+    if nodes < 1 or jobs < 0 or not 0.0 <= fill <= 1.0:
+        raise ValueError("nodes must be >= 1, jobs >= 0, fill in [0, 1]")
+    if shape not in ("mixed", "one-gpu"):
+        raise ValueError(f"shape: expected mixed or one-gpu, got {shape!r}")
+    rng = np.random.default_rng(seed)
+    nd = _nodes(rng, nodes)
+    total_gpus = float(nd.gpus[nd.ready].sum())
+    qs = _queues(rng, queues, total_gpus)
+    top, mid, n_leaves = queue_tree_sizes(queues)
+    leaf0 = top + mid
+    b = _Builder()
+    # ---- running load: every node filled to about `fill` of its GPUs (shared devices at 0.5)
+    used_target = rng.binomial(8, fill, nodes)
+    leaf_of_run = rng.integers(0, n_leaves, int(used_target.sum()) * 2 + 1)
+    r = 0
+    _RUN = int(TaskState.RUNNING)
+    for n in range(nodes):
+        left = int(used_target[n])
+        dev = 0
+        while left > 0:
+            size = int(rng.choice([1, 2, 4, 8], p=[0.4, 0.3, 0.2, 0.1]))
+            while size > left:
+                size //= 2
+            q = leaf0 + int(leaf_of_run[r])
+            r += 1
+            prio = int(rng.choice(_PRIOS, p=_PRIO_P))
+            created = float(rng.integers(10, 5000))
+            if size == 1 and rng.random() < 0.2:  # a shared device: two half-GPU tasks
+                group = str(dev)
+                for half in range(2):
+                    b.job(f"run-{len(b.j_names)}", q, prio, created, created / 2,
+                          [(_req(0.5), 0.0, _RUN, n, [group])])
+            else:
+                b.job(f"run-{len(b.j_names)}", q, prio, created, created / 2,
+                      [(_req(float(size)), 0.0, _RUN, n, [])])
+            dev += size
+            left -= size
+    # ---- pending jobs
+    _PEND = int(TaskState.PENDING)
+    kinds = rng.random(jobs)
+    leaves = leaf0 + rng.integers(0, n_leaves, jobs)
+    prios = rng.choice(_PRIOS, size=jobs, p=_PRIO_P)
+    created = rng.integers(0, 1000, jobs).astype(float)
+    for i in range(jobs):
+        name = f"job-{i:06d}"
+        q = int(leaves[i])
+        if shape == "one-gpu":
+            b.job(name, q, int(prios[i]), float(created[i]), math.nan, [(_req(1.0), 0.0, _PEND, -1, [])])
+            continue
+        k = kinds[i]
+        if k < 0.55:
+            g = float(rng.choice([1, 2, 4, 8], p=[0.5, 0.2, 0.15, 0.15]))
+            tasks = [(_req(g), 0.0, _PEND, -1, [])]
+        elif k < 0.70:
+            g = float(rng.choice([0.25, 0.5]))
+            tasks = [(_req(g), 0.0, _PEND, -1, [])]
+        elif k < 0.75:
+            gm = float(rng.choice([10240.0, 20480.0]))
+            tasks = [((0.0, 4000.0, 16 * GI), gm, _PEND, -1, [])]
+        elif k < 0.95:
+            n_t = int(rng.integers(2, 9))
+            g = float(rng.choice([1, 2, 4, 8], p=[0.3, 0.2, 0.2, 0.3]))
+            tasks = [(_req(g), 0.0, _PEND, -1, []) for _ in range(n_t)]
+        else:
+            tasks = [((0.0, 4000.0, 16 * GI), 0.0, _PEND, -1, [])]
+        b.job(name, q, int(prios[i]), float(created[i]), math.nan, tasks)
+    J, T = len(b.j_names), len(b.t_names)
+    prio_a = np.array(b.j_prio, dtype=np.int64)
+    jb = Jobs(
+        names=b.j_names, queue=np.array(b.j_queue, dtype=np.int64), priority=prio_a,
+        preemptible=prio_a < 100, min_available=np.array(b.j_min, dtype=np.int64),
+        created_minutes_ago=np.array(b.j_created), started_minutes_ago=np.array(b.j_started),
+        stale_for=np.full(J, np.nan), staleness_grace_period=np.full(J, np.nan),
+        preemption_delay=np.full(J, np.nan), topology_required=[None] * J, topology_preferred=[None] * J,
+        task_start=np.concatenate([[0], np.cumsum(b.j_count)[:-1]]).astype(np.int64) if J else np.zeros(0, np.int64),
+        task_count=np.array(b.j_count, dtype=np.int64),
+    )
+    ts = Tasks(
+        names=b.t_names, job=np.array(b.t_job, dtype=np.int64), request=np.array(b.t_req, dtype=float).reshape(T, NRES),
+        gpu_memory=np.array(b.t_gm), state=np.array(b.t_state, dtype=np.int8), priority=np.full(T, np.nan),
+        node=np.array(b.t_node, dtype=np.int64), gpu_groups=b.t_groups, node_selector=[{} for _ in range(T)],
+    )
+    usage = np.zeros((queues, NRES))
+    usage[leaf0:, GPU] = rng.random(n_leaves) * (1.0 / max(n_leaves, 1))
+    cfg = Config(actions=ACTION_NAMES, k_value=1.0, now=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    return Snapshot(name=f"bench nodes={nodes} jobs={jobs} queues={queues} seed={seed} shape={shape}",
+                    config=cfg, nodes=nd, queues=qs, jobs=jb, tasks=ts, usage=usage)
+
+
+# ---------------------------------------------------------------------------------------- timing
+
+
+class _OrderingTimer:
+    """Accumulates wall time spent in JobQueue methods (outermost calls only)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+        self._depth = 0
+
+    def wrap(self, fn):
+        timer = self
+
+        def timed(*args, **kwargs):
+            if timer._depth:
+                return fn(*args, **kwargs)
+            timer._depth += 1
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                timer.seconds += time.perf_counter() - t0
+                timer.calls += 1
+                timer._depth -= 1
+
+        return timed
+
+
+@contextlib.contextmanager
+def _timed_ordering() -> Iterator[_OrderingTimer]:
+    from . import ordering
+
+    timer = _OrderingTimer()
+    cls = ordering.JobQueue
+    names = ("__init__", "pop", "push", "refresh", "refresh_all", "peek", "best_top")
+    saved = {n: cls.__dict__[n] for n in names if n in cls.__dict__}
+    try:
+        for n, fn in saved.items():
+            setattr(cls, n, timer.wrap(fn))
+        yield timer
+    finally:
+        for n, fn in saved.items():
+            setattr(cls, n, fn)
+
+
+def _peak_rss_bytes() -> int:
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(kb) * (1 if sys.platform == "darwin" else 1024)
+
+
+def timed_cycle(snap: Snapshot, actions: Sequence[str] | None = None) -> tuple[Any, dict[str, float], dict[str, int]]:
+    """One cycle with per-phase wall time; returns ``(state, timings, decisions)``."""
+    from .actions import get_action
+    from .state import CycleState
+
+    fs_time = [0.0]
+
+    class _State(CycleState):
+        def _compute_fair_share(self):  # noqa: D401 - timing wrapper
+            t = time.perf_counter()
+            try:
+                return super()._compute_fair_share()
+            finally:
+                fs_time[0] += time.perf_counter() - t
+
+    timings: dict[str, float] = {}
+    acts = tuple(snap.config.actions if actions is None else actions)
+    for a in acts:
+        get_action(a)  # import outside the timed region
+    with _timed_ordering() as otimer:
+        t0 = time.perf_counter()
+        state = _State(snap)
+        t1 = time.perf_counter()
+        timings["fair_share"] = fs_time[0]
+        timings["open"] = (t1 - t0) - fs_time[0]
+        for a in acts:
+            ta = time.perf_counter()
+            get_action(a)(state)
+            timings[a] = time.perf_counter() - ta
+        tr = time.perf_counter()
+        from .result import build_result
+
+        result = build_result(snap, state)
+        timings["result"] = time.perf_counter() - tr
+        timings["total"] = time.perf_counter() - t0
+        timings["ordering"] = otimer.seconds
+    st = np.asarray(state.task_state)
+    init = np.asarray(snap.tasks.state)
+    decisions = {
+        "binding": int(np.count_nonzero(st == int(TaskState.BINDING))),
+        "pipelined": int(np.count_nonzero(st == int(TaskState.PIPELINED))),
+        "evicted": int(np.count_nonzero((st == int(TaskState.RELEASING)) & (init != int(TaskState.RELEASING)))),
+        "events": len(result.events),
+    }
+    return state, timings, decisions
+
+
+def _cluster_stats(snap: Snapshot) -> dict[str, Any]:
+    st = np.asarray(snap.tasks.state)
+    pend_t = st == int(TaskState.PENDING)
+    pend_j = np.zeros(len(snap.jobs), dtype=bool)
+    pend_j[np.asarray(snap.tasks.job)[pend_t]] = True
+    run = st == int(TaskState.RUNNING)
+    gpus = float(np.asarray(snap.nodes.gpus)[np.asarray(snap.nodes.ready)].sum())
+    used = float(np.asarray(snap.tasks.request)[run, GPU].sum())
+    shapes = {(tuple(r), g) for r, g in zip(map(tuple, np.asarray(snap.tasks.request)[pend_t]),
+                                             np.asarray(snap.tasks.gpu_memory)[pend_t])}
+    return {"nodes": len(snap.nodes), "queues": len(snap.queues), "jobs": len(snap.jobs),
+            "tasks": len(snap.tasks), "pending_jobs": int(pend_j.sum()), "pending_tasks": int(pend_t.sum()),
+            "running_tasks": int(run.sum()), "gpus": gpus, "gpu_fill": round(used / gpus, 4) if gpus else 0.0,
+            "distinct_pending_task_shapes": len(shapes)}
+
+
+def compare_reference(snap: Snapshot) -> dict[str, Any]:
+    """Allocate alone with the numpy engine and with the plain-Python reference: same decisions? speed?"""
+    from . import reference
+    from .actions import get_action
+    from .state import CycleState
+
+    get_action("allocate")
+    t0 = time.perf_counter()
+    state = CycleState(snap)
+    get_action("allocate")(state)
+    t_np = time.perf_counter() - t0
+    engine = reference.decisions_of_state(state)
+    t0 = time.perf_counter()
+    ref = reference.allocate(snap)
+    t_ref = time.perf_counter() - t0
+    same = engine == ref.decisions
+    diff = [] if same else reference.diff_decisions(engine, ref.decisions)[:10]
+    return {"numpy_seconds": t_np, "reference_seconds": t_ref, "speedup": t_ref / t_np if t_np > 0 else math.inf,
+            "same_decisions": same, "differences": diff, "placed_tasks": len(engine)}
+
+
+def run_bench(*, nodes: int, jobs: int, queues: int, seed: int = 1, shape: str = "mixed", repeat: int = 1,
+              compare: bool = False) -> dict[str, Any]:
+    """Generate, run ``repeat`` full cycles, report the best (and all) timings."""
+    t0 = time.perf_counter()
+    snap = generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    gen = time.perf_counter() - t0
+    runs = []
+    decisions = None
+    for _ in range(max(1, repeat)):
+        state, timings, decisions = timed_cycle(snap)
+        del state
+        runs.append(timings)
+    best = min(runs, key=lambda t: t["total"])
+    out: dict[str, Any] = {
+        "params": {"nodes": nodes, "jobs": jobs, "queues": queues, "seed": seed, "shape": shape, "repeat": repeat},
+        "cluster": _cluster_stats(snap), "generate_seconds": gen, "timings": best,
+        "all_totals": [r["total"] for r in runs], "decisions": decisions,
+    }
+    if compare:
+        out["reference"] = compare_reference(snap)
+    out["peak_rss_bytes"] = _peak_rss_bytes()
+    return out
+
+
+_PHASES = ("fair_share", "open", "allocate", "consolidation", "reclaim", "preempt", "stalegangeviction",
+           "result", "total")
+
+
+def format_text(rep: dict[str, Any]) -> str:
+    c, t, d = rep["cluster"], rep["timings"], rep["decisions"]
+    lines = [
+        f"cluster: {c['nodes']} nodes ({c['gpus']:.0f} GPUs, {c['gpu_fill'] * 100:.1f}% allocated), "
+        f"{c['queues']} queues, {c['jobs']} jobs, {c['pending_jobs']} pending jobs / {c['pending_tasks']} pending "
+        f"tasks ({c['distinct_pending_task_shapes']} distinct task shapes), {c['running_tasks']} running tasks",
+        f"generated in {rep['generate_seconds']:.2f}s; best of {len(rep['all_totals'])} cycle(s):",
+    ]
+    for ph in _PHASES:
+        if ph in t:
+            lines.append(f"  {ph:<18} {t[ph] * 1000:10.1f} ms")
+    lines.append(f"  {'(ordering)':<18} {t['ordering'] * 1000:10.1f} ms  (inside the actions above)")
+    lines.append(f"decisions: {d['binding']} binding, {d['pipelined']} pipelined, {d['evicted']} evicted, "
+                 f"{d['events']} events")
+    lines.append(f"peak memory (max RSS): {rep['peak_rss_bytes'] / 2**20:.0f} MiB")
+    if "reference" in rep:
+        r = rep["reference"]
+        lines.append(f"allocate only: numpy {r['numpy_seconds'] * 1000:.1f} ms, plain-Python reference "
+                     f"{r['reference_seconds'] * 1000:.1f} ms -> numpy is {r['speedup']:.1f}x faster; "
+                     f"same decisions: {'yes' if r['same_decisions'] else 'NO'} ({r['placed_tasks']} tasks placed)")
+        for diff in r["differences"]:
+            lines.append(f"  differs: {diff}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m scheduler_engine bench",
+                                description="Time one scheduling cycle on a generated cluster.")
+    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--jobs", type=int, required=True, help="pending jobs")
+    p.add_argument("--queues", type=int, default=100, help="queues in the 3-level tree (default 100)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--shape", choices=("mixed", "one-gpu"), default="mixed", help="pending job mix")
+    p.add_argument("--repeat", type=int, default=1, help="cycles to run (the best is reported)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--compare-reference", action="store_true",
+                   help="also time allocate against the plain-Python reference and compare decisions")
+    p.add_argument("--write-scenario", metavar="FILE", help="also write the generated snapshot as a scenario (JSON)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    problems = []
+    if args.nodes < 1 or args.nodes > 1_000_000:
+        problems.append("--nodes: must be between 1 and 1000000")
+    if args.jobs < 0 or args.jobs > 10_000_000:
+        problems.append("--jobs: must be between 0 and 10000000")
+    if args.queues < 3 or args.queues > 1_000_000:
+        problems.append("--queues: must be between 3 and 1000000 (a 3-level tree)")
+    if args.repeat < 1 or args.repeat > 100:
+        problems.append("--repeat: must be between 1 and 100")
+    if problems:
+        for msg in problems:
+            print(f"error: {msg}", file=err)
+        return 2
+    rep = run_bench(nodes=args.nodes, jobs=args.jobs, queues=args.queues, seed=args.seed, shape=args.shape,
+                    repeat=args.repeat, compare=args.compare_reference)
+    if args.write_scenario:
+        from .loader import snapshot_to_dict
+
+        snap = generate(nodes=args.nodes, jobs=args.jobs, queues=args.queues, seed=args.seed, shape=args.shape)
+        with open(args.write_scenario, "w", encoding="utf-8") as fh:
+            json.dump(snapshot_to_dict(snap), fh)
+    if args.json:
+        out.write(json.dumps(rep) + "\n")
+    else:
+        print(format_text(rep), file=out)
+    if "reference" in rep and not rep["reference"]["same_decisions"]:
+        return 1
+    return 0
