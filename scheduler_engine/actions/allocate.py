@@ -223,14 +223,7 @@ class Allocator:
         # Early exit bookkeeping: the initial shape of every job not popped yet. Once every such
         # shape has a valid cached failure (and no pushed-back job is waiting), nothing left can
         # be placed this cycle: the remaining jobs get the cached explanation without a scan.
-        sig0: dict[int, tuple] = {}
-        count: dict[tuple, int] = {}
-        for j in jobs:
-            ts = next_tasks_to_allocate(s, j)
-            if ts:
-                sig = s.job_signature(j, ts)
-                sig0[j] = sig
-                count[sig] = count.get(sig, 0) + 1
+        sig0, count = self._initial_signatures(jobs)
         uncached = set(count)
         seen_freed = s.resources_freed
         pushed: set[int] = set()
@@ -288,13 +281,50 @@ class Allocator:
 
     def _emit(self, placed_any) -> None:
         s = self.state
+        names = s.jobs.names
+        events = s.events
         for j, msg in self.failures.items():
-            if j in placed_any and not s.job_pending_tasks(j):
-                continue
             if j in placed_any:
-                s.add_event(j, "Unschedulable", f"elastic growth stopped: {msg}")
-            else:
-                s.add_event(j, "Unschedulable", msg)
+                if not s.job_pending_tasks(j):
+                    continue
+                msg = f"elastic growth stopped: {msg}"
+            events.append({"job": names[j], "reason": "Unschedulable", "message": msg})
+
+    def _initial_signatures(self, jobs: list[int]) -> tuple[dict[int, tuple], dict[tuple, int]]:
+        """Signature of every candidate job's first attempt, and how many jobs share each.
+
+        Single-task jobs without running tasks (the bulk of a large cycle) are grouped with one
+        vectorised ``np.unique`` over their shape columns; one signature is built per group.
+        """
+        s = self.state
+        sig0: dict[int, tuple] = {}
+        count: dict[tuple, int] = {}
+        ja = np.asarray(jobs, dtype=np.int64)
+        simple = (s.job_count[ja] == 1) & (s.job_num_active_arr[ja] == 0)
+        simple &= np.fromiter((s.jobs.topology_required[j] is None and s.jobs.topology_preferred[j] is None
+                               for j in jobs), bool, len(jobs))
+        sj = ja[simple]
+        if sj.size:
+            st = s.job_start[sj]
+            sel_ids: dict[tuple, int] = {}
+            sel = np.fromiter((sel_ids.setdefault(s.task_selector_key[t], len(sel_ids)) for t in st.tolist()),
+                              np.int64, sj.size)
+            cols = np.column_stack([s.job_queue_arr[sj].astype(float), s.job_preemptible_arr[sj].astype(float),
+                                    s.task_request[st], s.task_gpu_memory[st], sel.astype(float)])
+            _, first, inverse = np.unique(cols, axis=0, return_index=True, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            group_sig = [s.job_signature(int(sj[i]), [int(st[i])]) for i in first.tolist()]
+            for j, g in zip(sj.tolist(), inverse.tolist()):
+                sig0[j] = group_sig[g]
+            for g, c in zip(*np.unique(inverse, return_counts=True)):
+                count[group_sig[int(g)]] = count.get(group_sig[int(g)], 0) + int(c)
+        for j in ja[~simple].tolist():
+            ts = next_tasks_to_allocate(s, j)
+            if ts:
+                sig = s.job_signature(j, ts)
+                sig0[j] = sig
+                count[sig] = count.get(sig, 0) + 1
+        return sig0, count
 
     def _cached(self, sig: tuple) -> bool:
         hit = self.fail_cache.get(sig)
