@@ -161,7 +161,7 @@ class Reclaim:
             verdict = validate_reclaim(start, reclaimer_leaf=leaf, req=req, reclaimer_preemptible=preemptible,
                                        victims=victims, multiplier=self.multiplier)
             if not verdict:
-                return _verdict_text(s, verdict)
+                return _verdict_text(s, verdict, start, leaf, req)
             return _min_runtime_elastic(s, sc, lambda v: reclaim_min_runtime(s, leaf, s.job_queue(v)))
 
         return VictimSolver(s, "reclaim", candidates, validator)
@@ -198,16 +198,49 @@ def _victim_vectors(state: CycleState, sc: Scenario) -> list[tuple[int, list[np.
     return [(q, by_leaf[q]) for q in order]
 
 
-def _verdict_text(state: CycleState, verdict) -> str:
+def _verdict_text(state: CycleState, verdict, start: QueueShares, leaf: int, req: np.ndarray) -> str:
+    """The proportion validator's refusal in words, with the numbers it compared."""
+    import re
+
     q = verdict.queue
     name = state.queues.names[q] if q is not None and q >= 0 else "?"
     text = verdict.reason
+    asked = [r for r in range(NRES) if req[r] > 0] or [0]
+
+    def trio(x: int, r: int) -> str:
+        f = start.fair_share[x, r]
+        d = start.deserved[x, r]
+        return (f"{fmt_amount(r, start.allocated[x, r])} allocated, deserved "
+                f"{'unlimited' if d == UNLIMITED else fmt_amount(r, d)}, fair share "
+                f"{'unlimited' if f == UNLIMITED else fmt_amount(r, f)}")
+
     if text.startswith("strategy"):
-        return f"queue {name} may not give up these resources: it would fall to or below its deserved/fair share"
+        r = asked[0]
+        d_a = start.deserved[leaf, r]
+        a_a = start.allocated[leaf, r]
+        fits = d_a == UNLIMITED or a_a + req[r] <= d_a + 1e-9
+        if fits:
+            return (f"queue {name} is not above its deserved quota or fair share for {RES_NAMES[r]} "
+                    f"({trio(q, r)}), so it keeps what it holds")
+        return (f"queue {name} is not above its fair share for {RES_NAMES[r]} ({trio(q, r)}) and reclaimer queue "
+                f"{state.queues.names[leaf]} would exceed its deserved quota: {fmt_amount(r, a_a)} allocated + "
+                f"{fmt_amount(r, req[r])} requested > {fmt_amount(r, d_a)} deserved")
     if text.startswith("saturation"):
-        return (f"queue {name} would end more saturated (allocated / fair share) than the queue it reclaims from")
+        m = re.search(r"sibling (\d+)", text)
+        sib = int(m.group(1)) if m else -1
+        r = asked[0]
+        x_alloc = start.allocated[q, r] + req[r]
+        fx = start.fair_share[q, r]
+        ratio = (x_alloc / fx) if fx > 0 else float("inf")
+        other = f" than sibling {state.queues.names[sib]} (before the reclaim: {trio(sib, r)})" if sib >= 0 else ""
+        return (f"queue {name} would end more saturated{other}: {fmt_amount(r, x_alloc)} allocated with the job / "
+                f"{fmt_amount(r, fx)} fair share = {ratio:.3g} for {RES_NAMES[r]}")
     if text.startswith("non-preemptible"):
-        return f"queue {name} would hold non-preemptible jobs above its deserved quota"
+        r = verdict.resource if verdict.resource >= 0 else asked[0]
+        d = start.deserved[q, r]
+        return (f"queue {name} would hold non-preemptible jobs above its deserved quota for {RES_NAMES[r]}: "
+                f"{fmt_amount(r, start.allocated_np[q, r])} + {fmt_amount(r, req[r])} requested > "
+                f"{fmt_amount(r, d)} deserved")
     return text
 
 

@@ -264,7 +264,21 @@ def test_saturation_multiplier_decides_cross_department_reclaim():
     s = run(_saturation_case(1.6))
     assert status(s, "rec-0")[0] == "Pending" and job_status(s, "victim") == "Running"
     (ev,) = events_of(s, "rec", "NotReclaiming")
-    assert "saturated" in ev["message"]
+    assert "queue d1 would end more saturated than sibling d2" in ev["message"]
+    assert "5 allocated with the job / 4 fair share = 1.25 for gpu" in ev["message"]
+
+
+def test_validator_refusal_names_the_queue_and_its_numbers():
+    # q0 sits exactly at deserved = fair share: the filter keeps it (for consolidation), the validator refuses
+    qs = [queue("top", age=3), queue("q0", "top", gpu=(2, 0, -1), age=2), queue("q1", "top", gpu=(2, 0, -1), age=1)]
+    jobs = [job("a", "q0", [running("a-0", "n0")], age=5), job("b", "q0", [running("b-0", "n0")], age=4),
+            job("p", "q1", [pending("p-0")], age=1)]
+    s = run(scenario([node("n0", 2)], qs, jobs, ["reclaim"]))
+    assert job_status(s, "a") == "Running" and job_status(s, "b") == "Running"
+    (ev,) = events_of(s, "p", "NotReclaiming")
+    assert ev["message"] == ("reclaim failed: no acceptable victim set for its task: queue q0 is not above its "
+                             "deserved quota or fair share for gpu (2 allocated, deserved 2, fair share 2), so it "
+                             "keeps what it holds")
 
 
 def test_same_shape_job_of_failed_queue_is_skipped():
