@@ -11,7 +11,7 @@ urlpatterns = [
     path("usage/normalized/", views.NormalizedUsageApi.as_view(), name="usage-normalized"),
     path("sshare/", views.SshareApi.as_view(), name="sshare"),
     path("budgets/", views.BudgetListApi.as_view(), name="budgets"),
-    path("budgets/<int:pk>/", views.BudgetDetailApi.as_view(), name="budget-detail"),
+    path("budgets/<str:pk>/", views.BudgetDetailApi.as_view(), name="budget-detail"),
     path("settings/", views.SettingsApi.as_view(), name="settings"),
     path("accounting/", views.AccountingStateApi.as_view(), name="accounting"),
 ]

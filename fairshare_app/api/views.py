@@ -4,7 +4,8 @@ tenants; errors go through the project's exception handler ({"message", "extra"}
 from __future__ import annotations
 
 from django.http import Http404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -27,6 +28,7 @@ from queues_app.models import Queue
 
 USAGE_COLUMNS = ["period", "queue", "tenant", "user", "gpu_hours", "cpu_hours", "memory_gib_hours"]
 MAX_PK = 2**63 - 1
+ID_PARAM = OpenApiParameter("pk", OpenApiTypes.INT, OpenApiParameter.PATH, description="Budget id.")
 
 
 def _query(serializer_class, request):
@@ -118,10 +120,12 @@ class SshareApi(APIView):
                                                                    output=output)})
 
 
-def _budget_or_404(caller, pk: int) -> GpuBudget:
-    if not 0 < pk <= MAX_PK:
+def _budget_or_404(caller, pk: str) -> GpuBudget:
+    """A path id as an int, or a JSON 404 (never an HTML 404 or an overflow 500)."""
+    text = str(pk)
+    if not text.isdigit() or len(text) > 19 or not 0 < int(text) <= MAX_PK:
         raise Http404
-    return selectors.budget_get(tenant=caller.tenant, pk=pk)
+    return selectors.budget_get(tenant=caller.tenant, pk=int(text))
 
 
 class BudgetListApi(APIView):
@@ -150,18 +154,22 @@ class BudgetListApi(APIView):
         return Response(st.as_dict(), status=status.HTTP_201_CREATED)
 
 
+@extend_schema_view(get=extend_schema(parameters=[ID_PARAM]), patch=extend_schema(parameters=[ID_PARAM]),
+                    delete=extend_schema(parameters=[ID_PARAM]))
 class BudgetDetailApi(APIView):
+    """One budget with its burn-down; PATCH / DELETE for operators."""
+
     permission_classes = [ReadForMembersWriteForOperators]
 
     @extend_schema(responses={200: dict})
-    def get(self, request, pk: int):
+    def get(self, request, pk: str):
         caller = caller_of(request)
         budget = _budget_or_404(caller, pk)
         return Response(selectors.budget_statuses(tenant=caller.tenant, budgets=[budget],
                                                   with_burn_down=True)[0].as_dict())
 
     @extend_schema(request=s.BudgetUpdate, responses={200: dict})
-    def patch(self, request, pk: int):
+    def patch(self, request, pk: str):
         caller = caller_of(request)
         budget = _budget_or_404(caller, pk)
         ser = s.BudgetUpdate(data=request.data, partial=True)
@@ -169,7 +177,7 @@ class BudgetDetailApi(APIView):
         budget = services.budget_update(budget=budget, data=dict(ser.validated_data))
         return Response(selectors.budget_statuses(tenant=None, budgets=[budget], with_burn_down=True)[0].as_dict())
 
-    def delete(self, request, pk: int):
+    def delete(self, request, pk: str):
         caller = caller_of(request)
         services.budget_delete(budget=_budget_or_404(caller, pk))
         return Response(status=status.HTTP_204_NO_CONTENT)
