@@ -44,6 +44,11 @@ import numpy as np
 
 from ..ordering import job_order_key, queue_less, task_order
 
+try:  # the allocate action's node order, so simulations place exactly as a real placement would
+    from .allocate import node_keys as _node_keys
+except ImportError:  # pragma: no cover
+    _node_keys = None
+
 try:  # the comparator's parts, to cache one queue's profile across comparisons (same package)
     from ..ordering import _QueueProfile, _profile_less
 except ImportError:  # pragma: no cover - fall back to the public comparator
@@ -477,18 +482,26 @@ class Placer:
         self.fix_after_rollback()
 
     def node_order(self, t: int, cand: np.ndarray, idle_ok: np.ndarray | None = None) -> list[int]:
-        """Nodes where the task fits on free resources first (KAI nodeavailability), then binpack/spread."""
+        """Candidate nodes in the allocate action's KAI node order (:func:`allocate.node_keys`).
+
+        Shared-GPU group fit, then fits-on-free (nodeavailability), then binpack / spread on free
+        plus releasing; ties by node index. The same order as a real placement, so a simulation
+        decides exactly what the cycle then does.
+        """
         s = self.state
         idx = np.flatnonzero(cand)
         if idx.size <= 1:
             return [int(i) for i in idx]
         cpu_only = s.task_request[t, GPU] <= EPS and s.task_gpu_memory[t] <= 0
         col = CPU if cpu_only else GPU
-        strategy = self.placement.get("cpu" if cpu_only else "gpu", "binpack")
+        spread = self.placement.get("cpu" if cpu_only else "gpu", "binpack") == "spread"
+        idle = np.zeros(idx.size, dtype=bool) if idle_ok is None else idle_ok[idx]
+        if _node_keys is not None:
+            keys = _node_keys(s, t, idx, idle.astype(float), col, spread)
+            return [int(i) for i in idx[np.argsort(keys, kind="stable")]]
         avail = s.node_idle[idx, col] + s.node_releasing[idx, col]
-        key = -avail if strategy == "spread" else avail
-        not_idle = np.zeros(idx.size) if idle_ok is None else (~idle_ok[idx]).astype(float)
-        order = np.lexsort((idx, key, not_idle))
+        key = -avail if spread else avail
+        order = np.lexsort((idx, key, (~idle).astype(float)))
         return [int(i) for i in idx[order]]
 
     def place_job(self, j: int, tasks: Sequence[int]) -> bool:
