@@ -35,6 +35,7 @@ from .snapshot import NRES, UNLIMITED, TaskState
 
 _EPS = 1e-9
 _PENDING = int(TaskState.PENDING)
+_M = 1 << 40  # rank multiplier in integer heap keys (more jobs than this never occur)
 _INF = math.inf
 
 
@@ -250,16 +251,33 @@ class JobQueue:
         # static part of the job order (older first, then name) as one integer rank, so heap
         # keys are plain ints: ((-priority) * 3 + elastic state) * M + rank (reversed for victims)
         self._rank: dict[int, int] = {}
+        self._prio = state.jobs.priority
         if jobs:
             ja = np.asarray(jobs, dtype=np.int64)
             names = np.asarray([state.jobs.names[j] for j in jobs])
             created = np.asarray(state.jobs.created_minutes_ago, dtype=float)[ja]
             order = np.lexsort((names, -created))
-            self._rank = {jobs[i]: r for r, i in enumerate(order.tolist())}
-        self._m = len(jobs) + 1
-        self._prio = state.jobs.priority
-        for j in jobs:
-            self._heap_push(j)
+            rank = np.empty(len(jobs), dtype=np.int64)
+            rank[order] = np.arange(len(jobs))
+            self._rank = dict(zip(jobs, rank.tolist()))
+            act = state.job_num_active_arr[ja]
+            mins = state.job_min_available[ja]
+            el = np.where(act < mins, 0, np.where(act == mins, 1, 2)).astype(np.int64)
+            prio = np.asarray(self._prio, dtype=np.int64)[ja]
+            if prio.size and int(np.abs(prio).max()) >= 1 << 20:  # int64 could overflow: Python ints
+                keys = np.asarray([self._job_key(j) for j in jobs], dtype=object)
+            elif victim:
+                keys = (prio * 3 + (2 - el)) * _M + (_M - 1 - rank)
+            else:
+                keys = (-prio * 3 + el) * _M + rank
+            leafq = state.job_queue_arr[ja]
+            by_q = np.argsort(leafq, kind="stable")
+            bounds = np.flatnonzero(np.diff(leafq[by_q])) + 1
+            for part in np.split(by_q, bounds):
+                if part.size:
+                    h = list(zip(keys[part].tolist(), ja[part].tolist()))
+                    heapq.heapify(h)
+                    self.heaps[int(leafq[part[0]])] = h
         self.refresh_all()
 
     # -- jobs inside a leaf
@@ -269,12 +287,11 @@ class JobQueue:
         m = int(st.job_min_available[j])
         el = 0 if act < m else (1 if act == m else 2)
         rank = self._rank.get(j)
-        if rank is None:  # a job pushed that was not given at construction
+        if rank is None:  # a job pushed that was not given at construction: after the others
             rank = self._rank[j] = len(self._rank)
-            self._m = max(self._m, rank + 2)
         if self.victim:
-            return ((int(self._prio[j]) * 3 + (2 - el)) * self._m) + (self._m - 1 - rank)
-        return ((-int(self._prio[j]) * 3 + el) * self._m) + rank
+            return ((int(self._prio[j]) * 3 + (2 - el)) * _M) + (_M - 1 - rank)
+        return ((-int(self._prio[j]) * 3 + el) * _M) + rank
 
     def _heap_push(self, j: int) -> None:
         q = int(self.state.job_queue_arr[j])

@@ -223,27 +223,33 @@ class Allocator:
         # Early exit bookkeeping: the initial shape of every job not popped yet. Once every such
         # shape has a valid cached failure (and no pushed-back job is waiting), nothing left can
         # be placed this cycle: the remaining jobs get the cached explanation without a scan.
-        sig0, count = self._initial_signatures(jobs)
-        uncached = set(count)
+        group, gsig, count = self._initial_signatures(jobs)
+        left = len(jobs) - int((group[np.asarray(jobs, dtype=np.int64)] < 0).sum())  # jobs with a group
+        uncached = {g for g in range(len(gsig)) if count[g] > 0}
         seen_freed = s.resources_freed
         pushed: set[int] = set()
+        fail_cache = self.fail_cache
         while True:
-            if not pushed and not uncached and sig0:
-                self._drain(jq, sig0)
+            if not pushed and not uncached and left:
+                self._drain(jq, group, gsig)
                 break
             j = jq.pop(refresh=False)
             if j is None:
                 break
-            sig = sig0.pop(j, None)
-            if sig is not None:
-                c = count[sig] - 1
-                count[sig] = c
+            g = int(group[j])
+            sig = None
+            if g >= 0:
+                group[j] = -1
+                left -= 1
+                sig = gsig[g]
+                c = count[g] - 1
+                count[g] = c
                 if c == 0:
-                    uncached.discard(sig)
+                    uncached.discard(g)
             leaf = int(s.job_queue_arr[j])
             if sig is not None:
                 # fast path: a first attempt whose shape already failed (nothing changed since)
-                hit = self.fail_cache.get(sig)
+                hit = fail_cache.get(sig)
                 if hit is not None and hit[0] == s.resources_freed:
                     jq.refresh(leaf)
                     self.failures[j] = hit[1]
@@ -262,11 +268,16 @@ class Allocator:
             ok, pipelined, msg = self.try_job(j, tasks, sig)
             if s.resources_freed != seen_freed:
                 seen_freed = s.resources_freed
-                uncached = {g for g, c in count.items() if c > 0 and not self._cached(g)}
+                uncached = {k for k in range(len(gsig)) if count[k] > 0 and not self._cached(gsig[k])}
             if not ok:
                 jq.refresh(leaf)
                 self.failures[j] = msg
-                uncached.discard(sig)
+                if g >= 0:
+                    uncached.discard(g)
+                elif uncached:
+                    k = self._gid.get(sig)
+                    if k is not None:
+                        uncached.discard(k)
                 continue
             placed_any.add(j)
             self.failures.pop(j, None)
@@ -290,50 +301,65 @@ class Allocator:
                 msg = f"elastic growth stopped: {msg}"
             events.append({"job": names[j], "reason": "Unschedulable", "message": msg})
 
-    def _initial_signatures(self, jobs: list[int]) -> tuple[dict[int, tuple], dict[tuple, int]]:
-        """Signature of every candidate job's first attempt, and how many jobs share each.
+    def _initial_signatures(self, jobs: list[int]) -> tuple[np.ndarray, list[tuple], list[int]]:
+        """Group candidate jobs by the signature of their first attempt.
 
-        Single-task jobs without running tasks (the bulk of a large cycle) are grouped with one
-        vectorised ``np.unique`` over their shape columns; one signature is built per group.
+        Returns ``group`` (J,) int (-1 = no attempt possible), the signature of each group and
+        how many jobs are in it. Single-task jobs without running tasks or topology (the bulk of a
+        large cycle) are grouped with one vectorised ``np.unique`` over their shape columns.
         """
         s = self.state
-        sig0: dict[int, tuple] = {}
-        count: dict[tuple, int] = {}
+        group = np.full(s.J, -1, dtype=np.int64)
+        gsig: list[tuple] = []
+        count: list[int] = []
+        self._gid: dict[tuple, int] = {}
         ja = np.asarray(jobs, dtype=np.int64)
-        simple = (s.job_count[ja] == 1) & (s.job_num_active_arr[ja] == 0)
-        simple &= np.fromiter((s.jobs.topology_required[j] is None and s.jobs.topology_preferred[j] is None
-                               for j in jobs), bool, len(jobs))
+        treq, tpref = s.jobs.topology_required, s.jobs.topology_preferred
+        topo = np.fromiter((treq[j] is not None or tpref[j] is not None for j in jobs), bool, len(jobs))
+        simple = (s.job_count[ja] == 1) & (s.job_num_active_arr[ja] == 0) & ~topo
+        simple &= s.task_state[s.job_start[ja]] == _PEND
         sj = ja[simple]
         if sj.size:
             st = s.job_start[sj]
-            sel_ids: dict[tuple, int] = {}
-            sel = np.fromiter((sel_ids.setdefault(s.task_selector_key[t], len(sel_ids)) for t in st.tolist()),
-                              np.int64, sj.size)
+            keys = s.task_selector_key
+            sel_ids: dict[tuple, int] = {(): 0}
+            if any(keys[t] for t in st.tolist()):
+                sel = np.asarray([sel_ids.setdefault(keys[t], len(sel_ids)) for t in st.tolist()], dtype=float)
+            else:
+                sel = np.zeros(sj.size)
             cols = np.column_stack([s.job_queue_arr[sj].astype(float), s.job_preemptible_arr[sj].astype(float),
-                                    s.task_request[st], s.task_gpu_memory[st], sel.astype(float)])
-            _, first, inverse = np.unique(cols, axis=0, return_index=True, return_inverse=True)
-            inverse = inverse.reshape(-1)
-            group_sig = [s.job_signature(int(sj[i]), [int(st[i])]) for i in first.tolist()]
-            for j, g in zip(sj.tolist(), inverse.tolist()):
-                sig0[j] = group_sig[g]
-            for g, c in zip(*np.unique(inverse, return_counts=True)):
-                count[group_sig[int(g)]] = count.get(group_sig[int(g)], 0) + int(c)
+                                    s.task_request[st], s.task_gpu_memory[st], sel])
+            _, first, inverse, counts = np.unique(cols, axis=0, return_index=True, return_inverse=True,
+                                                  return_counts=True)
+            for i, c in zip(first.tolist(), counts.tolist()):
+                sig = s.job_signature(int(sj[i]), [int(st[i])])
+                self._gid[sig] = len(gsig)
+                gsig.append(sig)
+                count.append(c)
+            group[sj] = inverse.reshape(-1)
         for j in ja[~simple].tolist():
             ts = next_tasks_to_allocate(s, j)
-            if ts:
-                sig = s.job_signature(j, ts)
-                sig0[j] = sig
-                count[sig] = count.get(sig, 0) + 1
-        return sig0, count
+            if not ts:
+                continue
+            sig = s.job_signature(j, ts)
+            k = self._gid.get(sig)
+            if k is None:
+                k = self._gid[sig] = len(gsig)
+                gsig.append(sig)
+                count.append(0)
+            count[k] += 1
+            group[j] = k
+        return group, gsig, count
 
     def _cached(self, sig: tuple) -> bool:
         hit = self.fail_cache.get(sig)
         return hit is not None and hit[0] == self.state.resources_freed
 
-    def _drain(self, jq: JobQueue, sig0: dict[int, tuple]) -> None:
+    def _drain(self, jq: JobQueue, group: np.ndarray, gsig: list[tuple]) -> None:
         """Every remaining job is of a shape known to fail: record the cached reason for each."""
-        for j, sig in sig0.items():
-            self.failures[j] = self.fail_cache[sig][1]
+        msgs = [self.fail_cache[g][1] if g in self.fail_cache else None for g in gsig]
+        for j in np.flatnonzero(group >= 0).tolist():
+            self.failures[j] = msgs[int(group[j])]
         for h in jq.heaps:
             h.clear()
 
