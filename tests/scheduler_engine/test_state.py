@@ -160,3 +160,29 @@ def test_shared_devices_by_gpu_group():
     # 0.5 does not fit on g1 (0.2 left): a new group on the other device
     assert s.task_gpu_groups[2] and s.task_gpu_groups[2] != ["g1"]
     assert sorted(s.dev_free[0]) == pytest.approx([0.2, 0.5])
+
+
+def test_rollback_below_a_failure_point_bumps_resources_freed():
+    snap = simple([_node("a", gpus=2)], _queues(), [_job("p", [{"gpu": 1}, {"gpu": 1}])])
+    s = CycleState(snap)
+    outer = s.checkpoint()
+    s.place(0, 0)
+    inner = s.checkpoint()
+    s.mark_failure_point()  # e.g. a job failed to fit while task 0 held a GPU
+    before = s.resources_freed
+    s.place(1, 0)
+    s.rollback(inner)  # back to the failure point: no more room than when it failed
+    assert s.resources_freed == before
+    s.rollback(outer)  # undoes task 0: the cached failure may no longer hold
+    assert s.resources_freed == before + 1
+
+
+def test_mark_pipelined_and_evict_return_free_resources():
+    snap = simple([_node("a", gpus=2, cpu="4")], _queues(), [_job("p", [{"gpu": 1, "cpu": "1"}])])
+    s = CycleState(snap)
+    s.place(0, 0)
+    s.mark_pipelined(0)
+    assert s.task_state[0] == TaskState.PIPELINED and s.node_idle[0, CPU] == 3000
+    s.evict(0)
+    assert s.task_state[0] == TaskState.PENDING
+    assert s.node_idle[0, CPU] == 4000 and s.node_idle_gpus()[0] == 2 and s.node_releasing[0].sum() == 0
