@@ -270,6 +270,8 @@ class CycleState:
 
     def _input_devices(self, t: int, n: int) -> list[int]:
         groups = self.dev_group[n]
+        if self.task_is_shared[t] and self.node_devices[n] == 0:
+            return []  # input over-commit: a shared task on a node without usable GPUs
         if self.task_is_shared[t]:
             names = self.task_gpu_groups[t] or []
             devs = []
@@ -589,8 +591,7 @@ class CycleState:
     def _charge(self, t: int, n: int, devs: list[int], pipelined: bool, releasing: bool = False) -> None:
         """Take the task's resources on node n (free first for binds; releasing first for pipelines)."""
         req = self.task_request_on_node(t, n)
-        if self.task_whole[t] > 0 and not self.task_is_shared[t]:
-            req[GPU] = float(len(devs)) if devs else req[GPU]
+        # (an over-committed input task keeps its full request even if fewer devices were free)
         self.task_alloc[t] = req
         if pipelined:
             take = np.minimum(np.maximum(self.node_releasing[n], 0.0), req)

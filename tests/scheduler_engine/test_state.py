@@ -186,3 +186,14 @@ def test_mark_pipelined_and_evict_return_free_resources():
     s.evict(0)
     assert s.task_state[0] == TaskState.PENDING
     assert s.node_idle[0, CPU] == 4000 and s.node_idle_gpus()[0] == 2 and s.node_releasing[0].sum() == 0
+
+
+def test_overcommitted_input_does_not_crash():
+    snap = simple([_node("a", gpus=0), _node("b", gpus=1)], _queues(),
+                  [_job("x", [{"gpu": 0.5, "state": "Running", "node": "a", "gpuGroups": ["0"]}]),
+                   _job("y", [{"gpu": 2, "state": "Running", "node": "b"}]),
+                   _job("z", [{"gpu": 0.5, "gpuMemory": 0}])])
+    s = CycleState(snap)
+    assert s.queue_alloc[1, GPU] == pytest.approx(2.5)
+    idle, anyok = s.fit_masks(2)
+    assert not anyok.any()
