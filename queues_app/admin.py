@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from queues_app.admin_whatif import WhatIfAdminMixin
 from queues_app.choices import TASK_STATES_HOLDING
 from queues_app.errors import ApplicationError
 from queues_app.models import (
@@ -134,7 +135,7 @@ class QueueAdminForm(forms.ModelForm):
 
 
 @admin.register(Queue)
-class QueueAdmin(ServiceErrorsMixin, admin.ModelAdmin):
+class QueueAdmin(WhatIfAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
     form = QueueAdminForm
     list_display = ("tree_name", "parent_link", "children_list", "priority", "gpu_quota", "gpu_limit",
                     "gpu_allocated", "gpu_fair_share", "workload_count")

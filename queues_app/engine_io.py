@@ -55,6 +55,10 @@ __all__ = [
     "ScenarioError",
     "usage_period_reset",
     "usage_window_start",
+    "preview_queue_edit",
+    "cycle_replay_record",
+    "replay_recorded_cycle",
+    "ReplayOutcome",
 ]
 
 ScenarioError = engine_loader.ScenarioError
@@ -607,3 +611,102 @@ def usage_period_reset(period: str, now: datetime) -> datetime | None:
     from scheduler_engine import usage as engine_usage
 
     return engine_usage.period_reset(period, now)
+
+
+# ----------------------------------------------------------------------------- what-if and replay (simulator)
+
+
+def _edit_problem_field(path: str) -> str:
+    """``queues[3].resources.gpu.quota`` / ``edits[0].resources.gpu.limit`` -> ``gpu.limit``."""
+    parts = path.split(".")
+    if "resources" in parts:
+        return ".".join(parts[parts.index("resources") + 1:]) or "resources"
+    return parts[-1].split("[")[0] or "edit"
+
+
+def preview_queue_edit(*, queue_id: int, priority: int | None = None,
+                       resources: Mapping[str, Mapping[str, Any]] | None = None,
+                       now: datetime | None = None) -> dict[str, Any]:
+    """What-if for one queue edit on the live state; nothing is stored.
+
+    ``resources``: ``{"gpu": {"quota": 4, "over_quota_weight": 2, "limit": -1}, ...}`` in
+    QueueResource units (gpu devices, cpu cores, memory bytes; -1 = unlimited / unset). Runs the
+    engine twice on the same live snapshot (as is, and with the edit) and returns
+    ``scheduler_engine.simulate.preview_edits``' answer (fair share before / after per queue,
+    the running workloads the next cycle would reclaim or preempt) plus ``"queue"`` (the edited
+    queue's scenario name). An impossible value raises ApplicationError naming the field.
+    """
+    from scheduler_engine.simulate import preview_edits
+
+    engine_input = build_engine_input(now=now)
+    name = next((n for n, qid in engine_input.index.queue_id.items() if qid == queue_id), None)
+    if name is None:
+        raise ApplicationError("Unknown queue.", extra={"queue": ["No such queue in the scheduling state."]})
+    res_edit: dict[str, dict[str, Any]] = {}
+    key_map = {"quota": "quota", "over_quota_weight": "overQuotaWeight", "limit": "limit"}
+    for res, vals in (resources or {}).items():
+        if res not in ("gpu", "cpu", "memory"):
+            raise ApplicationError("Invalid resource.", extra={"resources": [f"unknown resource {res!r}"]})
+        out: dict[str, Any] = {}
+        for k, v in (vals or {}).items():
+            if k not in key_map:
+                raise ApplicationError("Invalid field.", extra={f"{res}.{k}": ["unknown field"]})
+            if v is None:
+                continue
+            out[key_map[k]] = _num(v)
+        res_edit[res] = out
+    edit: dict[str, Any] = {"queue": name, "resources": res_edit}
+    if priority is not None:
+        edit["priority"] = int(priority)
+    try:
+        answer = preview_edits(engine_input.data, [edit])
+    except ScenarioError as exc:
+        extra: dict[str, list[str]] = {}
+        for path, msg in exc.problems:
+            extra.setdefault(_edit_problem_field(path), []).append(msg)
+        raise ApplicationError("The edited queue is not valid.", extra=extra) from None
+    answer["queue"] = name
+    return answer
+
+
+def cycle_replay_record(data: Mapping[str, Any], result: Any) -> dict[str, bytes]:
+    """Compressed copies of what a cycle ran (its scenario dict) and decided (task status and node),
+    as ``SchedulingCycle.scenario_gz`` / ``decisions_gz`` values, so the cycle can be replayed."""
+    import json
+    import zlib
+
+    decisions = {t: [v["status"], v["node"]] for t, v in (getattr(result, "tasks", None) or {}).items()}
+    return {
+        "scenario_gz": zlib.compress(json.dumps(data, separators=(",", ":"), default=str).encode(), 1),
+        "decisions_gz": zlib.compress(json.dumps(decisions, separators=(",", ":")).encode(), 1),
+    }
+
+
+@dataclass
+class ReplayOutcome:
+    scenario: dict[str, Any]
+    recorded: dict[str, list]
+    replayed: dict[str, list]
+    differences: list[str]
+
+    @property
+    def same(self) -> bool:
+        return not self.differences
+
+
+def replay_recorded_cycle(*, scenario_gz: bytes, decisions_gz: bytes | None) -> ReplayOutcome:
+    """Re-run a recorded cycle's scenario through the engine and compare with its recorded decisions."""
+    import json
+    import zlib
+
+    scenario = json.loads(zlib.decompress(bytes(scenario_gz)))
+    recorded = json.loads(zlib.decompress(bytes(decisions_gz))) if decisions_gz else {}
+    result = run_engine(engine_loader.load_dict(scenario, source="replay"))
+    replayed = {t: [v["status"], v["node"]] for t, v in result.tasks.items()}
+    diffs = []
+    for t in sorted(set(recorded) | set(replayed)):
+        a, b = recorded.get(t), replayed.get(t)
+        if a != b:
+            diffs.append(f"task {t}: recorded {a[0] + ' on ' + str(a[1]) if a else 'absent'}, "
+                         f"replayed {b[0] + ' on ' + str(b[1]) if b else 'absent'}")
+    return ReplayOutcome(scenario=scenario, recorded=recorded, replayed=replayed, differences=diffs)

@@ -59,7 +59,7 @@ from .units import parse_cpu, parse_duration, parse_gpu, parse_memory
 from .usage import history_usage
 
 __all__ = ["SimulationParams", "SimulationResult", "simulation_params", "simulate_snapshot", "write_csv",
-           "write_plots", "main", "switch_points"]
+           "write_plots", "main", "switch_points", "apply_queue_edits", "preview_edits"]
 
 _PEND = int(TaskState.PENDING)
 _RUN = int(TaskState.RUNNING)
@@ -524,6 +524,98 @@ def summary(result: SimulationResult) -> str:
         more = f" (+{len(turns) - 12} more)" if len(turns) > 12 else ""
         lines.append(f"gpu holder changes ({len(turns)}): {desc}{more}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ what-if
+
+_EDIT_KEYS = ("queue", "priority", "resources")
+_EDIT_RES_KEYS = ("quota", "overQuotaWeight", "limit")
+EVICTION_REASONS = ("Reclaimed", "Preempted", "Consolidated", "StaleGang")
+
+
+def apply_queue_edits(data: dict, edits: Sequence[dict]) -> dict:
+    """A copy of scenario ``data`` with queue edits applied.
+
+    Each edit: ``{"queue": name, "priority": int?, "resources": {res: {"quota"?, "overQuotaWeight"?,
+    "limit"?}}}`` in scenario units. Structural problems raise :class:`ScenarioError` with the edit's
+    path; values are validated by the loader when the edited scenario is loaded.
+    """
+    import copy
+
+    out = copy.deepcopy(data)
+    by_name = {q.get("name"): q for q in out.get("queues") or []}
+    problems: list[tuple[str, str]] = []
+    for i, e in enumerate(edits):
+        p = f"edits[{i}]"
+        if not isinstance(e, dict):
+            problems.append((p, "must be a mapping"))
+            continue
+        for k in e:
+            if k not in _EDIT_KEYS:
+                problems.append((f"{p}.{k}", f"unknown key (expected one of {', '.join(_EDIT_KEYS)})"))
+        q = by_name.get(e.get("queue"))
+        if q is None:
+            problems.append((f"{p}.queue", f"unknown queue {e.get('queue')!r}"))
+            continue
+        if "priority" in e:
+            q["priority"] = e["priority"]
+        res = e.get("resources") or {}
+        if not isinstance(res, dict):
+            problems.append((f"{p}.resources", "must be a mapping"))
+            continue
+        for r, vals in res.items():
+            if r not in RESOURCES:
+                problems.append((f"{p}.resources.{r}", "unknown resource (gpu, cpu, memory)"))
+                continue
+            if not isinstance(vals, dict):
+                problems.append((f"{p}.resources.{r}", "must be a mapping"))
+                continue
+            target = q.setdefault("resources", {}).setdefault(r, {})
+            for k, v in vals.items():
+                if k not in _EDIT_RES_KEYS:
+                    problems.append((f"{p}.resources.{r}.{k}", "unknown key (quota, overQuotaWeight, limit)"))
+                    continue
+                target[k] = v
+    if problems:
+        raise ScenarioError(problems, "edits")
+    return out
+
+
+def _evictions(result) -> list[dict[str, Any]]:
+    out = []
+    for e in result.events:
+        if e.get("reason") in EVICTION_REASONS and e.get("task"):
+            out.append({"job": e.get("job"), "task": e.get("task"), "reason": e.get("reason"),
+                        "victimOf": e.get("victimOf"), "message": e.get("message", "")})
+    return out
+
+
+def preview_edits(data: dict, edits: Sequence[dict]) -> dict[str, Any]:
+    """What-if: one engine cycle on ``data`` as is and one with ``edits`` applied.
+
+    Returns ``{"queues": {name: {"fairShareBefore", "fairShareAfter", "allocated"}},
+    "evictions": [...], "evictionsWithoutEdit": [...], "newEvictions": [...], "placements": {...}}``:
+    the evictions are the running workloads the next cycle would reclaim / preempt / consolidate
+    with the edit (each ``{"job", "task", "reason", "victimOf", "message"}``); ``newEvictions`` those
+    not evicted without the edit; ``placements`` the tasks the edited cycle would start
+    (``{task: {"status", "node"}}``). Raises :class:`ScenarioError` for a bad edit or scenario.
+    """
+    from .cycle import run_cycle
+    from .loader import load_dict
+
+    before_snap = load_dict(data, source="what-if (current)")
+    after_snap = load_dict(apply_queue_edits(data, edits), source="what-if (edited)")
+    before, after = run_cycle(before_snap), run_cycle(after_snap)
+    queues = {}
+    for name, q in after.queues.items():
+        queues[name] = {"fairShareBefore": before.queues[name]["fairShare"], "fairShareAfter": q["fairShare"],
+                        "allocated": before.queues[name]["allocated"]}
+    ev_after, ev_before = _evictions(after), _evictions(before)
+    seen = {(e["task"], e["reason"]) for e in ev_before}
+    placements = {t: {"status": v["status"], "node": v["node"]} for t, v in after.tasks.items()
+                  if v["status"] in ("Binding", "Pipelined")}
+    return {"queues": queues, "evictions": ev_after, "evictionsWithoutEdit": ev_before,
+            "newEvictions": [e for e in ev_after if (e["task"], e["reason"]) not in seen], "placements": placements}
 
 
 def build_parser() -> argparse.ArgumentParser:

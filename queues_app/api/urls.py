@@ -5,6 +5,7 @@ from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from queues_app.api import views
+from queues_app.api.whatif import QueueWhatIfApi
 
 app_name = "queues-api"
 
@@ -18,5 +19,6 @@ router.register("cycles", views.CycleViewSet, basename="cycle")
 urlpatterns = [
     path("auth/token/", views.TokenObtainApi.as_view(), name="token"),
     path("me/", views.MeApi.as_view(), name="me"),
+    path("queues/<str:pk>/whatif/", QueueWhatIfApi.as_view(), name="queue-whatif"),
     path("", include(router.urls)),
 ]

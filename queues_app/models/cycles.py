@@ -52,6 +52,10 @@ class SchedulingCycle(models.Model):
     phase_durations = models.JSONField(default=dict, blank=True,
                                        help_text="Seconds per phase: snapshot, compute, apply, ...")
     error = models.TextField(blank=True)
+    # replay (manage.py replay_cycle): the scenario dict the engine ran and its task decisions,
+    # zlib-compressed JSON (engine_io.cycle_replay_record); empty for cycles that did not compute
+    scenario_gz = models.BinaryField(null=True, blank=True, editable=False)
+    decisions_gz = models.BinaryField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ("-started_at", "-id")

@@ -234,7 +234,7 @@ def cycle_run(*, trigger: str = "manual", now: datetime | None = None, config: C
         plan = cycle_apply.build_plan(data=snap.data, index=snap.index, result=result, conf=conf)
         phases["plan"] = round(time.perf_counter() - t, 6)
         outcome = _apply(plan=plan, snap=snap, holder=holder, trigger=trigger, started_at=started_at,
-                         phases=phases, cfg=cfg, t0=t0)
+                         phases=phases, cfg=cfg, t0=t0, replay=engine_io.cycle_replay_record(snap.data, result))
     except ApplicationError as exc:
         logger.error("cycle refused: %s", exc)
         status = CycleStatus.FAILED
@@ -252,7 +252,8 @@ def cycle_run(*, trigger: str = "manual", now: datetime | None = None, config: C
 
 
 def _apply(*, plan: cycle_apply.Plan, snap: Snap, holder: str, trigger: str, started_at: datetime,
-           phases: dict[str, Any], cfg: CycleConfig, t0: float) -> CycleOutcome:
+           phases: dict[str, Any], cfg: CycleConfig, t0: float,
+           replay: dict[str, bytes] | None = None) -> CycleOutcome:
     t = time.perf_counter()
     with transaction.atomic():
         if connection.vendor == "postgresql":
@@ -295,6 +296,7 @@ def _apply(*, plan: cycle_apply.Plan, snap: Snap, holder: str, trigger: str, sta
         SchedulingCycle.objects.filter(pk=cycle.pk).update(
             apply_finished_at=finished, finished_at=finished, bound_count=counts.bound,
             pipelined_count=counts.pipelined, evicted_count=counts.evicted, phase_durations=phases,
+            **(replay or {}),
         )
     return CycleOutcome(status=CycleStatus.APPLIED, cycle_id=cycle.pk, generation=generation, bound=counts.bound,
                         pipelined=counts.pipelined, evicted=counts.evicted, confirmed=counts.confirmed,
