@@ -53,6 +53,10 @@ try:  # the comparator's parts, to cache one queue's profile across comparisons 
     from ..ordering import _QueueProfile, _profile_less
 except ImportError:  # pragma: no cover - fall back to the public comparator
     _QueueProfile = _profile_less = None
+try:
+    from ..ordering import _dom
+except ImportError:  # pragma: no cover
+    _dom = None
 from ..snapshot import CPU, GPU, MEM, NRES, TaskState
 from ..state import EPS, CycleState, fmt_amount
 
@@ -283,6 +287,10 @@ class VictimQueue:
         self._seq = 0
         self._ver: dict[int, int] = {}  # bumped when a leaf's head or popped victims change
         self._cmp: dict[tuple, object] = {}  # queue profiles, valid while their leaf's version holds
+        self._base: dict[int, object] = {}
+        self._total = state.total.tolist()
+        self._tree = None
+        self._live: set[int] | None = None
         if jobs.size:
             prio = np.asarray(s.jobs.priority)[jobs].astype(np.int64)
             act = s.job_num_active_arr[jobs]
@@ -312,6 +320,8 @@ class VictimQueue:
         q = int(self.state.job_queue_arr[j])
         heapq.heappush(self.heaps.setdefault(q, []), (self._key_of(j, n_act, self._seq), self._seq, rep))
         self.head_rep.pop(q, None)
+        if self._live is not None:
+            self._live.add(q)
         self._ver[q] = self._ver.get(q, 0) + 1
 
     def _head(self, q: int) -> tuple[str, _Rep] | None:
@@ -344,32 +354,72 @@ class VictimQueue:
                 out.append(q)
         return out
 
+    def _nonempty(self, q: int) -> bool:
+        arr = self.sorted.get(q)
+        return bool((arr is not None and self.ptr[q] < arr.size) or self.heaps.get(q))
+
     def __bool__(self) -> bool:
-        return bool(self._leaves())
+        if self._live is None:
+            self._live = set(self._leaves())
+        return bool(self._live)
 
     def _leaf_victims(self, q: int) -> np.ndarray:
         nxt = self._head(q)[1].alloc
         base = self.popped_alloc.get(q)
         return nxt if base is None else base + nxt
 
+    def _tree_of(self, leaves: frozenset):
+        """Active queue tree (children lists, top-level nodes) over the non-empty leaves; cached."""
+        if self._tree is not None and self._tree[0] == leaves:
+            return self._tree[1], self._tree[2]
+        s = self.state
+        children: dict[int, list[int]] = {}
+        tops: list[int] = []
+        seen: set[int] = set()
+        for lq in sorted(leaves):
+            path = [int(x) for x in s.queue_path[lq]]
+            for child, par in zip(path, path[1:] + [-1]):
+                if child in seen:
+                    break
+                seen.add(child)
+                (children.setdefault(par, []) if par >= 0 else tops).append(child)
+        self._tree = (leaves, children, tops)
+        return children, tops
+
+    def _profile(self, q: int, lq: int):
+        """Victim-order profile of queue q represented by leaf lq's victims (popped + next).
+
+        Only rule 5 (dominant share with the victims subtracted) depends on the victims, and the
+        queue state does not change while the queue is in use: the rest is computed once per queue.
+        """
+        key = (q, lq, self._ver.get(lq, 0))
+        p = self._cmp.get(key)
+        if p is not None:
+            return p
+        s = self.state
+        v = self._leaf_victims(lq)
+        if _dom is None:
+            p = _QueueProfile(s, q, list(v), True)
+        else:
+            base = self._base.get(q)
+            if base is None:
+                base = self._base[q] = _QueueProfile(s, q, None, True)
+            a = s.queue_alloc[q]
+            dom = _dom([float(a[0] - v[0]), float(a[1] - v[1]), float(a[2] - v[2])], base.allocatable, self._total)
+            p = _LightProfile(base.key[:4] + (round(dom, 12),) + base.key[5:], base.allocatable, base.rank)
+        self._cmp[key] = p
+        return p
+
     def pop(self) -> tuple[int, list[int]] | None:
         s = self.state
-        leaves = self._leaves()
-        if not leaves:
+        if self._live is None:
+            self._live = set(self._leaves())
+        if not self._live:
             return None
-        if len(leaves) == 1:
-            leaf = leaves[0]
+        if len(self._live) == 1:
+            leaf = next(iter(self._live))
         else:
-            children: dict[int, list[int]] = {}
-            tops: list[int] = []
-            seen: set[int] = set()
-            for lq in sorted(leaves):
-                path = [int(x) for x in s.queue_path[lq]]
-                for child, par in zip(path, path[1:] + [-1]):
-                    if child in seen:
-                        break
-                    seen.add(child)
-                    (children.setdefault(par, []) if par >= 0 else tops).append(child)
+            children, tops = self._tree_of(frozenset(self._live))
             rep_leaf: dict[int, int] = {}
 
             def leaf_of(q: int) -> int:
@@ -378,21 +428,12 @@ class VictimQueue:
                     rep_leaf[q] = q if not kids else leaf_of(best(kids))
                 return rep_leaf[q]
 
-            def profile(q: int):
-                lq = leaf_of(q)
-                key = (q, lq, self._ver.get(lq, 0))
-                p = self._cmp.get(key)
-                if p is None:
-                    p = _QueueProfile(s, q, list(self._leaf_victims(lq)), True)
-                    self._cmp[key] = p
-                return p
-
             def first(c: int, b: int) -> bool:
                 # victim order is the queue order reversed
                 if _QueueProfile is None:
                     lc, lb = leaf_of(c), leaf_of(b)
                     return not queue_less(s, c, b, self._leaf_victims(lc), self._leaf_victims(lb), victim=True)
-                return not _profile_less(profile(c), profile(b))
+                return not _profile_less(self._profile(c, leaf_of(c)), self._profile(b, leaf_of(b)))
 
             def best(nodes: list[int]) -> int:
                 b = nodes[0]
@@ -410,7 +451,20 @@ class VictimQueue:
         self.head_rep.pop(leaf, None)
         self._ver[leaf] = self._ver.get(leaf, 0) + 1
         self.popped_alloc[leaf] = self.popped_alloc.get(leaf, np.zeros(NRES)) + rep.alloc
+        if not self._nonempty(leaf):
+            self._live.discard(leaf)
         return rep.job, rep.tasks
+
+
+class _LightProfile:
+    """Duck-typed queue profile (``key``, ``allocatable``, ``rank``) for ``ordering._profile_less``."""
+
+    __slots__ = ("key", "allocatable", "rank")
+
+    def __init__(self, key, allocatable, rank) -> None:
+        self.key = key
+        self.allocatable = allocatable
+        self.rank = rank
 
 
 # ================================================================================ placement
@@ -703,12 +757,30 @@ class VictimSolver:
             res = self._try(j, partial, list(recorded))
             if res is not None:
                 return res
-        vq = VictimQueue(s, self.candidates())
+        cands = self.candidates()
+        cands = np.asarray(list(cands) if not isinstance(cands, np.ndarray) else cands, dtype=np.int64)
         base = self._fit_base()
         rec_gpu = np.zeros(s.N)
         for t in recorded:
             if s.task_node[t] >= 0:
                 rec_gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
+        if cands.size == 0:
+            return None
+        # bound: even evicting every candidate must leave room somewhere, else no scenario can fit
+        is_cand = np.zeros(s.J, dtype=bool)
+        is_cand[cands] = True
+        act = np.isin(s.task_state, _ACTIVE) & is_cand[s.task_job] & (s.task_node >= 0)
+        every = rec_gpu.copy()
+        np.add.at(every, s.task_node[act], s.task_alloc[act, GPU])
+        if not self._may_fit(partial, base, every):
+            self.last_reason = ("even evicting every eligible victim would not free enough GPUs on the nodes "
+                                f"({len(cands)} eligible jobs)")
+            return None
+        single = len(partial) == 1 and not s.task_selector_key[partial[0]]
+        need1 = float(s.task_order_req[partial[0], GPU]) if single else 0.0
+        cap_all = base + rec_gpu
+        best_all = float(cap_all.max()) if cap_all.size else 0.0
+        vq = VictimQueue(s, cands)
         potential: list[int] = []  # accumulated potential victim tasks, in order
         all_gpu = rec_gpu.copy()
         jobs_on_node: dict[int, set[int]] = {}
@@ -742,10 +814,16 @@ class VictimSolver:
             for t in evict:
                 n = int(s.task_node[t])
                 if n >= 0:
-                    all_gpu[n] += s.task_alloc[t, GPU]
+                    g = s.task_alloc[t, GPU]
+                    all_gpu[n] += g
+                    cap_all[n] += g
+                    if cap_all[n] > best_all:
+                        best_all = float(cap_all[n])
                     jobs_on_node.setdefault(n, set()).add(vj)
                     if n not in hosts:
                         hosts.append(n)
+            if single and best_all < need1 - 1e-9:
+                continue  # no node can hold the task yet, whatever subset is evicted
             emissions = []
             for n in sorted(hosts):
                 js = jobs_on_node[n]
