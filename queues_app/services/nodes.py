@@ -33,6 +33,10 @@ def node_upsert(*, name: str, **fields: Any) -> tuple[Node, bool]:
     created = node is None
     if created:
         node = Node(name=name)
+    bad_floats = [k for k, v in fields.items() if k not in ("reserved_gpus", "labels") and isinstance(v, float)
+                  and not v.is_integer()]
+    if bad_floats:
+        raise ApplicationError("Invalid node.", extra={k: ["Must be a whole number."] for k in bad_floats})
     for k, v in fields.items():
         if k == "labels" and v is None:
             v = {}

@@ -62,6 +62,8 @@ def _actor_name(actor: AbstractBaseUser | None) -> str:
 def _build_resources(queue: Queue, quotas: Mapping[str, Mapping[str, Any]] | None) -> list[QueueResource]:
     """Three QueueResource rows (defaults + given values), validated; errors name
     ``quotas.<resource>.<field>``."""
+    if quotas is not None and not isinstance(quotas, Mapping):
+        raise ApplicationError("Invalid quota.", extra={"quotas": ["Must be an object keyed by resource."]})
     quotas = dict(quotas or {})
     unknown = sorted(set(quotas) - set(Resource.values))
     if unknown:
@@ -69,7 +71,11 @@ def _build_resources(queue: Queue, quotas: Mapping[str, Mapping[str, Any]] | Non
                                                                    f"use {', '.join(Resource.values)}."]})
     rows, errors = [], {}
     for resource in Resource.values:
-        given = dict(quotas.get(resource) or {})
+        given = quotas.get(resource) or {}
+        if not isinstance(given, Mapping):
+            errors[f"quotas.{resource}"] = ["Must be an object with quota, over_quota_weight and/or limit."]
+            continue
+        given = dict(given)
         bad = sorted(set(given) - set(QUOTA_FIELDS))
         if bad:
             errors[f"quotas.{resource}"] = [f"Unknown field(s): {', '.join(bad)}."]

@@ -36,6 +36,9 @@ def _task_from_spec(spec: Mapping[str, Any], *, index: int, workload_name: str, 
     for k in ("gpu", "cpu_millis", "memory_bytes", "gpu_memory_mib", "priority"):
         if isinstance(values.get(k), bool):
             errors[f"tasks[{index}].{k}"] = ["Must be a number."]
+        elif k != "gpu" and isinstance(values.get(k), float) and not values[k].is_integer():
+            # IntegerField.to_python would truncate 1.5 to 1 silently.
+            errors[f"tasks[{index}].{k}"] = ["Must be a whole number."]
     values.setdefault("name", f"{workload_name}-{index}")
     task = Task(index=index, **values)
     if allow_state:

@@ -16,7 +16,9 @@ from queues_app.services import (
     queue_delete,
     queue_set_quota,
     queue_update,
+    tenant_create,
     tenant_grant_queue,
+    tenant_update,
     workload_cancel,
     workload_import,
     workload_submit,
@@ -213,3 +215,41 @@ class WorkloadTests:
 
     def test_grant_rejects_inner_queue(self, tenants, queue_tree):
         assert "queues" in _errors(lambda: tenant_grant_queue(tenant=tenants["team_a"], queue=queue_tree["root"]))
+
+
+# Malformed input of every kind: always an ApplicationError (-> 400), never a crash (-> 500).
+BAD_INPUTS = [
+    lambda q: node_upsert(name="n", gpus="abc"),
+    lambda q: node_upsert(name="", gpus=1),
+    lambda q: node_upsert(name=None, gpus=1),
+    lambda q: node_upsert(name="n", labels="x"),
+    lambda q: workload_submit(queue=q, name="w", task={"gpu": "1e400"}),
+    lambda q: workload_submit(queue=q, name="w", task={"gpu": "abc"}),
+    lambda q: workload_submit(queue=q, name="w", tasks="abc"),
+    lambda q: workload_submit(queue=q, name="w", tasks=[1, 2]),
+    lambda q: workload_submit(queue=q, name=None, task={"gpu": 1}),
+    lambda q: workload_submit(queue=q, name="w", task={"gpu": 1}, priority="high"),
+    lambda q: workload_submit(queue=q, name="w", task={"gpu": 1}, min_available=2.5),
+    lambda q: workload_submit(queue=q, name="w", task={"cpu_millis": 1.5}),
+    lambda q: workload_submit(queue=q, name="w", task={"cpu_millis": "x"}),
+    lambda q: workload_submit(queue=q, name="w", task={"gpu_memory_mib": -5}),
+    lambda q: workload_submit(queue=q, name="w", task={"gpu": 1}, node_selector={"a": ["b"]}),
+    lambda q: workload_submit(queue=q, name="w", task={"gpu": 1}, topology_required="x" * 1000),
+    lambda q: queue_create(name="z", priority="x"),
+    lambda q: queue_create(name="z", priority=10**40),
+    lambda q: queue_create(name="z", quotas="gpu"),
+    lambda q: queue_create(name="z", quotas={"gpu": 5}),
+    lambda q: queue_create(name="z", quotas={"gpu": {"quota": [1]}}),
+    lambda q: queue_update(queue=q, data={"priority": "x"}),
+    lambda q: queue_update(queue=q, data={"name": ""}),
+    lambda q: queue_set_quota(queue=q, resource="gpu", quota={"a": 1}),
+    lambda q: tenant_create(name="bad name"),
+    lambda q: tenant_update(tenant=tenant_create(name="t1"), data={"name": ""}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUTS)))
+def test_malformed_input_is_an_application_error(case, queue_tree):
+    with pytest.raises(ApplicationError) as info:
+        BAD_INPUTS[case](queue_tree["a-train"])
+    assert info.value.extra
