@@ -722,6 +722,9 @@ class VictimSolver:
                 self.placer.rollback(cp0)
                 if not self.last_reason:
                     self.last_reason = self._no_solution_reason(j, partial, k, len(tasks))
+                else:
+                    what = f"{k} of {len(tasks)} tasks" if len(tasks) > 1 else "its task"
+                    self.last_reason = f"for {what}: {self.last_reason}"
                 return None
             scenario, cp = res
             recorded = list(scenario.victims)

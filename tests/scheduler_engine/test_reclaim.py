@@ -178,7 +178,8 @@ def test_gang_reclaimer_is_all_or_nothing():
     assert all(job_status(s, f"r{i}") == "Running" for i in range(3))
     assert not [e for e in s.events if e["reason"] == "Reclaimed"]
     (ev,) = events_of(s, "p", "NotReclaiming")
-    assert ev["message"].startswith("reclaim failed: no victim set") and "3 of 3 tasks" in ev["message"]
+    assert ev["message"] == ("reclaim failed: for 3 of 3 tasks: even evicting every eligible victim would not "
+                             "free enough GPUs on the nodes (3 eligible jobs)")
 
 
 def test_victim_re_placed_on_another_node_is_pipelined_not_lost():
