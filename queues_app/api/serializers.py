@@ -311,10 +311,18 @@ class QueueOutputSerializer(serializers.Serializer):
     version = serializers.IntegerField()
 
 
+#: Largest quota / limit the API accepts (about 4.5e15: 4 PiB of memory in bytes, far beyond any
+#: GPU or core count).  Below 2**53 so every accepted value is exact as a JSON number; -1 means
+#: unlimited.  The services check the per-resource bounds (constants.MAX_QUEUE_QUANTITY) too.
+MAX_API_QUANTITY = 2**52
+
+
 class QuotaValuesInputSerializer(StrictSerializer):
-    quota = quantity(min_value=-1, max_value=2**70, required=False)
+    """-1 or a finite number >= 0 (the service rejects other negatives with the field name)."""
+
+    quota = quantity(min_value=-1, max_value=MAX_API_QUANTITY, required=False)
     over_quota_weight = quantity(min_value=-1, max_value=constants.MAX_OVER_QUOTA_WEIGHT, required=False)
-    limit = quantity(min_value=-1, max_value=2**70, required=False)
+    limit = quantity(min_value=-1, max_value=MAX_API_QUANTITY, required=False)
 
 
 class QuotasInputSerializer(StrictSerializer):

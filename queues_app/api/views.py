@@ -91,6 +91,10 @@ def _pk(value: Any) -> int:
 
 class CallerMixin:
     permission_classes = [IsTenantMemberOrOperator]
+    pagination_class = PageNumberPagination  # also tells the schema that lists are paginated
+    # Any path segment reaches the view, which answers a JSON 404 for ids that are not ids
+    # ("-1.5e-46"), instead of the URL resolver's HTML page.
+    lookup_value_regex = "[^/]+"
 
     @property
     def caller(self):
