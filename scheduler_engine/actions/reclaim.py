@@ -21,14 +21,13 @@ The queue state the validator reads is copied when the job's attempt starts (ups
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
 from ..ordering import JobQueue, next_tasks_to_allocate
 from ..proportion import QueueShares, can_reclaim_resources, effective_multiplier, validate_reclaim, victim_filter
 from ..snapshot import NRES, UNLIMITED
-from ..state import EPS, CycleState, RES_NAMES, fmt_amount
+from ..state import CycleState, RES_NAMES, fmt_amount
 from .victims import (FailedShapes, Scenario, VictimSolver, commit_events, is_elastic, job_ready,
                       min_runtime_protected, protected_non_elastic, reclaim_min_runtime, within_preemption_delay)
 

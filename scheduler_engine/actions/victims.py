@@ -9,6 +9,11 @@ Spec sections c, d, g and i; the algorithm follows KAI's job solver:
   (:class:`VictimQueue`: reversed queue order with the popped victims subtracted, reversed job
   order). An elastic victim gives up one surplus task per step (reverse task order) and goes back
   into the queue with the rest; a job at or below its ``minAvailable`` gives up all its tasks.
+  After each addition the scenarios tried are: per node of the newest victim, the recorded
+  victims plus the accumulated victims of the jobs on that node (node-local, as KAI's by-node
+  scenarios), then every accumulated victim (fallback for multi-node placements). Victim sets
+  that cannot fit by per-node GPU count (free + releasing + victims) are never simulated, and a
+  prefix for which even evicting every candidate could not fit fails at once.
 * A scenario is **simulated** on the shared :class:`~scheduler_engine.state.CycleState` (undo
   journal): evict every victim task, then place the beneficiary and re-place the evicted victims
   in normal queue/job order, every placement pipelined. A victim put back on its own node (same
@@ -23,11 +28,11 @@ evicts for a placement that would then not happen.
 Public API
 ----------
 ``VictimSolver(state, action, candidates, validator)``; ``solve(j, tasks)`` -> :class:`Solution`
-or ``None`` (``last_reason`` then says why). ``Solution.commit_events(...)`` writes the
+or ``None`` (``last_reason`` then says why); :func:`commit_events` writes the
 explanations. Helpers used by the actions: :func:`is_elastic`, :func:`tasks_to_evict`,
 :func:`preempt_min_runtime`, :func:`reclaim_min_runtime`, :func:`min_runtime_protected`,
 :func:`within_preemption_delay`, :func:`job_ready`, :class:`FailedShapes` (scheduling signatures),
-:func:`place_job_pipelined`.
+:func:`protected_non_elastic`, :func:`place_job_pipelined`.
 
 Helpers this module adds on top of ``state.py`` (kept here so state.py stays the allocate owner's):
 ``_unevict`` (Releasing -> Running again through the state's undo journal) and ``_place_released``
@@ -37,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 import numpy as np

@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_engine.snapshot import TaskState
-from tests.scheduler_engine.test_reclaim import (assert_no_overcommit, events_of, job, job_status, node, pending,
+from tests.scheduler_engine.test_reclaim import (assert_no_overcommit, events_of, job, node, pending,
                                                  queue, run, running, scenario, status)
 
 QS = [queue("top", age=2), queue("q0", "top", gpu=(2, 0, -1), age=1)]

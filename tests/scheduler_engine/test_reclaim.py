@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +14,7 @@ from scheduler_engine.actions import get_action
 from scheduler_engine.actions.victims import reclaim_min_runtime, preempt_min_runtime
 from scheduler_engine.loader import load_dict
 from scheduler_engine.snapshot import GPU, TaskState
-from scheduler_engine.state import EPS, CycleState
+from scheduler_engine.state import CycleState
 
 
 # ----------------------------------------------------------------------------- scenario helpers
