@@ -101,20 +101,24 @@ def latest_cycle_time(*, tenant: Tenant | None) -> datetime | None:
 
 
 def queue_decayed_usage(*, tenant: Tenant | None, queues: Iterable[Queue]) -> tuple[dict[int, dict[str, float]], str]:
-    """({queue_id: {resource: decayed usage}}, source) from fairshare_app when it offers
-    ``fairshare_app.selectors.queue_usage_map(*, tenant)`` -> {queue_name: {resource: value}};
-    otherwise empty with source ``"unavailable"`` (the API then reports 0)."""
+    """({queue_id: {resource: decayed usage}}, source) from fairshare_app.
+
+    Uses ``fairshare_app.selectors.normalized_usage(*, tenant)`` -> {queue_name: {resource:
+    0..1 of the cluster}}, the value the last accounting run computed and the cycle feeds the
+    engine (one query; a queue without usage is absent = 0).  Without fairshare_app the
+    source is ``"unavailable"`` and the API reports 0.
+    """
     try:
         module = importlib.import_module("fairshare_app.selectors")
     except ImportError:
         return {}, "unavailable"
-    fn = getattr(module, "queue_usage_map", None)
+    fn = getattr(module, "normalized_usage", None)
     if fn is None:
         return {}, "unavailable"
     queues = list(queues)
     by_name: dict[str, Any] = dict(fn(tenant=tenant) or {})
     out = {q.pk: {k: float(v) for k, v in (by_name.get(q.name) or {}).items()} for q in queues}
-    return out, "fairshare_app"
+    return out, "fairshare_app.normalized_usage"
 
 
 def workload_list_ordered(*, tenant: Tenant | None, filters: dict[str, Any] | None, ordering: str | None) -> QuerySet:

@@ -138,3 +138,21 @@ def test_tenants_get_403_on_operator_endpoints(alice_client, queue_tree, nodes, 
     assert response.json()["message"] == "This endpoint is for operators only."
     send.assert_not_called()
     assert (list(Queue.objects.values()), list(Node.objects.values()), QuotaChange.objects.count()) == before
+
+
+def test_trigger_names_the_real_cycle_task():
+    from queues_app.services.api_support import CYCLE_TASK_NAME
+    from queues_app.tasks import CYCLE_TASK
+
+    assert CYCLE_TASK_NAME == CYCLE_TASK
+
+
+def test_statement_shows_decayed_usage_from_fairshare(alice_client, queue_tree, tenants):
+    from fairshare_app.models import NormalizedUsage
+
+    from django.utils import timezone
+
+    NormalizedUsage.objects.create(queue=queue_tree["a-train"], gpu=0.25, cpu=0.0, memory=0.0, computed_at=timezone.now())
+    q = alice_client.get(QUEUES).json()["results"][0]
+    assert q["usage_source"] == "fairshare_app.normalized_usage"
+    assert q["resources"]["gpu"]["decayed_usage"] == 0.25
