@@ -73,6 +73,7 @@ class Preempt:
                 continue
             why = nonpreemptible_over_quota(s, j, tasks)
             if why:
+                shapes.record(j)  # upstream: a failed attempt like any other
                 s.add_event(j, "NotPreempting", why)
                 continue
             solver = self._solver(j, leaf)
