@@ -76,6 +76,11 @@ def visible_names(*, tenant: Tenant | None, names: Iterable[str]) -> set[str]:
 _NAMED = re.compile(r"\b(job|queue|workload)s? ([A-Za-z0-9][A-Za-z0-9._/-]*[A-Za-z0-9]|[A-Za-z0-9])")
 
 
+#: Words that follow "job" / "queue" in engine prose without being a name ("job queue vision").
+_NOT_NAMES = frozenset({"queue", "queues", "job", "jobs", "workload", "workloads", "is", "of", "the", "in", "with",
+                        "has", "and", "for", "at", "on", "to", "a", "an", "may", "would", "can", "cannot"})
+
+
 def redact_message(*, tenant: Tenant | None, message: str, allowed: set[str] | None = None) -> str:
     """Replace the names of other tenants' workloads and queues in an engine message.
 
@@ -90,7 +95,9 @@ def redact_message(*, tenant: Tenant | None, message: str, allowed: set[str] | N
 
     def sub(m: re.Match) -> str:
         name = m.group(2).split("/")[-1]
-        return m.group(0) if name in allowed else f"{m.group(1)} (another tenant's)"
+        if name in allowed or name.lower() in _NOT_NAMES:
+            return m.group(0)
+        return f"{m.group(1)} (another tenant's)"
 
     return _NAMED.sub(sub, message)
 

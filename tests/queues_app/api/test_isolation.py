@@ -244,3 +244,14 @@ class RouteInventoryTests:
         missing = sorted(api_routes - documented)
         assert missing == []
         assert len(api_routes) >= 10
+
+
+def test_redaction_keeps_prose_and_own_names(tenants, queue_tree):
+    from queues_app.selectors_api import redact_message
+
+    team_a = tenants["team_a"]
+    msg = "preemption failed (victims: lower-priority preemptible job queue a-train below priority 50)"
+    assert redact_message(tenant=team_a, message=msg) == msg
+    assert redact_message(tenant=team_a, message="waiting for job bravo-x of queue b-train") == \
+        "waiting for job (another tenant's) of queue (another tenant's)"
+    assert redact_message(tenant=None, message="job bravo-x of queue b-train") == "job bravo-x of queue b-train"
