@@ -394,7 +394,7 @@ def compare_reference(snap: Snapshot) -> dict[str, Any]:
 
 
 def run_bench(*, nodes: int, jobs: int, queues: int, seed: int = 1, shape: str = "mixed", repeat: int = 1,
-              compare: bool = False) -> dict[str, Any]:
+              compare: bool = False, actions: Sequence[str] | None = None) -> dict[str, Any]:
     """Generate, run ``repeat`` full cycles, report the best (and all) timings."""
     t0 = time.perf_counter()
     snap = generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
@@ -402,12 +402,13 @@ def run_bench(*, nodes: int, jobs: int, queues: int, seed: int = 1, shape: str =
     runs = []
     decisions = None
     for _ in range(max(1, repeat)):
-        state, timings, decisions = timed_cycle(snap)
+        state, timings, decisions = timed_cycle(snap, actions)
         del state
         runs.append(timings)
     best = min(runs, key=lambda t: t["total"])
     out: dict[str, Any] = {
-        "params": {"nodes": nodes, "jobs": jobs, "queues": queues, "seed": seed, "shape": shape, "repeat": repeat},
+        "params": {"nodes": nodes, "jobs": jobs, "queues": queues, "seed": seed, "shape": shape, "repeat": repeat,
+                   "actions": list(actions or ACTION_NAMES)},
         "cluster": _cluster_stats(snap), "generate_seconds": gen, "timings": best,
         "all_totals": [r["total"] for r in runs], "decisions": decisions,
     }
@@ -427,7 +428,8 @@ def format_text(rep: dict[str, Any]) -> str:
         f"cluster: {c['nodes']} nodes ({c['gpus']:.0f} GPUs, {c['gpu_fill'] * 100:.1f}% allocated), "
         f"{c['queues']} queues, {c['jobs']} jobs, {c['pending_jobs']} pending jobs / {c['pending_tasks']} pending "
         f"tasks ({c['distinct_pending_task_shapes']} distinct task shapes), {c['running_tasks']} running tasks",
-        f"generated in {rep['generate_seconds']:.2f}s; best of {len(rep['all_totals'])} cycle(s):",
+        f"generated in {rep['generate_seconds']:.2f}s; actions {','.join(rep['params']['actions'])}; "
+        f"best of {len(rep['all_totals'])} cycle(s):",
     ]
     for ph in _PHASES:
         if ph in t:
@@ -455,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--shape", choices=("mixed", "one-gpu"), default="mixed", help="pending job mix")
     p.add_argument("--repeat", type=int, default=1, help="cycles to run (the best is reported)")
+    p.add_argument("--actions", help="comma-separated actions to run (default: all, in cycle order)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--compare-reference", action="store_true",
                    help="also time allocate against the plain-Python reference and compare decisions")
@@ -479,12 +482,19 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         problems.append("--queues: must be between 3 and 1000000 (a 3-level tree)")
     if args.repeat < 1 or args.repeat > 100:
         problems.append("--repeat: must be between 1 and 100")
+    actions = None
+    if args.actions:
+        actions = tuple(a.strip() for a in args.actions.split(",") if a.strip())
+        bad = [a for a in actions if a not in ACTION_NAMES]
+        if bad or not actions:
+            problems.append(f"--actions: unknown action(s) {', '.join(bad) or '(none given)'}; "
+                            f"known: {', '.join(ACTION_NAMES)}")
     if problems:
         for msg in problems:
             print(f"error: {msg}", file=err)
         return 2
     rep = run_bench(nodes=args.nodes, jobs=args.jobs, queues=args.queues, seed=args.seed, shape=args.shape,
-                    repeat=args.repeat, compare=args.compare_reference)
+                    repeat=args.repeat, compare=args.compare_reference, actions=actions)
     if args.write_scenario:
         from .loader import snapshot_to_dict
 

@@ -1,0 +1,94 @@
+"""``bench``: the generated cluster is what the issue describes, and the report has every phase."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from scheduler_engine import cli
+from scheduler_engine.bench import generate, queue_tree_sizes, run_bench
+from scheduler_engine.snapshot import GPU, TaskState
+from scheduler_engine.state import CycleState
+
+
+def test_generated_cluster_shape():
+    snap = generate(nodes=64, jobs=400, queues=40, seed=3)
+    assert set(np.asarray(snap.nodes.gpus).tolist()) == {8}
+    assert len(set(np.asarray(snap.nodes.gpu_memory).tolist())) > 1  # mixed GPU models
+    # a 3-level tree: departments -> projects -> leaves, jobs only in leaves
+    parent = np.asarray(snap.queues.parent)
+    depth = np.zeros(len(parent), dtype=int)
+    for q in range(len(parent)):
+        depth[q] = len(snap.queues.path_to_root(q))
+    assert set(depth.tolist()) == {1, 2, 3}
+    leaf = snap.queues.is_leaf
+    assert leaf[np.asarray(snap.jobs.queue)].all() and (depth[leaf] == 3).all()
+    # 70 % full, every node within capacity (checked by the engine's own accounting)
+    state = CycleState(snap)
+    used = 1 - state.node_idle_gpus().sum() / state.node_devices.sum()
+    assert 0.65 <= used <= 0.75
+    assert (state.node_idle >= -1e-6).all()
+    # gangs, single-task, fractional and GPU-memory pending jobs
+    st = np.asarray(snap.tasks.state)
+    pend = st == int(TaskState.PENDING)
+    req = np.asarray(snap.tasks.request)
+    assert ((req[pend, GPU] > 0) & (req[pend, GPU] < 1)).any()
+    assert (np.asarray(snap.tasks.gpu_memory)[pend] > 0).any()
+    counts = np.asarray(snap.jobs.task_count)
+    assert (counts > 1).any() and (counts == 1).any()
+    assert (np.asarray(snap.jobs.min_available)[counts > 1] == counts[counts > 1]).all()
+
+
+def test_generation_is_deterministic_per_seed():
+    a, b = generate(nodes=20, jobs=50, queues=10, seed=5), generate(nodes=20, jobs=50, queues=10, seed=5)
+    c = generate(nodes=20, jobs=50, queues=10, seed=6)
+    assert np.array_equal(a.tasks.request, b.tasks.request) and a.jobs.names == b.jobs.names
+    assert not np.array_equal(a.tasks.state, c.tasks.state) or not np.array_equal(a.tasks.request, c.tasks.request)
+
+
+def test_one_gpu_shape():
+    snap = generate(nodes=10, jobs=30, queues=10, shape="one-gpu")
+    pend = np.asarray(snap.tasks.state) == int(TaskState.PENDING)
+    assert pend.sum() == 30 and (np.asarray(snap.tasks.request)[pend, GPU] == 1).all()
+
+
+def test_queue_tree_sizes():
+    assert queue_tree_sizes(1000) == (10, 90, 900)
+    for q in (3, 4, 7, 100, 12345):
+        top, mid, leaves = queue_tree_sizes(q)
+        assert top >= 1 and mid >= 1 and leaves >= 1 and top + mid + leaves == q
+    with pytest.raises(ValueError):
+        queue_tree_sizes(2)
+
+
+def test_report_has_every_phase_and_decisions():
+    rep = run_bench(nodes=30, jobs=150, queues=12, seed=2, compare=True)
+    t = rep["timings"]
+    for phase in ("fair_share", "open", "allocate", "consolidation", "reclaim", "preempt", "stalegangeviction",
+                  "result", "total", "ordering"):
+        assert phase in t and t[phase] >= 0
+    assert t["ordering"] <= t["total"]
+    assert rep["decisions"]["binding"] > 0 and rep["peak_rss_bytes"] > 0
+    assert rep["reference"]["same_decisions"] and rep["reference"]["speedup"] > 0
+    assert rep["cluster"]["pending_jobs"] == 150
+
+
+def test_cli_text_and_json(capsys):
+    assert cli.main(["bench", "--nodes", "12", "--jobs", "40", "--queues", "9", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["params"]["nodes"] == 12 and rep["cluster"]["nodes"] == 12
+    assert cli.main(["bench", "--nodes", "12", "--jobs", "40", "--queues", "9", "--actions", "allocate"]) == 0
+    text = capsys.readouterr().out
+    assert "allocate" in text and "reclaim" not in text and "peak memory" in text
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--nodes", "0", "--jobs", "1"], "--nodes"),
+    (["--nodes", "2", "--jobs", "-1"], "--jobs"),
+    (["--nodes", "2", "--jobs", "1", "--queues", "2"], "--queues"),
+    (["--nodes", "2", "--jobs", "1", "--actions", "allocate,bogus"], "--actions"),
+])
+def test_cli_rejects_bad_sizes(args, msg, capsys):
+    assert cli.main(["bench", *args]) == 2
+    assert msg in capsys.readouterr().err
