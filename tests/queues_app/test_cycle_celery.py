@@ -94,3 +94,13 @@ def test_check_invariants_command_reports_and_fails_on_a_violation(capsys):
     with pytest.raises(CommandError):
         call_command("check_invariants")
     assert "I1.cpu" in capsys.readouterr().out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bench_fill_fills_the_cluster_and_explains_the_extra_workload(capsys):
+    call_command("bench_fill", "--nodes", "3", "--gpus", "2", "--workloads", "6", "--queues", "2")
+    out = json.loads(capsys.readouterr().out)
+    assert out["running_tasks"] == 6 and out["fill_cycles"] == 2
+    assert out["explanation_cycles"] == 1 and out["explanation"]["reason"]
+    with pytest.raises(CommandError):
+        call_command("bench_fill", "--nodes", "1", "--workloads", "1")  # refuses a non-empty database
