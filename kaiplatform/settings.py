@@ -243,7 +243,7 @@ if EMBEDDED_BROKER and CELERY_BROKER_URL.startswith("sqla+sqlite"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"connect_args": {"timeout": envint("SQLITE_TIMEOUT", 30, minimum=1)}}
 
 # --------------------------------------------------------------------------- scheduler
-KAI_CYCLE_SECONDS = envint("KAI_CYCLE_SECONDS", 10, minimum=1)
+KAI_CYCLE_SECONDS = envint("KAI_CYCLE_SECONDS", 5, minimum=1)  # issue #4: default 5 s
 KAI_HEARTBEAT_SECONDS = envint("KAI_HEARTBEAT_SECONDS", 30, minimum=1)
 KAI_MAX_QUEUE_DEPTH = envint("KAI_MAX_QUEUE_DEPTH", 8, minimum=1, maximum=64)
 # Extra engine config written into every exported scenario's `config` block (scenario keys).
