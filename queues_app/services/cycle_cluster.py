@@ -117,6 +117,7 @@ def cluster_confirm_bound(*, task_ids: Iterable[int]) -> int:
     Task.objects.bulk_update(tasks, ["state", "version", "updated_at"])
     wids = {t.workload_id for t in tasks}
     Workload.objects.filter(id__in=wids, started_at__isnull=True).update(started_at=now)
+    _refresh_statuses(wids, now=now)
     return len(tasks)
 
 
@@ -133,10 +134,21 @@ def cluster_confirm_released(*, task_ids: Iterable[int]) -> int:
         t.state = _released_state(status.get(t.workload_id))
         t.node, t.gpu_groups, t.version, t.updated_at = None, [], t.version + 1, now
     Task.objects.bulk_update(tasks, ["state", "node", "gpu_groups", "version", "updated_at"])
-    for wid, st in status.items():
-        if st == WorkloadStatus.RELEASING:
-            Workload.objects.filter(id=wid).update(status=WorkloadStatus.PENDING)
+    _refresh_statuses(set(status), now=now)
     return len(tasks)
+
+
+def _refresh_statuses(workload_ids: set[int], *, now) -> None:
+    """Workload status from its tasks after a confirmation (same rule as the cycle)."""
+    from queues_app.services.cycle_apply import workload_status_of
+
+    states: dict[int, list[str]] = {}
+    for wid, st in Task.objects.filter(workload_id__in=workload_ids).values_list("workload_id", "state"):
+        states.setdefault(wid, []).append(st)
+    for wl in Workload.objects.filter(id__in=workload_ids):
+        new = workload_status_of(states.get(wl.id, []), wl.status)
+        if new != wl.status:
+            Workload.objects.filter(id=wl.id).update(status=new, version=wl.version + 1, updated_at=now)
 
 
 def ensure_mode(mode: str) -> None:

@@ -296,3 +296,23 @@ def test_rerunning_a_cycle_on_a_settled_state_changes_nothing():
     again = dump()
     assert again["tasks"] == settled["tasks"] and again["workloads"] == settled["workloads"]
     assert again["queue_status"] == settled["queue_status"]
+
+
+def test_the_reconciler_confirms_releases_in_kubernetes_mode(settings):
+    from queues_app.services.cycle_cluster import cluster_confirm_released
+
+    settings.KAI_CLUSTER_MODE = "kubernetes"
+    make_cluster(nodes=1, gpus=4)
+    qs = make_queues()
+    w = submit(qs["qa"], "w", replicas=2)
+    cycle_run(trigger="test")
+    workload_cancel(workload=w)
+    cycle_run(trigger="test")
+    assert states(w) == [TaskState.RELEASING] * 2  # nothing confirmed by the cycle itself
+    ids = list(Task.objects.filter(workload=w).values_list("id", flat=True))
+    assert cluster_confirm_released(task_ids=ids) == 2
+    assert cluster_confirm_released(task_ids=ids) == 0  # idempotent
+    assert states(w) == [TaskState.FAILED] * 2
+    assert Workload.objects.get(pk=w.pk).status == WorkloadStatus.CANCELLED
+    cycle_run(trigger="test")
+    assert_invariants()
