@@ -407,9 +407,13 @@ def _billing_by_queue_user(*, now: datetime, since: datetime | None, half_life_s
                            weights: tuple[float, float, float]) -> dict[tuple[int, str], float]:
     from fairshare_app.usage import _weight_expr
 
+    from fairshare_app.usage import MAX_HALF_LIVES
+
     qs = UsageRecord.objects.filter(queue__isnull=False, interval__end__lte=now)
     if since is not None:
         qs = qs.filter(interval__start__gte=since)
+    if half_life_s > 0:  # negligible weights; PostgreSQL's POWER raises on underflow
+        qs = qs.filter(interval__mid_epoch__gte=to_epoch(now) - MAX_HALF_LIVES * half_life_s)
     w = _weight_expr("interval__mid_epoch", to_epoch(now), half_life_s)
     bill = (F("gpu") * weights[0] + F("cpu") * weights[1] + F("memory") * weights[2]) * w
     return {(r["queue_id"], r["user_name"]): r["b"] or 0.0

@@ -20,10 +20,11 @@ import numpy as np
 from django.db.models import F, FloatField, Q, Sum, Value
 from django.db.models.functions import Power
 
-from fairshare_app.clock import to_epoch
+from fairshare_app.clock import from_epoch, to_epoch
 from fairshare_app.models import AccountingInterval, UsageRecord
 
 RESOURCES = ("gpu", "cpu", "memory")
+MAX_HALF_LIVES = 1000
 
 
 @dataclass
@@ -81,6 +82,12 @@ def decayed_usage(*, now: datetime, window_start: datetime | None, half_life_s: 
     if window_start is None or window_start >= now:
         return sums
     now_e = to_epoch(now)
+    if half_life_s > 0:
+        # Weights below 2**-MAX_HALF_LIVES are zero for any purpose, and PostgreSQL raises on
+        # float underflow in POWER, so such old intervals are left out rather than computed.
+        window_start = max(window_start, from_epoch(now_e - MAX_HALF_LIVES * half_life_s))
+        if window_start >= now:
+            return sums
     inside = Q(start__gte=window_start, end__lte=now)
     w = _weight_expr("mid_epoch", now_e, half_life_s)
     cap = AccountingInterval.objects.filter(inside).aggregate(
