@@ -11,9 +11,10 @@ case "$role" in
       --timeout "${GUNICORN_TIMEOUT:-60}" \
       --access-logfile - "$@" ;;
   worker)
-    # General queue: accounting, reports, dispatch; the cycle runs on its own queue.
+    # Every task is on the default queue "celery"; the cycle is single-leader through its
+    # database lease, so any worker may pick up a trigger.
     exec celery -A kaiplatform worker --loglevel "${LOG_LEVEL:-INFO}" \
-      --queues "${WORKER_QUEUES:-celery,cycle,accounting,dispatch}" \
+      --queues "${WORKER_QUEUES:-celery}" \
       --concurrency "${WORKER_CONCURRENCY:-2}" "$@" ;;
   beat)
     exec celery -A kaiplatform beat --loglevel "${LOG_LEVEL:-INFO}" \

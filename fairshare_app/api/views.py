@@ -134,7 +134,7 @@ class BudgetListApi(APIView):
 
     permission_classes = [ReadForMembersWriteForOperators]
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(operation_id="fairshare_budgets_list", responses={200: dict})
     def get(self, request):
         caller = caller_of(request)
         statuses = selectors.budget_statuses(tenant=caller.tenant)
@@ -161,7 +161,7 @@ class BudgetDetailApi(APIView):
 
     permission_classes = [ReadForMembersWriteForOperators]
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(operation_id="fairshare_budgets_retrieve", responses={200: dict})
     def get(self, request, pk: str):
         caller = caller_of(request)
         budget = _budget_or_404(caller, pk)
@@ -177,6 +177,7 @@ class BudgetDetailApi(APIView):
         budget = services.budget_update(budget=budget, data=dict(ser.validated_data))
         return Response(selectors.budget_statuses(tenant=None, budgets=[budget], with_burn_down=True)[0].as_dict())
 
+    @extend_schema(responses={204: None})
     def delete(self, request, pk: str):
         caller = caller_of(request)
         services.budget_delete(budget=_budget_or_404(caller, pk))

@@ -25,7 +25,7 @@ SECRETS = {"secrets": {"databaseUrl": "postgres://kai:pw@db:5432/kai", "brokerUr
 VALUE_SETS = {
     "defaults+secrets": SECRETS,
     "existing-secret": {"existingSecret": "kai-secrets"},
-    "everything-on": {**SECRETS, "ingress": {"enabled": True, "className": "nginx", "tlsSecretName": "kai-tls"},
+    "everything-on": {**SECRETS, "dispatcher": {"enabled": True}, "ingress": {"enabled": True, "className": "nginx", "tlsSecretName": "kai-tls"},
                       "bundled": {"postgresql": True, "redis": True}, "nodeSelector": {"pool": "system"},
                       "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]},
     "minimal": {"existingSecret": "s", "dispatcher": {"enabled": False}, "migrations": {"enabled": False},
@@ -114,8 +114,7 @@ def test_default_release_has_every_required_component():
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
     deployments = {d["metadata"]["name"]: d for d in by_kind["Deployment"]}
-    assert set(deployments) == {"kai-kaiplatform-web", "kai-kaiplatform-worker", "kai-kaiplatform-beat",
-                                "kai-kaiplatform-dispatcher"}
+    assert set(deployments) == {"kai-kaiplatform-web", "kai-kaiplatform-worker", "kai-kaiplatform-beat"}
     beat = deployments["kai-kaiplatform-beat"]
     assert beat["spec"]["replicas"] == 1 and beat["spec"]["strategy"]["type"] == "Recreate"
     assert {d["metadata"]["name"] for d in by_kind["PodDisruptionBudget"]} == {
