@@ -6,8 +6,8 @@ database.  Each operation runs with positive and negative data, as a tenant (ali
 an operator.  Checks: no 5xx, and status code, content type, headers and body of every
 response conform to the schema.
 
-``KAI_SCHEMATHESIS_EXAMPLES`` sets the examples per operation and mode (default 100 in the
-PR tier; the nightly tier uses 1000).  Throttling is lifted so the fuzzer reaches the
+``KAI_SCHEMATHESIS_EXAMPLES`` sets the examples per operation and mode (default 20 in the
+PR tier, i.e. 80 requests per operation over modes and roles; the nightly tier uses 1000).  Throttling is lifted so the fuzzer reaches the
 handlers.  ``/api/v1/fairshare/`` (issue #6, another app) is included with
 ``KAI_SCHEMATHESIS_ALL=1``.
 (schemathesis' own pytest plugin is not used: 4.32 does not run on pytest 9.2.)
@@ -18,7 +18,7 @@ import os
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis.errors import Unsatisfiable
 from rest_framework.settings import api_settings
 from schemathesis import GenerationMode
@@ -30,7 +30,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-EXAMPLES = int(os.environ.get("KAI_SCHEMATHESIS_EXAMPLES", "100"))
+EXAMPLES = int(os.environ.get("KAI_SCHEMATHESIS_EXAMPLES", "20"))
 INCLUDE_ALL = os.environ.get("KAI_SCHEMATHESIS_ALL", "") == "1"
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance]
@@ -85,7 +85,14 @@ def _fuzz(label: str, mode: GenerationMode, headers: dict[str, str]) -> None:
     @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
     def run(case):
-        case.call_and_validate(headers=headers, checks=CHECKS)
+        try:
+            case.call_and_validate(headers=headers, checks=CHECKS)
+        except TypeError as exc:
+            # schemathesis 4.32 sometimes builds a negative body holding a Decimal it cannot
+            # serialize itself; such a request is never sent, so there is nothing to check.
+            if "Decimal is not JSON serializable" not in str(exc):
+                raise
+            reject()
 
     try:
         run()
