@@ -973,6 +973,7 @@ class VictimSolver:
         for q, lst in by_leaf.items():
             lst.sort(key=lambda jj: self._job_key(jj, j), reverse=True)  # pop() from the end = best
         placed_beneficiary = False
+        self._prof_cache: dict[tuple, object] = {}  # (queue, head job, queue version) -> profile
         while by_leaf:
             leaf = next(iter(by_leaf)) if len(by_leaf) == 1 else self._next_leaf(by_leaf, reqs)
             lst = by_leaf[leaf]
@@ -1011,10 +1012,24 @@ class VictimSolver:
         def req_of(q: int) -> np.ndarray:
             return reqs[by_leaf[leaf_of(q)][-1]]
 
+        qv = s.queue_version
+        cache = self._prof_cache
+
+        def prof(q: int):
+            jj = by_leaf[leaf_of(q)][-1]
+            key = (q, jj, int(qv[q]))
+            p = cache.get(key)
+            if p is None:
+                p = cache[key] = _QueueProfile(s, q, list(reqs[jj]), False)
+            return p
+
         def best(nodes: list[int]) -> int:
             b = nodes[0]
             for c in nodes[1:]:
-                if queue_less(s, c, b, req_of(c), req_of(b)):
+                if _QueueProfile is None:
+                    if queue_less(s, c, b, req_of(c), req_of(b)):
+                        b = c
+                elif _profile_less(prof(c), prof(b)):
                     b = c
             return b
 
