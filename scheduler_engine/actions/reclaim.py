@@ -69,6 +69,20 @@ class Reclaim:
     def __init__(self, state: CycleState) -> None:
         self.state = state
         self.multiplier = effective_multiplier(state.config.reclaimer_utilization_multiplier)
+        # victim_filter verdicts per (reclaimer leaf, victim leaf, request): they depend only on the
+        # queue state, which changes only when a solution is committed; keyed on that state's bytes
+        self._vf_state: bytes | None = None
+        self._vf: dict[tuple, bool] = {}
+
+    def _filter_cache(self) -> dict[tuple, bool]:
+        """The victim_filter memo for the current queue state (emptied when the state changed)."""
+        s = self.state
+        state_key = (np.ascontiguousarray(s.queue_alloc).tobytes() +
+                     np.ascontiguousarray(s.fair_share).tobytes())
+        if state_key != self._vf_state:
+            self._vf_state = state_key
+            self._vf = {}
+        return self._vf
 
     def candidate_jobs(self) -> list[int]:
         s = self.state
@@ -144,9 +158,15 @@ class Reclaim:
             mask = s.job_preemptible_arr & (s.job_num_active_arr > 0) & (s.job_queue_arr != leaf)
             mask[j] = False
             leaves = s.job_queue_arr
+            memo = self._filter_cache()
+            req_key = np.asarray(full_req, dtype=np.float64).tobytes()
             for vq in np.unique(leaves[mask]):
                 vq = int(vq)
-                if not victim_filter(live, leaf, vq, full_req):
+                key = (leaf, vq, req_key)
+                keep = memo.get(key)
+                if keep is None:
+                    keep = memo[key] = bool(victim_filter(live, leaf, vq, full_req))
+                if not keep:
                     mask &= leaves != vq
                     continue
                 mr = reclaim_min_runtime(s, leaf, vq)
