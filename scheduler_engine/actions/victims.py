@@ -709,6 +709,8 @@ class VictimSolver:
         self.last_reason = ""
         self.tried = 0
         self.refusals: list[str] = []
+        # leaves with jobs to place -> (children, tops) of their queue tree (queue paths are fixed)
+        self._tree_cache: dict[frozenset, tuple] = {}
 
     # ---------------------------------------------------------------- driver
     def solve(self, j: int, tasks: Sequence[int]) -> Solution | None:
@@ -991,16 +993,24 @@ class VictimSolver:
 
     def _next_leaf(self, by_leaf: dict[int, list[int]], reqs: dict[int, np.ndarray]) -> int:
         s = self.state
-        children: dict[int, list[int]] = {}
-        tops: list[int] = []
-        seen: set[int] = set()
-        for leaf in sorted(by_leaf):
-            path = [int(x) for x in s.queue_path[leaf]]
-            for child, par in zip(path, path[1:] + [-1]):
-                if child in seen:
-                    break
-                seen.add(child)
-                (children.setdefault(par, []) if par >= 0 else tops).append(child)
+        # the tree of the leaves still holding jobs changes only when a leaf empties: build it once
+        # per distinct leaf set (the order of construction is sorted(leaves), so it is set-determined)
+        tree_key = frozenset(by_leaf)
+        tree_cache = self._tree_cache
+        tree = tree_cache.get(tree_key)
+        if tree is None:
+            children: dict[int, list[int]] = {}
+            tops: list[int] = []
+            seen: set[int] = set()
+            for leaf in sorted(by_leaf):
+                path = [int(x) for x in s.queue_path[leaf]]
+                for child, par in zip(path, path[1:] + [-1]):
+                    if child in seen:
+                        break
+                    seen.add(child)
+                    (children.setdefault(par, []) if par >= 0 else tops).append(child)
+            tree = tree_cache[tree_key] = (children, tops)
+        children, tops = tree
         memo: dict[int, int] = {}
 
         def leaf_of(q: int) -> int:
