@@ -1024,13 +1024,18 @@ class VictimSolver:
 
         qv = s.queue_version
         cache = self._prof_cache
+        local: dict[int, object] = {}  # nothing changes during one call: one lookup per queue
 
         def prof(q: int):
+            p = local.get(q)
+            if p is not None:
+                return p
             jj = by_leaf[leaf_of(q)][-1]
             key = (q, jj, int(qv[q]))
             p = cache.get(key)
             if p is None:
                 p = cache[key] = _QueueProfile(s, q, list(reqs[jj]), False)
+            local[q] = p
             return p
 
         def best(nodes: list[int]) -> int:
