@@ -976,6 +976,7 @@ class VictimSolver:
             lst.sort(key=lambda jj: self._job_key(jj, j), reverse=True)  # pop() from the end = best
         placed_beneficiary = False
         self._prof_cache: dict[tuple, object] = {}  # (queue, head job, queue version) -> profile
+        self._best_cache: dict[tuple, int] = {}  # kids' (queue, head job, version) -> best kid
         while by_leaf:
             leaf = next(iter(by_leaf)) if len(by_leaf) == 1 else self._next_leaf(by_leaf, reqs)
             lst = by_leaf[leaf]
@@ -1012,18 +1013,29 @@ class VictimSolver:
             tree = tree_cache[tree_key] = (children, tops)
         children, tops = tree
         memo: dict[int, int] = {}
+        qv = s.queue_version
+        cache = self._prof_cache
+        best_cache = self._best_cache
 
         def leaf_of(q: int) -> int:
             if q not in memo:
                 kids = children.get(q)
-                memo[q] = q if not kids else leaf_of(best(kids))
+                if not kids:
+                    memo[q] = q
+                elif _QueueProfile is None:
+                    memo[q] = leaf_of(best(kids))
+                else:
+                    # the winner among kids depends only on their profiles, which (as in the
+                    # profile cache) are determined by (queue, head job, queue version)
+                    bkey = tuple((c, by_leaf[leaf_of(c)][-1], int(qv[c])) for c in kids)
+                    w = best_cache.get(bkey)
+                    if w is None:
+                        w = best_cache[bkey] = best(kids)
+                    memo[q] = leaf_of(w)
             return memo[q]
 
         def req_of(q: int) -> np.ndarray:
             return reqs[by_leaf[leaf_of(q)][-1]]
-
-        qv = s.queue_version
-        cache = self._prof_cache
         local: dict[int, object] = {}  # nothing changes during one call: one lookup per queue
 
         def prof(q: int):
