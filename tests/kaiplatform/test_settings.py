@@ -58,7 +58,7 @@ class EnvHelperTests:
 
 
 def _settings_in_subprocess(tmp_path, **env) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SECRET_KEY", "DEBUG", "KAI_ENV")}
+    clean = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DEBUG", "KAI_ENV")}
     clean.update(KAI_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="kaiplatform.settings", **env)
     code = ("from django.conf import settings as s; "
             "print(s.DEBUG, s.DATABASES['default']['ENGINE'], s.CELERY_BROKER_URL, s.SESSION_COOKIE_SECURE)")

@@ -59,7 +59,22 @@ OPERATIONS = {
 
 
 @pytest.fixture
-def world(settings, tenants, queue_tree, nodes):
+def _keep_test_connection():
+    """The WSGI handler closes the database connection at the end of every request; inside a
+    test transaction on PostgreSQL that closes the test's own connection (Django's test client
+    disconnects the same handler for the same reason)."""
+    from django.core import signals
+    from django.db import close_old_connections
+
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    yield
+    signals.request_started.connect(close_old_connections)
+    signals.request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def world(settings, tenants, queue_tree, nodes, _keep_test_connection):
     from queues_app.services import workload_submit
 
     rates = {k: "1000000/min" for k in api_settings.DEFAULT_THROTTLE_RATES}
