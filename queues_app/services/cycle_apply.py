@@ -186,7 +186,16 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
             fin = (db_state, node_name.get(db_node_id) if db_node_id is not None else None, e_groups)
             if confirm is not None:
                 fin = (confirm.state, base_node if confirm.state == TaskState.RUNNING else None, e_groups)
-            if status in PLACE_STATES:
+            if status == TaskState.PIPELINED and base_state == TaskState.RUNNING and e_node != base_node:
+                # A consolidation move: the engine pipelines the running task on another node
+                # after evicting it from its own. One task row cannot be in both places, so
+                # the move is applied as its eviction; once the release is confirmed the task
+                # is Pending and the next cycle places it (on the node the engine chose, if it
+                # is still the best).
+                kind = "evict"
+                decision = Target(TaskState.RELEASING, node_id.get(base_node), _groups(task.get("gpuGroups")))
+                fin = (TaskState.RELEASING, base_node, _groups(task.get("gpuGroups")))
+            elif status in PLACE_STATES:
                 if base_state != TaskState.PENDING:
                     errors.append(f"task {tname} is {base_state} in the snapshot; the engine cannot place it ({status})")
                 elif e_node not in nodes_by_name:
@@ -211,6 +220,13 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
                 kind = "unpipeline"
                 decision = Target(TaskState.PENDING, None, [])
                 fin = (TaskState.PENDING, None, [])
+            elif status == TaskState.PENDING and base_state == TaskState.RUNNING:
+                # Consolidation moved this task in the cycle and a later action then chose it as
+                # a victim: the engine undoes the move (Pending), but its pod still runs on the
+                # original node, so that pod is evicted; a later cycle places it again.
+                kind = "evict"
+                decision = Target(TaskState.RELEASING, node_id.get(base_node), _groups(task.get("gpuGroups")))
+                fin = (TaskState.RELEASING, base_node, _groups(task.get("gpuGroups")))
             elif status != base_state:
                 errors.append(f"task {tname}: the engine turned {base_state} into {status}")
 

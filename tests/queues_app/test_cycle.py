@@ -316,3 +316,69 @@ def test_the_reconciler_confirms_releases_in_kubernetes_mode(settings):
     assert Workload.objects.get(pk=w.pk).status == WorkloadStatus.CANCELLED
     cycle_run(trigger="test")
     assert_invariants()
+
+
+class UndoneMoveEngine:
+    """The real engine, then the result a consolidation move followed by an eviction of the
+    moved task produces: the task that was Running comes back Pending (found by the 60 s storm)."""
+
+    def __init__(self, job: str):
+        self.job = job
+
+    def __call__(self, snapshot):
+        from queues_app import engine_io
+
+        result = engine_io.run_engine(snapshot)
+        doctored = copy.copy(result)
+        doctored.jobs = copy.deepcopy(result.jobs)
+        for t in doctored.jobs[self.job]["tasks"]:
+            t["status"], t["node"], t["gpuGroups"] = "Pending", None, []
+        return doctored
+
+
+def test_a_running_task_the_engine_returns_pending_is_evicted_from_its_node():
+    make_cluster(nodes=1, gpus=4)
+    qs = make_queues({"qa": 8})
+    w = submit(qs["qa"], "moved", replicas=1)
+    cycle_run(trigger="test")
+    cycle_run(trigger="test")  # confirmed Running
+    assert states(w) == ["Running"]
+    out = cycle_run(trigger="test", engine=UndoneMoveEngine("moved"))
+    assert out.status == CycleStatus.APPLIED, out.reason
+    assert states(w) == ["Releasing"]
+    assert Task.objects.get(workload=w).node.name == "n0"
+    assert_invariants()
+
+
+class MoveEngine(UndoneMoveEngine):
+    """The real engine, then a consolidation move of ``job``'s running task to ``node``."""
+
+    def __init__(self, job: str, node: str):
+        super().__init__(job)
+        self.node = node
+
+    def __call__(self, snapshot):
+        from queues_app import engine_io
+
+        result = engine_io.run_engine(snapshot)
+        doctored = copy.copy(result)
+        doctored.jobs = copy.deepcopy(result.jobs)
+        for t in doctored.jobs[self.job]["tasks"]:
+            t["status"], t["node"], t["gpuGroups"] = "Pipelined", self.node, []
+        return doctored
+
+
+def test_a_consolidation_move_is_applied_as_an_eviction_from_the_old_node():
+    make_cluster(nodes=2, gpus=4)
+    qs = make_queues({"qa": 8})
+    w = submit(qs["qa"], "moved", replicas=1)
+    cycle_run(trigger="test")
+    cycle_run(trigger="test")
+    task = Task.objects.get(workload=w)
+    assert task.state == "Running"
+    other = "n1" if task.node.name == "n0" else "n0"
+    out = cycle_run(trigger="test", engine=MoveEngine("moved", other))
+    assert out.status == CycleStatus.APPLIED, out.reason
+    task.refresh_from_db()
+    assert (task.state, task.node.name) == ("Releasing", "n0" if other == "n1" else "n1")
+    assert_invariants()
