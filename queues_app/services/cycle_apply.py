@@ -186,15 +186,21 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
             fin = (db_state, node_name.get(db_node_id) if db_node_id is not None else None, e_groups)
             if confirm is not None:
                 fin = (confirm.state, base_node if confirm.state == TaskState.RUNNING else None, e_groups)
-            if status == TaskState.PIPELINED and base_state == TaskState.RUNNING and e_node != base_node:
-                # A consolidation move: the engine pipelines the running task on another node
-                # after evicting it from its own. One task row cannot be in both places, so
-                # the move is applied as its eviction; once the release is confirmed the task
-                # is Pending and the next cycle places it (on the node the engine chose, if it
-                # is still the best).
-                kind = "evict"
-                decision = Target(TaskState.RELEASING, node_id.get(base_node), _groups(task.get("gpuGroups")))
-                fin = (TaskState.RELEASING, base_node, _groups(task.get("gpuGroups")))
+            # A consolidation move: the engine pipelines a running task on another node (or
+            # undoes the move for a later victim, leaving it Pending). One task row cannot be in
+            # both places, so a move is applied as the eviction of the task from its own node;
+            # once the release is confirmed the task is Pending and a later cycle places it.
+            moved = base_state == TaskState.RUNNING and (
+                (status == TaskState.PENDING and db_state != TaskState.PIPELINED)
+                or (status == TaskState.PIPELINED and e_node != base_node))
+            if status == TaskState.RELEASING or moved:
+                if base_state == TaskState.RUNNING:
+                    kind = "evict"
+                    groups = _groups(task.get("gpuGroups"))
+                    decision = Target(TaskState.RELEASING, node_id.get(base_node), groups)
+                    fin = (TaskState.RELEASING, base_node, groups if moved else e_groups)
+                elif base_state not in (TaskState.RELEASING, TaskState.STUCK_RELEASING):
+                    errors.append(f"task {tname} is {base_state} in the snapshot; the engine cannot evict it")
             elif status in PLACE_STATES:
                 if base_state != TaskState.PENDING:
                     errors.append(f"task {tname} is {base_state} in the snapshot; the engine cannot place it ({status})")
@@ -209,24 +215,10 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
                     if not (db_state == status == TaskState.PIPELINED and db_node_id == node_id[e_node]):
                         kind = "bind" if status == TaskState.BINDING else "pipeline"
                         decision = Target(status, node_id[e_node], e_groups)
-            elif status == TaskState.RELEASING:
-                if base_state == TaskState.RUNNING:
-                    kind = "evict"
-                    decision = Target(TaskState.RELEASING, node_id.get(base_node), _groups(task.get("gpuGroups")))
-                    fin = (TaskState.RELEASING, base_node, e_groups)
-                elif base_state not in (TaskState.RELEASING, TaskState.STUCK_RELEASING):
-                    errors.append(f"task {tname} is {base_state} in the snapshot; the engine cannot evict it")
             elif status == TaskState.PENDING and db_state == TaskState.PIPELINED:
                 kind = "unpipeline"
                 decision = Target(TaskState.PENDING, None, [])
                 fin = (TaskState.PENDING, None, [])
-            elif status == TaskState.PENDING and base_state == TaskState.RUNNING:
-                # Consolidation moved this task in the cycle and a later action then chose it as
-                # a victim: the engine undoes the move (Pending), but its pod still runs on the
-                # original node, so that pod is evicted; a later cycle places it again.
-                kind = "evict"
-                decision = Target(TaskState.RELEASING, node_id.get(base_node), _groups(task.get("gpuGroups")))
-                fin = (TaskState.RELEASING, base_node, _groups(task.get("gpuGroups")))
             elif status != base_state:
                 errors.append(f"task {tname}: the engine turned {base_state} into {status}")
 
