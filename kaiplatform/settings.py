@@ -255,3 +255,22 @@ KAI_USAGE_PROVIDER = envstr("KAI_USAGE_PROVIDER") or None
 # operator setting in the admin; extra triggers are no-ops).  Unset KAI_USAGE_PROVIDER means
 # fairshare_app's normalised usage feeds the engine.
 KAI_ACCOUNTING_SECONDS = envint("KAI_ACCOUNTING_SECONDS", 30, minimum=1)
+
+# --------------------------------------------------------------------------- kubernetes (issue #7)
+# Off unless configured: ``embedded`` keeps the database as the cluster (the demo default).
+# ``kubernetes`` makes the sync loop (``manage.py kube_sync``) the source of nodes and pods and the
+# dispatcher task carry out binds/evictions through the API server.
+KAI_CLUSTER_MODE = (envstr("KAI_CLUSTER_MODE", "embedded") or "embedded").strip().lower()
+KAI_KUBE_IN_CLUSTER = envbool("KAI_KUBE_IN_CLUSTER", False)  # service-account token of the pod
+KAI_KUBECONFIG = envstr("KAI_KUBECONFIG") or None  # else $KUBECONFIG / ~/.kube/config
+KAI_KUBE_CONTEXT = envstr("KAI_KUBE_CONTEXT") or None
+KAI_SCHEDULER_NAME = envstr("KAI_SCHEDULER_NAME", "kai-scheduler") or "kai-scheduler"
+KAI_KUBE_QUEUE_LABEL = envstr("KAI_KUBE_QUEUE_LABEL", "kai.scheduler/queue") or "kai.scheduler/queue"
+# Node label carrying the memory of one GPU in MiB (GPU feature discovery), else the default below.
+KAI_KUBE_GPU_MEMORY_LABEL = envstr("KAI_KUBE_GPU_MEMORY_LABEL", "nvidia.com/gpu.memory") or "nvidia.com/gpu.memory"
+KAI_KUBE_DEFAULT_GPU_MEMORY_MIB = envint("KAI_KUBE_DEFAULT_GPU_MEMORY_MIB", 0, minimum=0)
+KAI_KUBE_REQUEST_TIMEOUT = envint("KAI_KUBE_REQUEST_TIMEOUT", 10, minimum=1)  # seconds per API call
+KAI_KUBE_WATCH_TIMEOUT = envint("KAI_KUBE_WATCH_TIMEOUT", 300, minimum=1)  # server-side watch timeout
+KAI_KUBE_DISPATCH_SECONDS = envint("KAI_KUBE_DISPATCH_SECONDS", 2, minimum=1)  # reconcile interval (beat)
+KAI_KUBE_MAX_ATTEMPTS = envint("KAI_KUBE_MAX_ATTEMPTS", 8, minimum=1)
+KAI_KUBE_STUCK_EVICTION_SECONDS = envint("KAI_KUBE_STUCK_EVICTION_SECONDS", 300, minimum=1)

@@ -1,6 +1,16 @@
 """Models of queues_app, split by entity and re-exported here."""
 from queues_app.models.api import IdempotencyKey
 from queues_app.models.cycles import Heartbeat, SchedulerState, SchedulingCycle, SchedulingEvent
+from queues_app.models.kube import (
+    KubeLease,
+    KubeNode,
+    KubeOutbox,
+    KubeOutboxKind,
+    KubeOutboxStatus,
+    KubePod,
+    KubeSyncCursor,
+    KubeWorkloadRef,
+)
 from queues_app.models.nodes import Node
 from queues_app.models.queues import Queue, QueueResource, QueueStatus, QuotaChange
 from queues_app.models.tenants import Tenant
@@ -9,6 +19,14 @@ from queues_app.models.workloads import Task, Workload
 __all__ = [
     "Heartbeat",
     "IdempotencyKey",
+    "KubeLease",
+    "KubeNode",
+    "KubeOutbox",
+    "KubeOutboxKind",
+    "KubeOutboxStatus",
+    "KubePod",
+    "KubeSyncCursor",
+    "KubeWorkloadRef",
     "Node",
     "Queue",
     "QueueResource",

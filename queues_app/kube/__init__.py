@@ -1,0 +1,1 @@
+"""Kubernetes integration: cluster connection, sync in, outbox dispatch, API emulator for tests and the demo."""
