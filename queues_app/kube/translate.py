@@ -62,7 +62,7 @@ def parse_quantity(value: Any, *, field_name: str) -> Decimal:
     try:
         if suffix in _BINARY:
             out = number * _BINARY[suffix]
-        elif suffix[:1] in ("e", "E"):
+        elif len(suffix) > 1 and suffix[0] in ("e", "E"):
             exp = int(suffix[1:])
             if abs(exp) > 60:
                 raise _bad(field_name, f"{value!r}: exponent out of range.")
