@@ -222,8 +222,47 @@ def _victim_request(state, j: int) -> list:
 
 
 # ---------------------------------------------------------------------------- hierarchical queue
+def _queue_key(static_q, a: list, req, victim: bool) -> tuple:
+    """Rules 1-6 key of one queue (allocation ``a``, representative request ``req``): the same
+    tuple as ``_QueueProfile(...).key`` without building a profile object. Negated for victims,
+    so that "smaller first" holds in both directions."""
+    f, d, al, tot, prio, _rank = static_q
+    a0, a1, a2 = a
+    r0, r1, r2 = req
+    over = f[0] < a0 - _EPS and f[1] < a1 - _EPS and f[2] < a2 - _EPS
+    if victim:
+        j0 = j1 = j2 = 0.0
+        w = [a0 - r0, a1 - r1, a2 - r2]
+    else:
+        j0, j1, j2 = r0, r1, r2
+        w = [a0 + r0, a1 + r1, a2 + r2]
+    d0, d1, d2 = d
+    starved = ((d0 == UNLIMITED or a0 + j0 <= d0 + _EPS) and (d1 == UNLIMITED or a1 + j1 <= d1 + _EPS)
+               and (d2 == UNLIMITED or a2 + j2 <= d2 + _EPS))
+    violates = ((al[0] == 0 and a0 + j0 > _EPS) or (al[1] == 0 and a1 + j1 > _EPS)
+                or (al[2] == 0 and a2 + j2 > _EPS))
+    dw = round(_dom(w, al, tot), 12)
+    dwo = round(_dom(a, al, tot), 12)
+    if victim:
+        return (-int(over), -int(not starved), prio, -int(violates), -dw, -dwo)
+    return (over, not starved, -prio, violates, dw, dwo)
+
+
 class JobQueue:
-    """Hierarchical priority queue of jobs (spec b): pop the best job of the best leaf."""
+    """Hierarchical priority queue of jobs (spec b): pop the best job of the best leaf.
+
+    Incremental: every queue keeps its rules-1..6 key (computed from its allocation and its
+    representative job's request) in a lazy heap of its parent (``(key, tie-break, queue,
+    stamp)``; an entry is live while its stamp is the queue's current one). ``refresh(leaf)``
+    recomputes only the keys on the leaf's path (a key is recomputed only if the queue's
+    ``queue_version`` or its representative's request changed) and pushes the changed ones, so
+    picking the next job costs O(depth * log(children)) instead of comparing every sibling.
+
+    Rules 7-8 (weaker allocatable vector, then age/name) only break exact key ties. When the
+    allocatable vectors of a parent's children form a chain (every two are comparable, the usual
+    case) the tie-break is a total order and goes into the heap entry; otherwise the tied entries
+    are taken out and compared in children order exactly as a sequential scan would.
+    """
 
     def __init__(self, state, jobs: Iterable[int], victim: bool = False,
                  request_fn: Callable[[int], Iterable[float]] | None = None) -> None:
@@ -232,21 +271,34 @@ class JobQueue:
         if request_fn is None:
             request_fn = (lambda j: _victim_request(state, j)) if victim else (lambda j: _default_request(state, j))
         self.request_fn = request_fn
-        self._req_cache: dict[int, tuple[int, list]] = {}
-        self._prof_cache: dict[tuple, tuple[int, _QueueProfile]] = {}
-        self._pver = [-1] * state.Q  # queue_version at which profile[q] was computed
+        self._req_cache: dict[int, tuple[int, tuple]] = {}
         Q = state.Q
+        self._root = Q  # virtual parent of the top-level queues
         self.paths = [[int(x) for x in p] for p in state.queue_path]
         self.heaps: list[list] = [[] for _ in range(Q)]
         self.children: list[list[int]] = [[] for _ in range(Q)]
         self.top: list[int] = []
         parent = state.queues.parent
+        self._parent = [Q] * Q
         for q in range(Q):
             p = int(parent[q])
             (self.children[p] if p >= 0 else self.top).append(q)
+            if p >= 0:
+                self._parent[q] = p
+        self._kids = self.children + [self.top]  # children by parent index (root = Q)
         self.rep = [-1] * Q  # representative job of each queue
-        self.profile: list[_QueueProfile | None] = [None] * Q
-        self.best_child = [-1] * Q
+        self.best_child = [-1] * (Q + 1)
+        self._key: list = [None] * Q
+        self._kstamp = [0] * Q  # current stamp (an entry with another stamp is stale)
+        self._live = [False] * Q  # queue has a live entry in its parent's heap
+        self._kver: list = [None] * Q  # (queue_version, request) the key was computed for
+        self._qheap: list[list] = [[] for _ in range(Q + 1)]
+        self._static = _static(state)
+        self._tb = [0] * Q
+        self._chain = [True] * (Q + 1)
+        for p, kids in enumerate(self._kids):
+            if len(kids) > 1:
+                self._chain[p] = self._tiebreaks(kids)
         jobs = [int(j) for j in jobs]
         # static part of the job order (older first, then name) as one integer rank, so heap
         # keys are plain ints: ((-priority) * 3 + elastic state) * M + rank (reversed for victims)
@@ -280,6 +332,27 @@ class JobQueue:
                     self.heaps[int(leafq[part[0]])] = h
         self.refresh_all()
 
+    def _tiebreaks(self, kids: list[int]) -> bool:
+        """Rules 7-8 as one integer per child if they are a total order on ``kids``.
+
+        True (and ``self._tb`` set) when the distinct allocatable vectors form a chain under
+        :func:`_weaker`: then "weaker vector first, then older" (reversed for victims; children
+        order last) is what a sequential scan over tied children picks.
+        """
+        st = self._static
+        vecs = sorted({tuple(st[c][2]) for c in kids},
+                      key=lambda v: tuple(_INF if x == UNLIMITED else x for x in v))
+        if any(not _weaker(vecs[i], vecs[i + 1]) for i in range(len(vecs) - 1)):
+            return False
+        idx = {v: i for i, v in enumerate(vecs)}
+        nq, nk = self.state.Q + 1, len(kids) + 1
+        for pos, c in enumerate(kids):
+            ci, rk = idx[tuple(st[c][2])], st[c][5]
+            if self.victim:
+                ci, rk = len(vecs) - 1 - ci, nq - 1 - rk
+            self._tb[c] = (ci * nq + rk) * nk + pos
+        return True
+
     # -- jobs inside a leaf
     def _job_key(self, j: int) -> int:
         st = self.state
@@ -297,45 +370,6 @@ class JobQueue:
         q = int(self.state.job_queue_arr[j])
         heapq.heappush(self.heaps[q], (self._job_key(j), j))
 
-    # -- order maintenance
-    def _less(self, a: int, b: int) -> bool:
-        pa, pb = self._prof(a), self._prof(b)
-        return _profile_less(pb, pa) if self.victim else _profile_less(pa, pb)
-
-    def _prof(self, q: int) -> _QueueProfile:
-        """Profile of queue q with its representative job, computed only when compared."""
-        p = self.profile[q]
-        if p is None:
-            p = self.profile[q] = self._profile(q, self.rep[q])
-            self._pver[q] = int(self.state.queue_version[q])
-        return p
-
-    def _best_of(self, cands: list[int]) -> int:
-        live = [c for c in cands if self.rep[c] >= 0]
-        if not live:
-            return -1
-        if len(live) == 1:
-            return live[0]
-        keys = [self._prof(c).key for c in live]
-        k = max(keys) if self.victim else min(keys)
-        tied = [c for c, kc in zip(live, keys) if kc == k]
-        best = tied[0]
-        for c in tied[1:]:
-            if self._less(c, best):
-                best = c
-        return best
-
-    def _recompute(self, q: int) -> None:
-        kids = self.children[q]
-        if not kids:
-            h = self.heaps[q]
-            self.rep[q] = h[0][1] if h else -1
-        else:
-            best = self._best_of(kids)
-            self.best_child[q] = best
-            self.rep[q] = self.rep[best] if best >= 0 else -1
-        self.profile[q] = None  # stale: recomputed lazily when q is compared with a sibling
-
     def _request(self, j: int) -> tuple:
         ver = int(self.state.job_version[j])
         hit = self._req_cache.get(j)
@@ -345,48 +379,102 @@ class JobQueue:
         self._req_cache[j] = (ver, req)
         return req
 
-    def _profile(self, q: int, j: int) -> _QueueProfile:
-        req = self._request(j)
-        key = (q, req)
+    # -- order maintenance
+    def _set(self, q: int, rep: int) -> None:
+        """Queue q is now represented by job ``rep`` (-1: no job): update its entry in the parent heap."""
+        self.rep[q] = rep
+        if rep < 0:
+            if self._live[q]:
+                self._live[q] = False
+                self._kstamp[q] += 1
+            return
+        req = self._request(rep)
         ver = int(self.state.queue_version[q])
-        hit = self._prof_cache.get(key)
-        if hit is not None and hit[0] == ver:
-            return hit[1]
-        prof = _QueueProfile(self.state, q, req, self.victim)
-        self._prof_cache[key] = (ver, prof)
-        return prof
+        kv = self._kver[q]
+        if self._live[q] and kv is not None and kv[0] == ver and kv[1] == req:
+            return  # same allocation, same request: same key, entry still valid
+        self._kver[q] = (ver, req)
+        key = _queue_key(self._static[q], self.state.queue_alloc[q].tolist(), req, self.victim)
+        if self._live[q] and key == self._key[q]:
+            return
+        self._key[q] = key
+        self._live[q] = True
+        s = self._kstamp[q] = self._kstamp[q] + 1
+        h = self._qheap[self._parent[q]]
+        heapq.heappush(h, (key, self._tb[q], q, s))
+        if len(h) > 4 * len(self._kids[self._parent[q]]) + 16:  # drop stale entries
+            st = self._kstamp
+            h[:] = [e for e in h if st[e[2]] == e[3] and self._live[e[2]]]
+            heapq.heapify(h)
+
+    def _best(self, p: int) -> int:
+        """Best child of parent p (the root = ``Q``), or -1."""
+        h = self._qheap[p]
+        st, live = self._kstamp, self._live
+        while h:
+            e = h[0]
+            if st[e[2]] == e[3] and live[e[2]]:
+                break
+            heapq.heappop(h)
+        else:
+            return -1
+        if self._chain[p] or len(h) == 1:
+            return e[2]
+        k = e[0]
+        tied = []
+        while h and h[0][0] == k:
+            x = heapq.heappop(h)
+            if st[x[2]] == x[3] and live[x[2]]:
+                tied.append(x)
+        for x in tied:
+            heapq.heappush(h, x)
+        if len(tied) == 1:
+            return tied[0][2]
+        kids_pos = {c: i for i, c in enumerate(self._kids[p])}
+        tied.sort(key=lambda x: kids_pos[x[2]])
+        sta = self._static
+        best = tied[0][2]
+        for x in tied[1:]:
+            c = x[2]
+            lc, lb = sta[c], sta[best]
+            if self.victim:
+                lc, lb = lb, lc
+            if _weaker(lc[2], lb[2]) or (not _weaker(lb[2], lc[2]) and lc[5] < lb[5]):
+                best = c
+        return best
 
     def refresh(self, leaf: int) -> None:
         """Recompute representatives and order on the path of ``leaf`` (after its state changed)."""
         path = self.paths[leaf]
-        old = self.rep[leaf]
         h = self.heaps[leaf]
-        new = h[0][1] if h else -1
-        if old >= 0 and new >= 0 and old != new and self._request(new) == self._request(old):
-            # Fast path (e.g. a job that failed was popped and the next one asks for the same):
-            # with the same request and no allocation change on the path every profile and
-            # therefore every comparison is unchanged; only the representative moves on.
-            ver = self.state.queue_version
-            prof, pver = self.profile, self._pver
-            if all(prof[q] is None or pver[q] == ver[q] for q in path):
-                self.rep[leaf] = new
-                prev = leaf
-                for q in path[1:]:
-                    if self.best_child[q] != prev:
-                        break
-                    self.rep[q] = new
-                    prev = q
-                return
-        for q in path:
-            self._recompute(q)
+        self._set(leaf, h[0][1] if h else -1)
+        rep, bc = self.rep, self.best_child
+        for q in path[1:]:
+            b = self._best(q)
+            bc[q] = b
+            self._set(q, rep[b] if b >= 0 else -1)
+        bc[self._root] = self._best(self._root)
 
     def refresh_all(self) -> None:
-        order = sorted(range(self.state.Q), key=lambda q: -len(self.state.queue_path[q]))
+        """Recompute every queue's key and order (after changes anywhere in the state)."""
+        Q = self.state.Q
+        self._kver = [None] * Q
+        self._live = [False] * Q
+        self._kstamp = [s + 1 for s in self._kstamp]
+        for h in self._qheap:
+            h.clear()
+        order = sorted(range(Q), key=lambda q: -len(self.paths[q]))
         for q in order:
-            self._recompute(q)
+            if self.children[q]:
+                b = self.best_child[q] = self._best(q)
+                self._set(q, self.rep[b] if b >= 0 else -1)
+            else:
+                h = self.heaps[q]
+                self._set(q, h[0][1] if h else -1)
+        self.best_child[self._root] = self._best(self._root)
 
     def best_top(self) -> int:
-        return self._best_of(self.top)
+        return self.best_child[self._root]
 
     def peek(self) -> int | None:
         q = self.best_top()

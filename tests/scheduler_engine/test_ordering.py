@@ -206,3 +206,104 @@ def test_property_incremental_refresh_matches_full_recompute(data):
             jq.refresh(s.job_queue(j))
         orders.append(seq)
     assert orders[0] == orders[1]
+
+
+# --------------------------------------------------------------------------- heap order == sequential scan
+def _scan_pick(s, victim, heaps):
+    """Spec b by brute force: at every level the sequential scan over children with queue_less
+    (rules 1-8), each queue represented by the best job of its best leaf."""
+    from scheduler_engine.ordering import _default_request, _victim_request
+
+    req = (lambda j: _victim_request(s, j)) if victim else (lambda j: _default_request(s, j))
+    kids: dict[int, list[int]] = {}
+    for q in range(s.Q):
+        kids.setdefault(int(s.queues.parent[q]), []).append(q)
+
+    def rep(q):
+        if q not in kids:
+            return (q, heaps[q][0][1]) if heaps.get(q) else None
+        best = None
+        for c in kids[q]:
+            rc = rep(c)
+            if rc is None:
+                continue
+            if best is None:
+                best = (c, rc)
+                continue
+            less = queue_less(s, best[0], c, req(best[1][1]), req(rc[1]), victim=True) if victim else \
+                queue_less(s, c, best[0], req(rc[1]), req(best[1][1]))
+            if less:
+                best = (c, rc)
+        return None if best is None else best[1]
+
+    return rep(-1)
+
+
+@st.composite
+def _odd_allocatables(draw):
+    """Queues whose allocatable vectors are often incomparable (GPU and CPU quotas vary
+    independently) and often tie on rules 1-6: the heap's tie-break fallback path."""
+    qs = []
+    tops = [f"t{i}" for i in range(draw(st.integers(1, 3)))]
+    for i, t in enumerate(tops):
+        qs.append({"name": t, "parent": None, "createdMinutesAgo": draw(st.integers(0, 2)),
+                   "gpu": (draw(st.sampled_from([-1, 2, 4])), 1, -1), "cpu": (draw(st.sampled_from([-1, 8, 16])), 1, -1)})
+    leaves = []
+    for i in range(draw(st.integers(2, 7))):
+        name = f"l{i}"
+        qs.append({"name": name, "parent": draw(st.sampled_from(tops)), "createdMinutesAgo": draw(st.integers(0, 2)),
+                   "gpu": (draw(st.sampled_from([-1, 2, 4])), 1, -1), "cpu": (draw(st.sampled_from([-1, 8, 16])), 1, -1)})
+        leaves.append(name)
+    jobs = []
+    for i in range(draw(st.integers(1, 16))):
+        jobs.append({"name": f"j{i:02d}", "queue": draw(st.sampled_from(leaves)),
+                     "priority": draw(st.sampled_from([50, 100])), "createdMinutesAgo": draw(st.integers(0, 3)),
+                     "tasks": [{"gpu": draw(st.sampled_from([0, 1, 2])), "cpu": "1",
+                                "state": draw(st.sampled_from(["Pending", "Pending", "Running"])), "node": "n0"}]})
+    return qs, jobs, draw(st.booleans()), draw(st.lists(st.booleans(), min_size=16, max_size=16))
+
+
+@settings(max_examples=150, deadline=None)
+@given(_odd_allocatables())
+def test_property_job_queue_matches_sequential_scan(data):
+    qs, jobs, victim, place_flags = data
+    for jb in jobs:  # pending tasks carry no node
+        for t in jb["tasks"]:
+            if t["state"] == "Pending":
+                t.pop("node")
+    s = CycleState(simple([{**NODE, "gpus": 64, "cpu": "512"}], qs, jobs))
+    leaf_ids = [q for q in range(s.Q) if s.queue_is_leaf[q]]
+    if victim:
+        cand = [j for j in range(s.J) if s.job_num_active(j) > 0 and s.job_queue(j) in leaf_ids]
+    else:
+        cand = [j for j in range(s.J) if s.job_pending_tasks(j) and s.job_queue(j) in leaf_ids]
+    jq = JobQueue(s, cand, victim=victim)
+    for k in range(len(cand)):
+        want = _scan_pick(s, victim, {q: h for q, h in enumerate(jq.heaps)})
+        j = jq.pop(refresh=False)
+        assert (j is None) == (want is None)
+        if j is None:
+            break
+        assert j == want[1]
+        pend = s.job_pending_tasks(j)
+        if not victim and place_flags[k] and pend and s.fit_masks(pend[0])[0][0]:
+            s.place(pend[0], 0)
+        jq.refresh(s.job_queue(j))
+    assert jq.pop() is None
+
+
+def test_tied_queues_with_incomparable_allocatables_follow_the_sequential_scan():
+    # Rules 7-8 are not transitive here: a is weaker than b, but c beats a and b beats c by age.
+    # The three leaves tie on rules 1-6 (their jobs ask for nothing), so the result depends on the
+    # scan order of the children (input order a, b, c): a, then c beats a -> c; then a, b.
+    qs = [{"name": "top", "parent": None},
+          {"name": "a", "parent": "top", "createdMinutesAgo": 1, "gpu": (1, 1, -1), "cpu": (5, 1, -1)},
+          {"name": "b", "parent": "top", "createdMinutesAgo": 3, "gpu": (2, 1, -1), "cpu": (6, 1, -1)},
+          {"name": "c", "parent": "top", "createdMinutesAgo": 2, "gpu": (3, 1, -1), "cpu": (1, 1, -1)}]
+    jobs = [_pend(f"{q}0", q, gpu=0) for q in "abc"]
+    s = _state(qs, jobs)
+    s.fair_share[:] = s.queue_deserved
+    s._ordering_allocatable = None
+    jq = JobQueue(s, range(3))
+    assert not jq._chain[0]  # the allocatables of top's children are not a chain: tie fallback
+    assert [s.jobs.names[jq.pop()] for _ in range(3)] == ["c0", "a0", "b0"]
