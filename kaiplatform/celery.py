@@ -24,7 +24,7 @@ def _beat_schedule() -> dict:
     from django.conf import settings
 
     period = float(settings.KAI_HEARTBEAT_SECONDS)
-    return {
+    schedule = {
         "heartbeat": {
             "task": "kaiplatform.tasks.heartbeat",
             "schedule": period,
@@ -49,6 +49,28 @@ def _beat_schedule() -> dict:
             "options": {"expires": max(2 * float(settings.KAI_ACCOUNTING_SECONDS), 5.0)},
         },
     }
+    # Kubernetes cluster mode (issue #7): the outbox dispatcher, single-flight through a database
+    # lease, so extra triggers are cheap no-ops; `expires` = two intervals.
+    if getattr(settings, "KAI_CLUSTER_MODE", "embedded") == "kubernetes":
+        every = float(settings.KAI_KUBE_DISPATCH_SECONDS)
+        schedule["kube-dispatch"] = {
+            "task": "queues_app.tasks.kube_dispatch",
+            "schedule": every,
+            "options": {"expires": max(2 * every, 5.0)},
+        }
+    return schedule
+
+
+def _task_routes() -> dict:
+    """The dispatcher has its own queue ("dispatch", the Helm dispatcher role), so slow API calls
+    never delay a scheduling cycle; only in kubernetes mode (embedded workers consume the default
+    queue only)."""
+    from django.conf import settings
+
+    if getattr(settings, "KAI_CLUSTER_MODE", "embedded") == "kubernetes":
+        return {"queues_app.tasks.kube_dispatch": {"queue": "dispatch"}}
+    return {}
 
 
 app.conf.beat_schedule = _beat_schedule()
+app.conf.task_routes = _task_routes()

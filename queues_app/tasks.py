@@ -61,3 +61,22 @@ def request_cycle(*, trigger: str = "api") -> bool:
 
     transaction.on_commit(send)
     return True
+
+
+KUBE_DISPATCH_TASK = "queues_app.tasks.kube_dispatch"
+
+
+@shared_task(name=KUBE_DISPATCH_TASK, ignore_result=True, acks_late=False)
+def kube_dispatch(limit: int = 500) -> dict:
+    """Carry out due Kubernetes outbox rows (binds, evictions, events); kubernetes mode only.
+
+    Triggered by beat every ``KAI_KUBE_DISPATCH_SECONDS`` and after each cycle that wrote rows.
+    Single-flight through a database lease; no autoretry (each row has its own backoff)."""
+    from django.conf import settings
+
+    if getattr(settings, "KAI_CLUSTER_MODE", "embedded") != "kubernetes":
+        return {"status": "off"}
+    from queues_app.services.kube_dispatch import kube_dispatch_due
+
+    report = kube_dispatch_due(limit=int(limit))
+    return {"status": report.status, "done": report.done, "failed": report.failed, "retried": report.retried}

@@ -285,6 +285,10 @@ def _apply(*, plan: cycle_apply.Plan, snap: Snap, holder: str, trigger: str, sta
         cycle_apply.write_workloads(plan, final, now=apply_started)
         cycle_apply.write_queue_status(plan, cycle=cycle, now=apply_started)
         n_events = cycle_apply.write_events(plan, snap.index, drops, cycle=cycle, now=apply_started)
+        if cfg.cluster_mode == "kubernetes":  # the orders to the cluster commit with the decisions (issue #7)
+            from queues_app.services.kube_dispatch import kube_outbox_write
+
+            kube_outbox_write(plan=plan, final=final, drops=drops, index=snap.index, cycle=cycle, now=apply_started)
         _prune(generation=generation, cfg=cfg)
         state.generation = generation
         state.lease_holder, state.lease_expires_at, state.updated_at = "", None, apply_started

@@ -154,3 +154,41 @@ def _refresh_statuses(workload_ids: set[int], *, now) -> None:
 def ensure_mode(mode: str) -> None:
     if mode not in ("embedded", "kubernetes"):
         raise ApplicationError("Invalid cluster mode.", extra={"KAI_CLUSTER_MODE": [f"Unknown mode {mode!r}."]})
+
+
+@transaction.atomic
+def cluster_bind_failed(*, task_ids: Iterable[int]) -> int:
+    """A bind could not be carried out (pod gone, node gone, retries exhausted, gang aborted):
+    ``Binding -> Pending`` with no node, so the next cycle places the task again.
+
+    Tasks no longer Binding are left alone (idempotent, like the confirmations).  Returns how
+    many tasks changed.
+    """
+    now = timezone.now()
+    tasks = [t for t in _lock_tasks(task_ids) if t.state == TaskState.BINDING]
+    for t in tasks:
+        t.state, t.node, t.gpu_groups, t.version, t.updated_at = TaskState.PENDING, None, [], t.version + 1, now
+    Task.objects.bulk_update(tasks, ["state", "node", "gpu_groups", "version", "updated_at"])
+    _refresh_statuses({t.workload_id for t in tasks}, now=now)
+    return len(tasks)
+
+
+@transaction.atomic
+def cluster_mark_stuck_releasing(*, older_than_seconds: float, now=None) -> list[int]:
+    """Releasing tasks whose pod has not gone away for ``older_than_seconds``: ->
+    ``StuckInReleasing`` (they still hold their node; the pod is reported, not forgotten).
+
+    ``updated_at`` is when the task became Releasing (every state write stamps it).  Returns the
+    ids that changed; the caller reports them (SchedulingEvent, Kubernetes Event).
+    """
+    from datetime import timedelta
+
+    now = now or timezone.now()
+    horizon = now - timedelta(seconds=float(older_than_seconds))
+    ids = list(Task.objects.filter(state=TaskState.RELEASING, updated_at__lt=horizon).values_list("id", flat=True))
+    tasks = [t for t in _lock_tasks(ids) if t.state == TaskState.RELEASING and t.updated_at < horizon]
+    for t in tasks:
+        t.state, t.version, t.updated_at = TaskState.STUCK_RELEASING, t.version + 1, now
+    # bulk_update, not save(): Task.updated_at is auto_now and must be exactly ``now`` here
+    Task.objects.bulk_update(tasks, ["state", "version", "updated_at"])
+    return [t.id for t in tasks]
