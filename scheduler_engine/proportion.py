@@ -29,6 +29,8 @@ Strategy predicates (spec c; upstream ``strategies.go``)
 Reclaim gates (operate on a :class:`QueueShares` snapshot of the queue state)
     ``can_reclaim_resources(shares, leaf, req, preemptible)``           (CanReclaimResources)
     ``victim_filter(shares, reclaimer_leaf, victim_leaf, req)``         (proportion ReclaimVictimFilter)
+    ``victim_filter_many(shares, reclaimer_leaf, victim_leaves, req, paths=)`` (the same, vectorised;
+        ``paths`` = ``queue_paths_matrix(parent)``)
     ``saturation_ratio(allocated, fair_share)``; ``saturation_ratios`` (vectorised, for reports);
     ``saturation_lower(...)`` (sibling saturation check)
     ``validate_reclaim(shares, reclaimer_leaf=, req=, reclaimer_preemptible=, victims=, multiplier=)``
@@ -267,6 +269,51 @@ def victim_filter(shares: QueueShares, reclaimer_leaf: int, victim_leaf: int, re
     if np.any(considered & (a > d)):
         return True
     return not bool(np.any(considered & (a < d)))
+
+
+def queue_paths_matrix(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every queue's root path top-down as rows of a (Q, depth) matrix padded with -1, and the lengths.
+
+    Built once per queue tree so that :func:`victim_filter_many` finds leveled pairs with array ops.
+    """
+    parent = np.asarray(parent)
+    paths = [path_to_root(parent, q)[::-1] for q in range(parent.size)]
+    depth = max((len(p) for p in paths), default=1)
+    mat = np.full((parent.size, depth), -1, dtype=np.int64)
+    for q, p in enumerate(paths):
+        mat[q, :len(p)] = p
+    return mat, np.fromiter((len(p) for p in paths), dtype=np.int64, count=len(paths))
+
+
+def victim_filter_many(shares: QueueShares, reclaimer_leaf: int, victim_leaves, req,
+                       paths: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """:func:`victim_filter` for many victim leaves at once: (n,) bool, the same verdict for each.
+
+    The filter's inputs are per queue pair, not per victim job, so the reclaim action evaluates it once
+    per victim queue and attempt with array operations (``paths`` from :func:`queue_paths_matrix`).
+    """
+    req = np.asarray(req, dtype=np.float64)
+    vl = np.asarray(victim_leaves, dtype=np.int64).reshape(-1)
+    if vl.size == 0:
+        return np.zeros(0, dtype=bool)
+    mat, lens = paths if paths is not None else queue_paths_matrix(shares.parent)
+    a_path = mat[int(reclaimer_leaf)]
+    b_paths = mat[vl]
+    common = np.minimum(lens[int(reclaimer_leaf)], lens[vl])
+    cols = np.arange(mat.shape[1])
+    diff = (b_paths != a_path[None, :]) & (cols[None, :] < common[:, None])
+    # leveled_pair: the first depth where the paths differ, else the deepest common depth
+    depth = np.where(diff.any(axis=1), np.argmax(diff, axis=1), common - 1)
+    a_star = a_path[depth]
+    b_star = b_paths[np.arange(vl.size), depth]
+    fits_a = np.asarray(less_equal(shares.allocated[a_star] + req, shares.deserved[a_star]), dtype=bool)
+    alloc_b = shares.allocated[b_star]
+    allocatable_b = allocatable(shares.deserved[b_star], shares.fair_share[b_star], shares.limit[b_star])
+    over_allocatable = ~np.asarray(less_equal(alloc_b, allocatable_b), dtype=bool).reshape(-1)
+    d = shares.deserved[b_star]
+    considered = (req > 0)[None, :] & (d != UNLIMITED)
+    gdq = np.any(considered & (alloc_b > d), axis=1) | ~np.any(considered & (alloc_b < d), axis=1)
+    return np.where(fits_a.reshape(-1), gdq, over_allocatable)
 
 
 def saturation_ratio(allocated: float, fair_share: float) -> float:

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ordering import JobQueue, next_tasks_to_allocate
 from ..snapshot import NRES, UNLIMITED
 from ..state import CycleState, RES_NAMES, fmt_amount
 from .reclaim import _min_runtime_elastic
-from .victims import (FailedShapes, VictimSolver, commit_events, job_ready, preempt_min_runtime,
-                      protected_non_elastic, within_preemption_delay)
+from .victims import EvictingAction, job_ready, preempt_min_runtime, protected_non_elastic, run_evicting
 
 
 def run(state: CycleState) -> None:
@@ -39,70 +37,79 @@ def nonpreemptible_over_quota(state: CycleState, j: int, tasks) -> str | None:
     return None
 
 
-class Preempt:
+class Preempt(EvictingAction):
+    """Preempt plugged into the shared job loop (:func:`~scheduler_engine.actions.victims.run_evicting`)."""
+
+    name = "preempt"
+    refused = "NotPreempting"
+    evicted = "Preempted"
+
     def __init__(self, state: CycleState) -> None:
         self.state = state
+        # per cluster state (emptied on commit): candidates per (leaf, priority), interned candidate sets
+        self._cands: dict[tuple, tuple] = {}
+        self._set_keys: dict[bytes, int] = {}
+        self._leaf_jobs: dict[int, np.ndarray] | None = None  # leaf -> its jobs (static)
 
     def run(self) -> None:
         s = self.state
         jobs = [j for j in range(s.J)
                 if s.queue_is_leaf[s.job_queue(j)] and s.job_pending_tasks(j) and job_ready(s, j)]
-        if not jobs:
-            return
-        jq = JobQueue(s, jobs)
-        failed: dict[int, FailedShapes] = {}
-        while True:
-            j = jq.pop()
-            if j is None:
-                break
-            if within_preemption_delay(s, j):
-                s.add_event(j, "NotPreempting",
-                            f"job is within its preemption delay ({s.jobs.preemption_delay[j]:g}s) and may not "
-                            f"cause evictions")
-                continue
-            tasks = next_tasks_to_allocate(s, j)
-            if not tasks:
-                continue
-            leaf = s.job_queue(j)
-            shapes = failed.setdefault(leaf, FailedShapes(s))
-            rep = shapes.blocking(j)
-            if rep is not None:
-                s.add_event(j, "NotPreempting",
-                            f"skipped: job {s.jobs.names[rep]} with the same scheduling constraints and no larger "
-                            f"request failed to preempt in this cycle")
-                continue
-            why = nonpreemptible_over_quota(s, j, tasks)
-            if why:
-                shapes.record(j)  # upstream: a failed attempt like any other
-                s.add_event(j, "NotPreempting", why)
-                continue
-            solver = self._solver(j, leaf)
-            sol = solver.solve(j, tasks)
-            if sol is None:
-                shapes.record(j)
-                s.add_event(j, "NotPreempting",
-                            f"preemption failed (victims: lower-priority preemptible jobs of queue "
-                            f"{s.queues.names[leaf]} below priority {int(s.jobs.priority[j])}): {solver.last_reason}")
-                continue
-            commit_events(s, sol, "Preempted",
-                          detail=lambda t, j=j: f"priority {int(s.jobs.priority[int(s.task_job[t])])} < "
-                                                f"{int(s.jobs.priority[j])} in queue {s.queues.names[leaf]}")
-            jq.refresh_all()
+        run_evicting(s, jobs, self)
 
-    def _solver(self, j: int, leaf: int) -> VictimSolver:
+    def delay_text(self, j: int) -> str:
+        return (f"job is within its preemption delay ({self.state.jobs.preemption_delay[j]:g}s) and may not "
+                f"cause evictions")
+
+    def skip_text(self, j: int, rep: int, leaf: int) -> str:
+        return (f"skipped: job {self.state.jobs.names[rep]} with the same scheduling constraints and no larger "
+                f"request failed to preempt in this cycle")
+
+    def check(self, j: int, tasks: list[int], leaf: int) -> str | None:
+        return nonpreemptible_over_quota(self.state, j, tasks)
+
+    def fail_text(self, j: int, leaf: int, reason: str) -> str:
+        s = self.state
+        return (f"preemption failed (victims: lower-priority preemptible jobs of queue "
+                f"{s.queues.names[leaf]} below priority {int(s.jobs.priority[j])}): {reason}")
+
+    def detail(self, j: int, leaf: int):
+        s = self.state
+        return lambda t: (f"priority {int(s.jobs.priority[int(s.task_job[t])])} < "
+                          f"{int(s.jobs.priority[j])} in queue {s.queues.names[leaf]}")
+
+    def committed(self) -> None:
+        self._cands = {}
+        self._set_keys = {}
+
+    def candidates(self, j: int, tasks: list[int], leaf: int) -> tuple:
+        """Preemptible jobs of the same leaf with a lower priority and an active task.
+
+        ``j`` itself is never one (its priority is not lower than its own).
+        """
         s = self.state
         prio = int(s.jobs.priority[j])
+        key = (leaf, prio)
+        hit = self._cands.get(key)
+        if hit is not None:
+            return hit
+        if self._leaf_jobs is None:
+            order = np.argsort(s.job_queue_arr, kind="stable")
+            qs = s.job_queue_arr[order]
+            bounds = np.flatnonzero(np.diff(qs)) + 1
+            self._leaf_jobs = {int(g[0]): order[i0:i1]
+                               for g, i0, i1 in ((qs[a:b], a, b) for a, b in
+                                                 zip(np.r_[0, bounds], np.r_[bounds, qs.size])) if g.size}
+        mine = self._leaf_jobs.get(leaf, np.zeros(0, dtype=np.int64))
+        keep = (s.job_preemptible_arr[mine] & (s.job_num_active_arr[mine] > 0)
+                & (np.asarray(s.jobs.priority)[mine] < prio))
+        mr = preempt_min_runtime(s, leaf)
+        if mr > 0:
+            keep &= ~protected_non_elastic(s, mr)[mine]
+        cands = mine[keep]
+        out = self._cands[key] = (lambda: cands, self._set_keys.setdefault(cands.tobytes(), len(self._set_keys)))
+        return out
 
-        def candidates():
-            mask = (s.job_preemptible_arr & (s.job_num_active_arr > 0) & (s.job_queue_arr == leaf)
-                    & (np.asarray(s.jobs.priority) < prio))
-            mask[j] = False
-            mr = preempt_min_runtime(s, leaf)
-            if mr > 0:
-                mask &= ~protected_non_elastic(s, mr)
-            return np.flatnonzero(mask)
-
-        def validator(sc):
-            return _min_runtime_elastic(s, sc, lambda v: preempt_min_runtime(s, s.job_queue(v)))
-
-        return VictimSolver(s, "preempt", candidates, validator)
+    def validator(self, j: int, tasks: list[int], leaf: int):
+        s = self.state
+        return lambda sc: _min_runtime_elastic(s, sc, lambda v: preempt_min_runtime(s, s.job_queue(v)))

@@ -21,15 +21,17 @@ The queue state the validator reads is copied when the job's attempt starts (ups
 """
 from __future__ import annotations
 
+from typing import Callable
+
 
 import numpy as np
 
-from ..ordering import JobQueue, next_tasks_to_allocate
-from ..proportion import QueueShares, can_reclaim_resources, effective_multiplier, validate_reclaim, victim_filter
+from ..proportion import (QueueShares, can_reclaim_resources, effective_multiplier, queue_paths_matrix,
+                          validate_reclaim, victim_filter_many)
 from ..snapshot import NRES, UNLIMITED
 from ..state import CycleState, RES_NAMES, fmt_amount
-from .victims import (FailedShapes, Scenario, VictimSolver, commit_events, is_elastic, job_ready,
-                      min_runtime_protected, protected_non_elastic, reclaim_min_runtime, within_preemption_delay)
+from .victims import (EvictingAction, Scenario, is_elastic, job_ready, min_runtime_protected,
+                      protected_non_elastic_by, reclaim_min_runtime, run_evicting)
 
 
 def run(state: CycleState) -> None:
@@ -65,24 +67,25 @@ def gate_failure(state: CycleState, leaf: int, req: np.ndarray, preemptible: boo
     return f"queue {name} may not reclaim"
 
 
-class Reclaim:
+class Reclaim(EvictingAction):
+    """Reclaim plugged into the shared job loop (:func:`~scheduler_engine.actions.victims.run_evicting`)."""
+
+    name = "reclaim"
+    refused = "NotReclaiming"
+    evicted = "Reclaimed"
+
     def __init__(self, state: CycleState) -> None:
         self.state = state
         self.multiplier = effective_multiplier(state.config.reclaimer_utilization_multiplier)
-        # victim_filter verdicts per (reclaimer leaf, victim leaf, request): they depend only on the
-        # queue state, which changes only when a solution is committed; keyed on that state's bytes
-        self._vf_state: bytes | None = None
-        self._vf: dict[tuple, bool] = {}
-
-    def _filter_cache(self) -> dict[tuple, bool]:
-        """The victim_filter memo for the current queue state (emptied when the state changed)."""
-        s = self.state
-        state_key = (np.ascontiguousarray(s.queue_alloc).tobytes() +
-                     np.ascontiguousarray(s.fair_share).tobytes())
-        if state_key != self._vf_state:
-            self._vf_state = state_key
-            self._vf = {}
-        return self._vf
+        self._paths = queue_paths_matrix(np.asarray(state.queues.parent))
+        # per cluster state (emptied on commit): candidate jobs per (reclaimer leaf, request), the
+        # preemptible-and-active job mask, and interned candidate sets (equal sets, one key)
+        self._cands: dict[tuple, tuple[np.ndarray, int]] = {}
+        self._active: np.ndarray | None = None  # (J,) preemptible with an active task
+        self._active_q: np.ndarray | None = None  # (Q,) leaves holding such a job
+        self._set_keys: dict[bytes, int] = {}
+        self._mr: dict[int, dict[int, float]] = {}  # reclaimer leaf -> victim leaf -> reclaimMinRuntime
+        self._any_mr: bool | None = None
 
     def candidate_jobs(self) -> list[int]:
         s = self.state
@@ -96,47 +99,99 @@ class Reclaim:
         return out
 
     def run(self) -> None:
-        s = self.state
-        jobs = self.candidate_jobs()
-        if not jobs:
-            return
-        jq = JobQueue(s, jobs)
-        failed: dict[int, FailedShapes] = {}
-        while True:
-            j = jq.pop()
-            if j is None:
-                break
-            if within_preemption_delay(s, j):
-                s.add_event(j, "NotReclaiming",
-                            f"job is within its preemption delay ({s.jobs.preemption_delay[j]:g}s since creation "
-                            f"{s.jobs.created_minutes_ago[j] * 60:g}s ago) and may not cause evictions")
-                continue
-            tasks = next_tasks_to_allocate(s, j)
-            if not tasks:
-                continue
-            leaf = s.job_queue(j)
-            req = s.task_order_req[tasks].sum(axis=0)
-            pre = s.job_is_preemptible(j)
-            if not can_reclaim_resources(shares_now(s), leaf, req, pre):
-                s.add_event(j, "NotReclaiming", gate_failure(s, leaf, req, pre))
-                continue
-            shapes = failed.setdefault(leaf, FailedShapes(s))
-            rep = shapes.blocking(j)
-            if rep is not None:
-                s.add_event(j, "NotReclaiming",
-                            f"skipped: job {s.jobs.names[rep]} of queue {s.queues.names[leaf]} with the same "
-                            f"scheduling constraints and no larger request failed to reclaim in this cycle")
-                continue
-            solver = self._solver(j, leaf, req, pre)
-            sol = solver.solve(j, tasks)
-            if sol is None:
-                shapes.record(j)
-                s.add_event(j, "NotReclaiming", f"reclaim failed: {solver.last_reason}")
-                continue
-            commit_events(s, sol, "Reclaimed", detail=self._detail(j))
-            jq.refresh_all()
+        run_evicting(self.state, self.candidate_jobs(), self)
 
-    def _detail(self, j: int):
+    # ---------------------------------------------------------------- the loop's hooks
+    def delay_text(self, j: int) -> str:
+        s = self.state
+        return (f"job is within its preemption delay ({s.jobs.preemption_delay[j]:g}s since creation "
+                f"{s.jobs.created_minutes_ago[j] * 60:g}s ago) and may not cause evictions")
+
+    def gate(self, j: int, tasks: list[int], leaf: int) -> str | None:
+        s = self.state
+        req = s.task_order_req[tasks].sum(axis=0)
+        pre = s.job_is_preemptible(j)
+        if not can_reclaim_resources(shares_now(s), leaf, req, pre):
+            return gate_failure(s, leaf, req, pre)
+        return None
+
+    def skip_text(self, j: int, rep: int, leaf: int) -> str:
+        s = self.state
+        return (f"skipped: job {s.jobs.names[rep]} of queue {s.queues.names[leaf]} with the same "
+                f"scheduling constraints and no larger request failed to reclaim in this cycle")
+
+    def fail_text(self, j: int, leaf: int, reason: str) -> str:
+        return f"reclaim failed: {reason}"
+
+    def committed(self) -> None:
+        self._cands = {}
+        self._active = None
+        self._set_keys = {}
+
+    def candidates(self, j: int, tasks: list[int], leaf: int) -> tuple[Callable[[], np.ndarray], int]:
+        """Preemptible jobs with an active task in other leaves that pass the victim filter.
+
+        The filter's inputs are the queue pair and the request, so it is evaluated once per victim
+        leaf (vectorised over leaves) per (reclaimer leaf, request) and cluster state. The set is
+        named by its victim leaves and their min-runtimes (O(queues)); the job array itself is only
+        built when a solve needs it. ``j`` is never a candidate (its own leaf is excluded).
+        """
+        s = self.state
+        full_req = s.task_order_req[tasks].sum(axis=0)
+        key = (leaf, np.asarray(full_req, dtype=np.float64).tobytes())
+        hit = self._cands.get(key)
+        if hit is not None:
+            return hit
+        if self._active is None:
+            self._active = s.job_preemptible_arr & (s.job_num_active_arr > 0)
+            self._active_q = np.zeros(s.queue_alloc.shape[0], dtype=bool)
+            self._active_q[s.job_queue_arr[self._active]] = True
+        keep_q = self._active_q.copy()
+        keep_q[leaf] = False
+        vqs = np.flatnonzero(keep_q)
+        mr_q = None
+        if vqs.size:
+            keep_q[vqs] = victim_filter_many(shares_now(s), leaf, vqs, full_req, paths=self._paths)
+            mr_q = self._min_runtimes(leaf, np.flatnonzero(keep_q))
+        ident = keep_q.tobytes() + (b"" if mr_q is None else mr_q.tobytes())
+        set_key = self._set_keys.setdefault(ident, len(self._set_keys))
+        memo: list[np.ndarray] = []
+        active = self._active
+
+        def jobs() -> np.ndarray:
+            if not memo:
+                leaves = s.job_queue_arr
+                mask = active & keep_q[leaves]
+                if mr_q is not None:
+                    mask &= ~protected_non_elastic_by(s, mr_q[leaves])
+                memo.append(np.flatnonzero(mask))
+            return memo[0]
+
+        out = self._cands[key] = (jobs, set_key)
+        return out
+
+    def _min_runtimes(self, leaf: int, vqs: np.ndarray) -> np.ndarray | None:
+        """(Q,) ``reclaimMinRuntime`` of each victim leaf in ``vqs`` seen from ``leaf`` (others 0).
+
+        ``None`` when no queue and no default sets a positive value: then no job is protected.
+        """
+        s = self.state
+        if self._any_mr is None:
+            fields = np.asarray(s.queues.reclaim_min_runtime, dtype=float)
+            self._any_mr = (float(s.config.default_reclaim_min_runtime or 0.0) > 0
+                            or bool(np.any(np.nan_to_num(fields, nan=0.0) > 0)))
+        if not self._any_mr:
+            return None
+        known = self._mr.setdefault(leaf, {})  # static: queue fields and config only
+        out = np.zeros(s.queue_alloc.shape[0])
+        for vq in vqs.tolist():
+            v = known.get(vq)
+            if v is None:
+                v = known[vq] = reclaim_min_runtime(s, leaf, vq)
+            out[vq] = v
+        return out
+
+    def detail(self, j: int, leaf: int):
         s = self.state
 
         def detail(t: int) -> str:
@@ -149,30 +204,10 @@ class Reclaim:
 
         return detail
 
-    def _solver(self, j: int, leaf: int, full_req: np.ndarray, preemptible: bool) -> VictimSolver:
+    def validator(self, j: int, tasks: list[int], leaf: int):
         s = self.state
         start = shares_now(s, copy=True)  # OnJobSolutionStart
-
-        def candidates():
-            live = shares_now(s)
-            mask = s.job_preemptible_arr & (s.job_num_active_arr > 0) & (s.job_queue_arr != leaf)
-            mask[j] = False
-            leaves = s.job_queue_arr
-            memo = self._filter_cache()
-            req_key = np.asarray(full_req, dtype=np.float64).tobytes()
-            for vq in np.unique(leaves[mask]):
-                vq = int(vq)
-                key = (leaf, vq, req_key)
-                keep = memo.get(key)
-                if keep is None:
-                    keep = memo[key] = bool(victim_filter(live, leaf, vq, full_req))
-                if not keep:
-                    mask &= leaves != vq
-                    continue
-                mr = reclaim_min_runtime(s, leaf, vq)
-                if mr > 0:
-                    mask &= ~((leaves == vq) & protected_non_elastic(s, mr))
-            return np.flatnonzero(mask)
+        preemptible = s.job_is_preemptible(j)
 
         def validator(sc: Scenario) -> str | None:
             req = s.task_order_req[sc.tasks].sum(axis=0)
@@ -183,7 +218,7 @@ class Reclaim:
                 return _verdict_text(s, verdict, start, leaf, req)
             return _min_runtime_elastic(s, sc, lambda v: reclaim_min_runtime(s, leaf, s.job_queue(v)))
 
-        return VictimSolver(s, "reclaim", candidates, validator)
+        return validator
 
 
 def _victim_vectors(state: CycleState, sc: Scenario) -> list[tuple[int, list[np.ndarray]]]:

@@ -32,7 +32,8 @@ or ``None`` (``last_reason`` then says why); :func:`commit_events` writes the
 explanations. Helpers used by the actions: :func:`is_elastic`, :func:`tasks_to_evict`,
 :func:`preempt_min_runtime`, :func:`reclaim_min_runtime`, :func:`min_runtime_protected`,
 :func:`within_preemption_delay`, :func:`job_ready`, :class:`FailedShapes` (scheduling signatures),
-:func:`protected_non_elastic`, :func:`place_job_pipelined`.
+:func:`protected_non_elastic`, :func:`place_job_pipelined`, and the job loop reclaim and preempt
+share: :func:`run_evicting` driven by an :class:`EvictingAction`.
 
 Helpers this module adds on top of ``state.py`` (kept here so state.py stays the allocate owner's):
 ``_unevict`` (Releasing -> Running again through the state's undo journal) and ``_place_released``
@@ -47,7 +48,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..ordering import job_order_key, queue_less, task_order
+from ..ordering import JobQueue, job_order_key, next_tasks_to_allocate, queue_less, task_order
 
 try:  # the allocate action's node order, so simulations place exactly as a real placement would
     from .allocate import node_keys as _node_keys
@@ -124,6 +125,15 @@ def min_runtime_protected(state: CycleState, j: int, min_runtime: float) -> bool
 
 def protected_non_elastic(state: CycleState, min_runtime: float) -> np.ndarray:
     """(J,) bool: non-elastic jobs started less than ``min_runtime`` seconds ago (vectorised filter)."""
+    ago = np.asarray(state.jobs.started_minutes_ago, dtype=float) * 60.0
+    elastic = state.job_min_available < state.job_count
+    with np.errstate(invalid="ignore"):
+        young = ago < min_runtime
+    return young & ~np.isnan(ago) & ~elastic & (min_runtime > 0)
+
+
+def protected_non_elastic_by(state: CycleState, min_runtime: np.ndarray) -> np.ndarray:
+    """(J,) bool: :func:`protected_non_elastic` with a per-job ``min_runtime`` (J,) array."""
     ago = np.asarray(state.jobs.started_minutes_ago, dtype=float) * 60.0
     elastic = state.job_min_available < state.job_count
     with np.errstate(invalid="ignore"):
@@ -709,6 +719,8 @@ class VictimSolver:
         self.last_reason = ""
         self.tried = 0
         self.refusals: list[str] = []
+        # after a failed solve: the prefix reason when no scenario was simulated, else None
+        self.unsimulated_failure: str | None = None
         # leaves with jobs to place -> (children, tops) of their queue tree (queue paths are fixed)
         self._tree_cache: dict[frozenset, tuple] = {}
 
@@ -722,16 +734,18 @@ class VictimSolver:
         recorded: list[int] = []
         cp0 = s.checkpoint()
         result: Scenario | None = None
+        self.unsimulated_failure = None
         for k in range(1, len(tasks) + 1):
             partial = tasks[:k]
             res = self._solve_partial(j, partial, recorded)
             if res is None:
                 self.placer.rollback(cp0)
-                if not self.last_reason:
-                    self.last_reason = self._no_solution_reason(j, partial, k, len(tasks))
-                else:
-                    what = f"{k} of {len(tasks)} tasks" if len(tasks) > 1 else "its task"
-                    self.last_reason = f"for {what}: {self.last_reason}"
+                raw = self.last_reason
+                if self.tried == 0:
+                    # nothing was simulated (so k == 1): the outcome depended only on the candidate
+                    # set, the first task's GPU request and node selector, and the cluster state
+                    self.unsimulated_failure = raw
+                self.last_reason = self.failure_text(raw, k, len(tasks), self.tried, self.refusals)
                 return None
             scenario, cp = res
             recorded = list(scenario.victims)
@@ -742,14 +756,17 @@ class VictimSolver:
             return None
         return Solution(result, self.tried)
 
-    def _no_solution_reason(self, j: int, partial, k: int, n: int) -> str:
-        s = self.state
+    @staticmethod
+    def failure_text(raw: str, k: int, n: int, tried: int, refusals: Sequence[str]) -> str:
+        """``last_reason`` after prefix k of n tasks failed (``raw``: the prefix's own reason or "")."""
         what = f"{k} of {n} tasks" if n > 1 else "its task"
-        if self.refusals:
-            return f"no acceptable victim set for {what}: {self.refusals[-1]}"
-        if self.tried == 0:
+        if raw:
+            return f"for {what}: {raw}"
+        if refusals:
+            return f"no acceptable victim set for {what}: {refusals[-1]}"
+        if tried == 0:
             return f"no eligible victims for {what}"
-        return f"no victim set among the eligible ones makes room for {what} ({self.tried} scenarios simulated)"
+        return f"no victim set among the eligible ones makes room for {what} ({tried} scenarios simulated)"
 
     def _solve_partial(self, j: int, partial: list[int], recorded: list[int]):
         """Scenarios for one prefix of the beneficiary's tasks, first that fits and validates wins.
@@ -1068,6 +1085,120 @@ class VictimSolver:
             # the partial representative of the beneficiary is below its (partial) gang
             k = (k[0], 0) + tuple(k[2:])
         return k
+
+
+# ================================================================================ shared job loop
+class EvictingAction:
+    """What reclaim and preempt plug into :func:`run_evicting` (the job loop they share).
+
+    ``candidates`` returns ``(jobs, key)``: ``jobs()`` gives the candidate victim jobs (called only
+    when a solve runs, on the unchanged cluster), ``key`` is hashable and equal exactly for equal
+    candidate sets while the cluster is unchanged (no commit since): jobs whose attempt failed
+    without a simulation share that failure through it (see :func:`run_evicting`).
+    """
+
+    name = ""  # the solver's action name
+    refused = ""  # event reason when a job does not evict ("NotReclaiming")
+    evicted = ""  # event reason of a committed solution ("Reclaimed")
+
+    def delay_text(self, j: int) -> str:
+        raise NotImplementedError
+
+    def gate(self, j: int, tasks: list[int], leaf: int) -> str | None:
+        """Refusal checked before the scheduling-signature skip (not recorded as a failure)."""
+        return None
+
+    def check(self, j: int, tasks: list[int], leaf: int) -> str | None:
+        """Refusal checked after the signature skip (recorded as a failed attempt, as upstream)."""
+        return None
+
+    def skip_text(self, j: int, rep: int, leaf: int) -> str:
+        raise NotImplementedError
+
+    def candidates(self, j: int, tasks: list[int], leaf: int) -> tuple[Candidates, object]:
+        """(candidate victim jobs, lazily; a key equal for equal sets in the current cluster state)."""
+        raise NotImplementedError
+
+    def validator(self, j: int, tasks: list[int], leaf: int) -> Validator | None:
+        return None
+
+    def fail_text(self, j: int, leaf: int, reason: str) -> str:
+        raise NotImplementedError
+
+    def detail(self, j: int, leaf: int) -> Callable[[int], str] | None:
+        return None
+
+    def committed(self) -> None:
+        """The cluster changed (a solution was committed): drop what was cached on its state."""
+
+
+def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction) -> None:
+    """The reclaim / preempt job loop: pending jobs in queue/job order, each solved for victims.
+
+    Per job: preemption delay, ``action.gate``, the per-leaf scheduling-signature skip
+    (:class:`FailedShapes`), ``action.check``, then the :class:`VictimSolver` on the action's
+    candidates; a solution is committed (events, queue refresh), a failure recorded.
+
+    Identical jobs of *different* leaves do not each rescan the cluster: a solve that failed
+    before simulating anything (no candidate, or even evicting every candidate leaves no node
+    with room) depended only on the candidate set, the first task's GPU request and node
+    selector, and the cluster state. Until the next commit, a job with the same three gets
+    that failure (same event text, recorded in its leaf's signatures) without a solve.
+    """
+    s = state
+    if not jobs:
+        return
+    jq = JobQueue(s, list(jobs))
+    failed: dict[int, FailedShapes] = {}
+    unsimulated: dict[tuple, str] = {}  # (candidate-set key, GPU request, selector) -> raw reason
+    while True:
+        j = jq.pop()
+        if j is None:
+            break
+        if within_preemption_delay(s, j):
+            s.add_event(j, action.refused, action.delay_text(j))
+            continue
+        tasks = next_tasks_to_allocate(s, j)
+        if not tasks:
+            continue
+        leaf = s.job_queue(j)
+        why = action.gate(j, tasks, leaf)
+        if why:
+            s.add_event(j, action.refused, why)
+            continue
+        shapes = failed.get(leaf)
+        if shapes is None:
+            shapes = failed[leaf] = FailedShapes(s)
+        rep = shapes.blocking(j)
+        if rep is not None:
+            s.add_event(j, action.refused, action.skip_text(j, rep, leaf))
+            continue
+        why = action.check(j, tasks, leaf)
+        if why:
+            shapes.record(j)
+            s.add_event(j, action.refused, why)
+            continue
+        cands, cands_key = action.candidates(j, tasks, leaf)
+        t0 = tasks[0]
+        share_key = (cands_key, float(s.task_order_req[t0, GPU]), s.task_selector_key[t0])
+        raw = unsimulated.get(share_key)
+        if raw is not None:
+            shapes.record(j)
+            reason = VictimSolver.failure_text(raw, 1, len(tasks), 0, ())
+            s.add_event(j, action.refused, action.fail_text(j, leaf, reason))
+            continue
+        solver = VictimSolver(s, action.name, cands, action.validator(j, tasks, leaf))
+        sol = solver.solve(j, tasks)
+        if sol is None:
+            shapes.record(j)
+            if solver.unsimulated_failure is not None:
+                unsimulated[share_key] = solver.unsimulated_failure
+            s.add_event(j, action.refused, action.fail_text(j, leaf, solver.last_reason))
+            continue
+        commit_events(s, sol, action.evicted, detail=action.detail(j, leaf))
+        unsimulated.clear()
+        action.committed()
+        jq.refresh_all()
 
 
 # ================================================================================ explanations

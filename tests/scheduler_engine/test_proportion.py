@@ -26,6 +26,7 @@ from scheduler_engine.proportion import (
     leveled_pair,
     less_equal,
     path_to_root,
+    queue_paths_matrix,
     reclaimee_exceeds_deserved,
     reclaimer_fits_deserved,
     requestable,
@@ -34,6 +35,7 @@ from scheduler_engine.proportion import (
     saturation_ratios,
     validate_reclaim,
     victim_filter,
+    victim_filter_many,
     weaker_allocatable,
     within_deserved,
     zero_share_violation,
@@ -537,3 +539,42 @@ def test_prop_validator_multiplier_monotone_and_fair_share_side_never_saturated(
     within = all(rem[x, 0] + req[0] <= s.fair_share[x, 0] for x in path_to_root(s.parent, reclaimer))
     if within:
         assert bool(v1) or v1.reason.startswith("strategy")
+
+
+# ------------------------------------------------------------------------------------------------
+# vectorised victim filter: the reclaim action evaluates it once per victim queue, not per job
+
+_AMOUNT = st.sampled_from([U, 0.0, 1.0, 2.0, 2.0 + 1e-10, 3.0, 5.0])
+
+
+@st.composite
+def _random_tree_shares(draw):
+    n = draw(st.integers(2, 9))
+    parent = [-1]
+    for q in range(1, n):
+        parent.append(draw(st.integers(-1, q - 1)))
+    rows = lambda: np.array([[draw(_AMOUNT) for _ in range(3)] for _ in range(n)], float)
+    alloc = np.abs(rows())
+    shares = QueueShares(parent=np.array(parent), deserved=rows(), limit=rows(), fair_share=rows(),
+                         allocated=alloc, allocated_np=alloc.copy(), total=np.array([10.0, 10.0, 10.0]))
+    req = np.array([draw(st.sampled_from([0.0, 1.0, 2.5])) for _ in range(3)])
+    return shares, req
+
+
+@settings(max_examples=300, deadline=None)
+@given(_random_tree_shares())
+def test_victim_filter_many_matches_victim_filter(case):
+    shares, req = case
+    n = shares.parent.size
+    paths = queue_paths_matrix(shares.parent)
+    for leaf in range(n):
+        many = victim_filter_many(shares, leaf, np.arange(n), req, paths=paths)
+        assert many.dtype == bool and many.shape == (n,)
+        assert many.tolist() == [victim_filter(shares, leaf, v, req) for v in range(n)]
+    assert victim_filter_many(shares, 0, [], req).shape == (0,)
+
+
+def test_queue_paths_matrix_pads_top_down_paths():
+    mat, lens = queue_paths_matrix(np.array([-1, 0, 1, -1]))
+    assert mat.tolist() == [[0, -1, -1], [0, 1, -1], [0, 1, 2], [3, -1, -1]]
+    assert lens.tolist() == [1, 2, 3, 1]
