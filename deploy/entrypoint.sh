@@ -1,5 +1,5 @@
 #!/bin/sh
-# Process selector for the kaiplatform image: web | worker | beat | dispatcher | migrate | manage ...
+# Process selector for the kaiplatform image: web | worker | beat | dispatcher | sync | migrate | manage ...
 set -eu
 role="${1:-web}"
 [ $# -gt 0 ] && shift
@@ -22,11 +22,14 @@ case "$role" in
   dispatcher)
     exec celery -A kaiplatform worker --loglevel "${LOG_LEVEL:-INFO}" \
       --queues dispatch --concurrency "${DISPATCH_CONCURRENCY:-4}" "$@" ;;
+  sync)
+    # Kubernetes nodes and pods into the database (leader-elected through a database lease).
+    exec python manage.py kube_sync "$@" ;;
   migrate)
     exec python manage.py migrate --noinput "$@" ;;
   manage)
     exec python manage.py "$@" ;;
   *)
-    echo "unknown role '$role' (web | worker | beat | dispatcher | migrate | manage ...)" >&2
+    echo "unknown role '$role' (web | worker | beat | dispatcher | sync | migrate | manage ...)" >&2
     exit 64 ;;
 esac

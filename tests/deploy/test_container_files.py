@@ -67,7 +67,7 @@ def test_image_runs_as_non_root_with_the_entrypoint():
 
 def test_entrypoint_is_valid_shell_and_knows_every_role():
     subprocess.run(["sh", "-n", str(DEPLOY / "entrypoint.sh")], check=True)
-    assert {"web", "worker", "beat", "dispatcher", "migrate", "manage"} <= entrypoint_roles()
+    assert {"web", "worker", "beat", "dispatcher", "sync", "migrate", "manage"} <= entrypoint_roles()
 
 
 def test_entrypoint_programs_exist():

@@ -28,7 +28,8 @@ VALUE_SETS = {
     "everything-on": {**SECRETS, "dispatcher": {"enabled": True}, "ingress": {"enabled": True, "className": "nginx", "tlsSecretName": "kai-tls"},
                       "bundled": {"postgresql": True, "redis": True}, "nodeSelector": {"pool": "system"},
                       "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]},
-    "minimal": {"existingSecret": "s", "dispatcher": {"enabled": False}, "migrations": {"enabled": False},
+    "minimal": {"existingSecret": "s", "dispatcher": {"enabled": False}, "sync": {"enabled": False},
+                "migrations": {"enabled": False},
                 "rbac": {"create": False}, "serviceAccount": {"create": False, "name": "external-sa"}},
 }
 
@@ -114,7 +115,11 @@ def test_default_release_has_every_required_component():
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
     deployments = {d["metadata"]["name"]: d for d in by_kind["Deployment"]}
-    assert set(deployments) == {"kai-kaiplatform-web", "kai-kaiplatform-worker", "kai-kaiplatform-beat"}
+    assert set(deployments) == {"kai-kaiplatform-web", "kai-kaiplatform-worker", "kai-kaiplatform-beat",
+                                "kai-kaiplatform-dispatcher", "kai-kaiplatform-sync"}
+    dispatcher = deployments["kai-kaiplatform-dispatcher"]["spec"]["template"]["spec"]["containers"][0]
+    assert dispatcher["args"] == ["dispatcher"]
+    assert deployments["kai-kaiplatform-sync"]["spec"]["template"]["spec"]["containers"][0]["args"] == ["sync"]
     beat = deployments["kai-kaiplatform-beat"]
     assert beat["spec"]["replicas"] == 1 and beat["spec"]["strategy"]["type"] == "Recreate"
     assert {d["metadata"]["name"] for d in by_kind["PodDisruptionBudget"]} == {
@@ -143,10 +148,25 @@ def test_rbac_is_exactly_the_minimal_set():
         ("pods", "get"), ("pods", "list"), ("pods", "watch"),
         ("pods/binding", "create"), ("pods/eviction", "create"),
         ("events", "create"), ("events", "patch"),
+        ("jobs", "get"), ("cronjobs", "get"), ("replicasets", "get"), ("statefulsets", "get"), ("deployments", "get"),
     }
-    lease_role = next(d for d in manifests(SECRETS) if d["kind"] == "Role")
-    assert lease_role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                                    "verbs": ["get", "create", "update"]}]
+    # Leader election uses database leases: no Kubernetes Lease permissions are requested.
+    assert not [d for d in manifests(SECRETS) if d["kind"] in ("Role", "RoleBinding")]
+
+
+def test_readme_lists_exactly_the_chart_rbac():
+    """The README's RBAC table is what an operator without the chart would grant: it must not drift."""
+    role = next(d for d in manifests(SECRETS) if d["kind"] == "ClusterRole")
+    granted = {(group or "core", res, verb) for rule in role["rules"] for group in rule["apiGroups"]
+               for res in rule["resources"] for verb in rule["verbs"]}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("| API group | resource | verbs |")
+    readme = readme[start:readme.index("\n\n", start)]
+    documented = set()
+    for m in re.finditer(r"^\| `([^`]*)` \| `([^`]+)` \| ([^|]+) \|", readme, re.M):
+        for verb in re.findall(r"`([a-z]+)`", m.group(3)):
+            documented.add((m.group(1) or "core", m.group(2), verb))
+    assert documented == granted
 
 
 def test_secret_values_are_required_unless_an_existing_secret_is_named():
@@ -161,7 +181,8 @@ def test_secret_values_are_required_unless_an_existing_secret_is_named():
 
 def test_optional_parts_switch_off():
     names = kinds(VALUE_SETS["minimal"])
-    assert not [n for k, n in names if k in ("Job", "ClusterRole", "ServiceAccount") or "dispatcher" in n]
+    assert not [n for k, n in names if k in ("Job", "ClusterRole", "ServiceAccount") or "dispatcher" in n
+                or n.endswith("-sync")]
     worker = next(d for d in manifests(VALUE_SETS["minimal"]) if d["metadata"]["name"].endswith("-worker")
                   and d["kind"] == "Deployment")
     assert worker["spec"]["template"]["spec"]["serviceAccountName"] == "external-sa"
