@@ -10,7 +10,12 @@ Queue limits and the non-preemptible quota are checked per attempt and per task 
 
 Every job that stays Pending gets an ``Unschedulable`` event naming the blocking reason with
 numbers. Identical job shapes that failed are not retried against the cluster in the same cycle
-until resources are freed (failure cache keyed by ``CycleState.job_signature``).
+until resources are freed (failure cache keyed by ``CycleState.job_signature``). A task shape that
+fits no node at all is remembered across queues too (``Allocator.nofit``, keyed by
+``CycleState.task_signature``): within one allocate pass resources only shrink until
+``resources_freed`` moves, so a single-task job of that shape in any queue fails the same way
+(after its own queue-capacity check, which comes first) without looking at a node. Its message is
+the explanation computed when the shape first failed (the same convention as the job-shape cache).
 """
 from __future__ import annotations
 
@@ -197,6 +202,10 @@ class Allocator:
         self.state = state
         self.placement = dict(state.config.placement or {})
         self.fail_cache: dict[tuple, tuple[int, str]] = {}
+        # task shape -> (resources_freed, explanation): the shape fits no node (any queue)
+        self.nofit: dict[tuple, tuple[int, str]] = {}
+        self._nofit_new: list[tuple] = []  # shapes recorded since the driver last looked
+        self._base = -1  # journal length at the start of the current attempt
         self.failures: dict[int, str] = {}
         self.shape_index: dict[tuple, _ShapeIndex] = {}
 
@@ -221,17 +230,19 @@ class Allocator:
         jq = JobQueue(s, jobs)
         placed_any: set[int] = set()
         # Early exit bookkeeping: the initial shape of every job not popped yet. Once every such
-        # shape has a valid cached failure (and no pushed-back job is waiting), nothing left can
-        # be placed this cycle: the remaining jobs get the cached explanation without a scan.
+        # shape is known to fail (a valid cached failure of the job shape, or a single-task shape
+        # that fits no node) and no pushed-back job is waiting, nothing left can be placed this
+        # cycle: the remaining jobs get their explanation without a scan (see ``_drain``).
         group, gsig, count = self._initial_signatures(jobs)
         left = len(jobs) - int((group[np.asarray(jobs, dtype=np.int64)] < 0).sum())  # jobs with a group
-        uncached = {g for g in range(len(gsig)) if count[g] > 0}
+        uncached = {g for g in range(len(gsig)) if count[g] > 0 and not self._dead(g)}
         seen_freed = s.resources_freed
         pushed: set[int] = set()
         fail_cache = self.fail_cache
+        shape_groups = self._shape_groups
         while True:
             if not pushed and not uncached and left:
-                self._drain(jq, group, gsig)
+                self._drain(jq, group)
                 break
             j = jq.pop(refresh=False)
             if j is None:
@@ -258,17 +269,20 @@ class Allocator:
             tasks = next_tasks_to_allocate(s, j)
             if not tasks:
                 jq.refresh(leaf)
-                if s.job_num_active(j) < int(s.job_min_available[j]):
-                    n_pend = len(s.job_pending_tasks(j))
-                    self.failures[j] = (f"gang needs minAvailable={int(s.job_min_available[j])} tasks but only "
-                                        f"{s.job_num_active(j)} are running and {n_pend} pending")
+                msg = self._no_attempt_reason(j)
+                if msg:
+                    self.failures[j] = msg
                 continue
             if sig is None:
                 sig = s.job_signature(j, tasks)
             ok, pipelined, msg = self.try_job(j, tasks, sig)
             if s.resources_freed != seen_freed:
                 seen_freed = s.resources_freed
-                uncached = {k for k in range(len(gsig)) if count[k] > 0 and not self._cached(gsig[k])}
+                uncached = {k for k in range(len(gsig)) if count[k] > 0 and not self._dead(k)}
+            if self._nofit_new:
+                for shape in self._nofit_new:
+                    uncached.difference_update(shape_groups.get(shape, ()))
+                self._nofit_new.clear()
             if not ok:
                 jq.refresh(leaf)
                 self.failures[j] = msg
@@ -289,6 +303,15 @@ class Allocator:
             else:
                 jq.refresh(leaf)
         self._emit(placed_any)
+
+    def _no_attempt_reason(self, j: int) -> str | None:
+        """Why a pending job has no next attempt (a gang with too few pending tasks), or None."""
+        s = self.state
+        if s.job_num_active(j) < int(s.job_min_available[j]):
+            n_pend = len(s.job_pending_tasks(j))
+            return (f"gang needs minAvailable={int(s.job_min_available[j])} tasks but only "
+                    f"{s.job_num_active(j)} are running and {n_pend} pending")
+        return None
 
     def _emit(self, placed_any) -> None:
         s = self.state
@@ -313,6 +336,7 @@ class Allocator:
         gsig: list[tuple] = []
         count: list[int] = []
         self._gid: dict[tuple, int] = {}
+        self._gtask: list[int] = []  # a task of the group's first attempt (single-task groups)
         ja = np.asarray(jobs, dtype=np.int64)
         treq, tpref = s.jobs.topology_required, s.jobs.topology_preferred
         topo = np.fromiter((treq[j] is not None or tpref[j] is not None for j in jobs), bool, len(jobs))
@@ -336,6 +360,7 @@ class Allocator:
                 self._gid[sig] = len(gsig)
                 gsig.append(sig)
                 count.append(c)
+                self._gtask.append(int(st[i]))
             group[sj] = inverse.reshape(-1)
         for j in ja[~simple].tolist():
             ts = next_tasks_to_allocate(s, j)
@@ -347,20 +372,65 @@ class Allocator:
                 k = self._gid[sig] = len(gsig)
                 gsig.append(sig)
                 count.append(0)
+                self._gtask.append(ts[0] if len(ts) == 1 else -1)
             count[k] += 1
             group[j] = k
+        self._gsig = gsig
+        # single-task groups without topology by task shape (a shape that fits no node kills them all)
+        self._gshape: list[tuple | None] = []
+        self._shape_groups: dict[tuple, list[int]] = {}
+        for k, sig in enumerate(gsig):
+            t = self._gtask[k]
+            shape = s.task_signature(t) if (t >= 0 and sig[2] is None and sig[3] is None) else None
+            self._gshape.append(shape)
+            if shape is not None:
+                self._shape_groups.setdefault(shape, []).append(k)
         return group, gsig, count
 
     def _cached(self, sig: tuple) -> bool:
         hit = self.fail_cache.get(sig)
         return hit is not None and hit[0] == self.state.resources_freed
 
-    def _drain(self, jq: JobQueue, group: np.ndarray, gsig: list[tuple]) -> None:
-        """Every remaining job is of a shape known to fail: record the cached reason for each."""
-        msgs = [self.fail_cache[g][1] if g in self.fail_cache else None for g in gsig]
-        for j in np.flatnonzero(group >= 0).tolist():
-            self.failures[j] = msgs[int(group[j])]
+    def _dead(self, g: int) -> bool:
+        """Group g's first attempt is known to fail: its job shape failed, or (single task) its
+        task shape fits no node."""
+        if self._cached(self._gsig[g]):
+            return True
+        shape = self._gshape[g]
+        if shape is None:
+            return False
+        hit = self.nofit.get(shape)
+        return hit is not None and hit[0] == self.state.resources_freed
+
+    def _group_message(self, g: int) -> str:
+        """The failure message of group g's first attempt (``_dead(g)`` holds): what ``try_job``
+        would answer, without trying."""
+        s = self.state
+        sig = self._gsig[g]
+        hit = self.fail_cache.get(sig)
+        if hit is not None and hit[0] == s.resources_freed:
+            return hit[1]
+        t = self._gtask[g]
+        msg = s.queue_over_capacity(sig[0], s.task_quota_req[t], not sig[1]) or self.nofit[self._gshape[g]][1]
+        self.fail_cache[sig] = (s.resources_freed, msg)
+        return msg
+
+    def _drain(self, jq: JobQueue, group: np.ndarray) -> None:
+        """Every remaining job is of a shape known to fail: record the reason for each. Nothing is
+        placed from here on, so each job's outcome is the failure of its first attempt."""
+        msgs: dict[int, str] = {}
         for h in jq.heaps:
+            for _, j in h:
+                g = int(group[j])
+                if g >= 0:
+                    m = msgs.get(g)
+                    if m is None:
+                        m = msgs[g] = self._group_message(g)
+                    self.failures[j] = m
+                else:  # never had an attempt (the driver's "no next tasks" case)
+                    m = self._no_attempt_reason(j)
+                    if m:
+                        self.failures[j] = m
             h.clear()
 
     # ------------------------------------------------------------------ one attempt
@@ -372,7 +442,16 @@ class Allocator:
         hit = self.fail_cache.get(sig)
         if hit is not None and hit[0] == s.resources_freed:
             return False, False, hit[1]
+        if len(tasks) == 1 and sig[2] is None and sig[3] is None:
+            # a single task whose shape fits no node: fails in any queue (after the queue check)
+            t = tasks[0]
+            hit = self.nofit.get(s.task_signature(t))
+            if hit is not None and hit[0] == s.resources_freed:
+                msg = s.queue_over_capacity(sig[0], s.task_quota_req[t], not sig[1]) or hit[1]
+                self.fail_cache[sig] = (s.resources_freed, msg)
+                return False, False, msg
         cp = s.checkpoint()
+        self._base = cp[0]
         try:
             self._attempt(j, tasks)
         except _Fail as f:
@@ -529,12 +608,12 @@ class Allocator:
                     idx = self.shape_index[key] = _ShapeIndex(s, t, col, spread)
                 n = idx.query()
                 if n < 0:
-                    raise _Fail(self.explain(t, within))
+                    raise _Fail(self._no_fit(t))
                 self._put(t, n, bool(idx.idle_ok[n]))
                 return
         idle_ok, any_ok = s.fit_masks(t, within)
         if not any_ok.any():
-            raise _Fail(self.explain(t, within))
+            raise _Fail(self._no_fit(t) if within is None else self.explain(t, within))
         node_quota_msg = None
         for n in self.node_order(t, any_ok, idle_ok):
             n = int(n)
@@ -566,6 +645,26 @@ class Allocator:
         return True
 
     # ------------------------------------------------------------------ explanations
+    def _no_fit(self, t: int) -> str:
+        """Explanation for task t fitting no node of the cluster, remembered per task shape.
+
+        Recorded (and reused) only when the current attempt has placed nothing yet, i.e. in a
+        state that stays (until ``resources_freed`` moves) at least as full as now; inside a
+        partly placed gang the state is about to be rolled back and the answer is computed fresh.
+        """
+        s = self.state
+        if s.checkpoint()[0] != self._base:
+            return self.explain(t, None)
+        shape = s.task_signature(t)
+        hit = self.nofit.get(shape)
+        if hit is not None and hit[0] == s.resources_freed:
+            return hit[1]
+        msg = self.explain(t, None)
+        self.nofit[shape] = (s.resources_freed, msg)
+        self._nofit_new.append(shape)
+        s.mark_failure_point()  # a rollback below this point may free room: it bumps resources_freed
+        return msg
+
     def explain(self, t: int, within: np.ndarray | None) -> str:
         """Why task t fits no node, with numbers (no task name: the message is cached and shared by
         every job of the same shape)."""
