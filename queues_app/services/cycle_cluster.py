@@ -170,7 +170,35 @@ def cluster_bind_failed(*, task_ids: Iterable[int]) -> int:
         t.state, t.node, t.gpu_groups, t.version, t.updated_at = TaskState.PENDING, None, [], t.version + 1, now
     Task.objects.bulk_update(tasks, ["state", "node", "gpu_groups", "version", "updated_at"])
     _refresh_statuses({t.workload_id for t in tasks}, now=now)
+    _unallocate(tasks)
     return len(tasks)
+
+
+def _unallocate(tasks: list[Task]) -> None:
+    """Take tasks that left the allocated states (Binding -> Pending) out of the QueueStatus of
+    their queue and its ancestors: the status stays the sum of allocated tasks (invariant I5)
+    until the next cycle rewrites it, as a Pending task does not mark its queue as changed."""
+    from queues_app.models import Queue, QueueStatus
+
+    if not tasks:
+        return
+    queue_of = dict(Workload.objects.filter(id__in={t.workload_id for t in tasks}).values_list("id", "queue_id"))
+    parents = dict(Queue.objects.values_list("id", "parent_id"))
+    totals: dict[int, list[float]] = {}
+    for t in tasks:
+        cur, steps = queue_of.get(t.workload_id), 0
+        while cur is not None and steps < 1000:
+            acc = totals.setdefault(cur, [0.0, 0.0, 0.0])
+            acc[0] += float(t.gpu)
+            acc[1] += t.cpu_millis / 1000.0
+            acc[2] += float(t.memory_bytes)
+            cur, steps = parents.get(cur), steps + 1
+    for status in QueueStatus.objects.select_for_update().filter(queue_id__in=totals):
+        gpu, cpu, mem = totals[status.queue_id]
+        status.allocated_gpu = max(0.0, round(status.allocated_gpu - gpu, 6))
+        status.allocated_cpu = max(0.0, round(status.allocated_cpu - cpu, 6))
+        status.allocated_memory = max(0.0, status.allocated_memory - mem)
+        status.save(update_fields=["allocated_gpu", "allocated_cpu", "allocated_memory"])
 
 
 @transaction.atomic
