@@ -36,7 +36,7 @@ from typing import Any, Iterable, Mapping
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max, Q
+from django.db.models import Max, Q, Sum
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -146,35 +146,33 @@ def _resolve_queue(info: translate.PodInfo) -> Queue:
     return queue
 
 
-def _forget_allocation(tasks: Iterable[Task]) -> None:
-    """A deleted task leaves no row behind whose ``updated_at`` would tell the invariant checker
-    (I5.allocation) that the queue status is older than the tasks: take its share out of the
-    status of its queue and every ancestor, so the status stays the sum of what exists."""
-    per_queue: dict[int, list[float]] = {}
-    for t in tasks:
-        if t.state not in _ALLOCATED:
-            continue
-        acc = per_queue.setdefault(t.workload.queue_id, [0.0, 0.0, 0.0])
-        acc[0] += float(t.gpu)
-        acc[1] += t.cpu_millis / 1000.0
-        acc[2] += float(t.memory_bytes)
-    if not per_queue:
-        return
+def _restate_allocation(queue_id: int, *, now: datetime) -> None:
+    """After task rows were deleted, recompute ``QueueStatus.allocated_*`` of the queue and its
+    ancestors from the tasks that exist (Running / Binding / Pipelined in the subtree).
+
+    A deleted row leaves no ``updated_at`` behind that would tell readers and the invariant
+    checker (I5.allocation) that the status is older than the tasks, so the status is made
+    exact instead; the other status fields (fair share, counts) stay the cycle's."""
     parents = dict(Queue.objects.values_list("id", "parent_id"))
-    totals: dict[int, list[float]] = {}
-    for qid, acc in per_queue.items():
-        current, steps = qid, 0
-        while current is not None and steps < 1000:
-            tot = totals.setdefault(current, [0.0, 0.0, 0.0])
-            for i in range(3):
-                tot[i] += acc[i]
-            current, steps = parents.get(current), steps + 1
-    for status in QueueStatus.objects.select_for_update().filter(queue_id__in=totals):
-        gpu, cpu, mem = totals[status.queue_id]
-        status.allocated_gpu = max(0.0, status.allocated_gpu - gpu)
-        status.allocated_cpu = max(0.0, status.allocated_cpu - cpu)
-        status.allocated_memory = max(0.0, status.allocated_memory - mem)
-        status.save(update_fields=["allocated_gpu", "allocated_cpu", "allocated_memory"])
+    chain, current = [], queue_id
+    while current is not None and len(chain) < 1000:
+        chain.append(current)
+        current = parents.get(current)
+    children: dict[int | None, list[int]] = {}
+    for qid, pid in parents.items():
+        children.setdefault(pid, []).append(qid)
+    for status in QueueStatus.objects.select_for_update().filter(queue_id__in=chain):
+        subtree, frontier = {status.queue_id}, [status.queue_id]
+        while frontier:
+            frontier = [c for q in frontier for c in children.get(q, ()) if c not in subtree]
+            subtree.update(frontier)
+        agg = Task.objects.filter(workload__queue_id__in=subtree, state__in=_ALLOCATED).aggregate(
+            gpu=Sum("gpu"), cpu=Sum("cpu_millis"), mem=Sum("memory_bytes"))
+        status.allocated_gpu = float(agg["gpu"] or 0)
+        status.allocated_cpu = (agg["cpu"] or 0) / 1000.0
+        status.allocated_memory = float(agg["mem"] or 0)
+        status.updated_at = now
+        status.save(update_fields=["allocated_gpu", "allocated_cpu", "allocated_memory", "updated_at"])
 
 
 def _refresh_workloads(workload_ids: Iterable[int], *, now: datetime) -> None:
@@ -333,13 +331,13 @@ def _pod_gone(kpod: KubePod) -> None:
     task = Task.objects.select_related("workload").get(pk=kpod.task_id)
     _lock_workload(task.workload_id)
     task = Task.objects.select_for_update().select_related("workload").get(pk=task.pk)
-    _forget_allocation([task])
-    workload_id = task.workload_id
+    workload_id, queue_id, now = task.workload_id, task.workload.queue_id, timezone.now()
     task.delete()  # cascades to the KubePod row
     if not Task.objects.filter(workload_id=workload_id).exists():
         Workload.objects.filter(id=workload_id).delete()
     else:
-        _refresh_workloads([workload_id], now=timezone.now())
+        _refresh_workloads([workload_id], now=now)
+    _restate_allocation(queue_id, now=now)
 
 
 @transaction.atomic
