@@ -590,6 +590,8 @@ class _Resource:
     field_fn: Callable[[dict], dict[str, str]]
     to_view: Callable[[dict], dict] | None = None  # store form -> served form
     from_view: Callable[[dict], dict] | None = None  # served form -> store form
+    has_status: bool = False  # status is a subresource: PUT/PATCH on the object keep the old status
+    has_generation: bool = False  # metadata.generation counts spec changes
 
     @property
     def qualified(self) -> str:
@@ -642,13 +644,35 @@ def _event_from_v1(v1: dict) -> dict:
     return out
 
 
-NODES = _Resource("nodes", "nodes", "", "Node", "v1", False, _node_fields)
-PODS = _Resource("pods", "pods", "", "Pod", "v1", True, _pod_fields)
+NODES = _Resource("nodes", "nodes", "", "Node", "v1", False, _node_fields, has_status=True)
+PODS = _Resource("pods", "pods", "", "Pod", "v1", True, _pod_fields, has_status=True, has_generation=True)
 EVENTS = _Resource("events", "events", "", "Event", "v1", True, _event_fields)
 EVENTS_V1 = _Resource(
     "events", "events", "events.k8s.io", "Event", "events.k8s.io/v1", True, _events_v1_fields, _event_to_v1, _event_from_v1
 )
-_BY_KIND = {"nodes": NODES, "pods": PODS, "events": EVENTS}
+
+
+def _meta_fields(obj: dict) -> dict[str, str]:
+    return {"metadata.name": obj["metadata"].get("name", ""), "metadata.namespace": obj["metadata"].get("namespace", "")}
+
+
+def _job_fields(obj: dict) -> dict[str, str]:
+    return {**_meta_fields(obj), "status.successful": str(_deep(obj, "status.succeeded", 0) or 0)}
+
+
+def _workload(store: str, group: str, kind: str, fields: Callable[[dict], dict[str, str]] = _meta_fields) -> _Resource:
+    return _Resource(store, store, group, kind, f"{group}/v1", True, fields, has_status=True, has_generation=True)
+
+
+# Owner controllers: stored and served (the sync reads replica counts), but no controller acts on them.
+JOBS = _workload("jobs", "batch", "Job", _job_fields)
+CRONJOBS = _workload("cronjobs", "batch", "CronJob")
+REPLICASETS = _workload("replicasets", "apps", "ReplicaSet")
+STATEFULSETS = _workload("statefulsets", "apps", "StatefulSet")
+DEPLOYMENTS = _workload("deployments", "apps", "Deployment")
+_WORKLOADS = (JOBS, CRONJOBS, REPLICASETS, STATEFULSETS, DEPLOYMENTS)
+_BY_KIND = {r.store: r for r in (NODES, PODS, EVENTS, *_WORKLOADS)}
+_KIND_TO_STORE = {r.kind: r.store for r in (NODES, PODS, *_WORKLOADS)}
 
 
 @dataclass
@@ -793,7 +817,7 @@ class KubeEmulator:
         self.request_records: list[RequestRecord] = []
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._objects: dict[str, dict[tuple[str, str], dict]] = {"nodes": {}, "pods": {}, "events": {}}
+        self._objects: dict[str, dict[tuple[str, str], dict]] = {store: {} for store in _BY_KIND}
         # A fresh cluster's etcd revision is never 0 (and RV "0" means "any" to the API): start above it.
         self._rv = 100
         self._history: deque[_WatchEvent] = deque()
@@ -928,7 +952,7 @@ class KubeEmulator:
             self._kubelet(now)
 
     def _finish_graceful_deletions(self, now: float) -> None:
-        for store in ("pods", "nodes", "events"):
+        for store in _BY_KIND:
             for obj in list(self._objects[store].values()):
                 meta = obj["metadata"]
                 ts = _parse_time(meta.get("deletionTimestamp"))
@@ -1077,7 +1101,7 @@ class KubeEmulator:
 
     def _res(self, kind: str) -> _Resource:
         try:
-            return _BY_KIND[kind]
+            return _BY_KIND[_KIND_TO_STORE.get(kind, kind)]
         except KeyError:
             raise ValueError(f"kind must be one of {sorted(_BY_KIND)}, got {kind!r}") from None
 
@@ -1220,6 +1244,11 @@ class KubeEmulator:
             meta["labels"] = dict(labels)
         if annotations:
             meta["annotations"] = dict(annotations)
+        if owner and "metadata" in owner:  # an object (e.g. from add_owner): reference it
+            owner = {
+                "apiVersion": owner.get("apiVersion", "v1"), "kind": owner["kind"],
+                "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+            }
         if owner:
             meta["ownerReferences"] = [
                 {
@@ -1247,6 +1276,64 @@ class KubeEmulator:
             if phase and phase != "Pending":
                 obj = self.set_pod_phase(namespace, name, phase)
             return copy.deepcopy(obj)
+
+    def add_owner(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        replicas: int | None = None,
+        parallelism: int | None = None,
+        completions: int | None = None,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        owner: dict | None = None,
+        schedule: str = "0 * * * *",
+    ) -> dict:
+        """A workload owner (Job, CronJob, ReplicaSet, StatefulSet, Deployment): stored, no controller runs it.
+
+        Pass the result as ``add_pod(owner=...)``; ``owner`` here (an object) nests it (Deployment ->
+        ReplicaSet, CronJob -> Job).
+        """
+        res = self._res(kind)
+        if res not in _WORKLOADS:
+            raise ValueError(f"add_owner: kind must be one of Job, CronJob, ReplicaSet, StatefulSet, Deployment, got {kind!r}")
+        pod_labels = {"app.kubernetes.io/instance": name, **(labels or {})}
+        template = {
+            "metadata": {"labels": dict(pod_labels)},
+            "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "main", "image": "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04"}]},
+        }
+        meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(pod_labels)}
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        if owner is not None:
+            meta["ownerReferences"] = [{
+                "apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True,
+            }]
+        spec: dict[str, Any]
+        if res is JOBS:
+            spec = {"template": template}
+            if parallelism is not None:
+                spec["parallelism"] = parallelism
+            if completions is not None:
+                spec["completions"] = completions
+        elif res is CRONJOBS:
+            job_spec: dict[str, Any] = {"template": template}
+            if parallelism is not None:
+                job_spec["parallelism"] = parallelism
+            if completions is not None:
+                job_spec["completions"] = completions
+            spec = {"schedule": schedule, "jobTemplate": {"spec": job_spec}}
+        else:
+            spec = {"selector": {"matchLabels": {"app.kubernetes.io/instance": name}}, "template": template}
+            if res is STATEFULSETS:
+                spec["serviceName"] = name
+            if replicas is not None:
+                spec["replicas"] = replicas
+        with self._lock:
+            return res.view(copy.deepcopy(self.create_object(res, namespace, {"metadata": meta, "spec": spec})))
 
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> dict:
         """What the kubelet reports: Running / Succeeded / Failed (container states follow)."""
@@ -1367,6 +1454,9 @@ class KubeEmulator:
             elif res.store == "nodes":
                 obj.setdefault("spec", {})
                 obj.setdefault("status", {})
+            else:
+                meta["generation"] = 1
+                _default_and_validate_workload(res, obj)
             return self._commit(res, "ADDED", obj, None)
 
     def update_object(
@@ -1410,13 +1500,15 @@ class KubeEmulator:
                     added = set(meta.get("finalizers") or []) - set(cur["metadata"].get("finalizers") or [])
                     if added:
                         raise _invalid(res.kind, name, [("metadata.finalizers", "Forbidden: no new finalizers can be added if the object is being deleted")])
-                if res.store in ("pods", "nodes"):
+                if res.has_status:
                     result["status"] = copy.deepcopy(cur.get("status") or {})
                 if res.store == "pods":
                     _check_pod_update(cur, result)
-                    if result.get("spec") != cur.get("spec"):
-                        meta["generation"] = cur["metadata"].get("generation", 1) + 1
-                elif res.store == "events":
+                elif res in _WORKLOADS:
+                    _default_and_validate_workload(res, result)
+                if res.has_generation and result.get("spec") != cur.get("spec"):
+                    meta["generation"] = cur["metadata"].get("generation", 1) + 1
+                if res.store == "events":
                     _validate_event(result, res, self.now(), update=True)
             if _strip_rv(result) == _strip_rv(cur):
                 return cur  # a no-op write does not bump the resourceVersion (as the real server)
@@ -1443,8 +1535,6 @@ class KubeEmulator:
             elif ctype == "application/strategic-merge-patch+json":
                 if not isinstance(patch, dict):
                     raise ApiError(400, "strategic merge patch: the body must be a JSON object")
-                if res.group:  # no strategic merge for non-core groups (the real server answers 415)
-                    raise ApiError(415, f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
                 result = strategic_merge_patch(doc, patch)
             elif ctype == "application/json-patch+json":
                 result = json_patch(doc, patch)
@@ -1496,16 +1586,33 @@ class KubeEmulator:
                 old_deadline = _parse_time(meta["deletionTimestamp"]) or now
                 if now + grace >= old_deadline and not (grace == 0 and not meta.get("finalizers")):
                     return 200, cur
+            if res in _WORKLOADS and not meta.get("deletionTimestamp"):
+                self._collect_dependents(res, cur, options)
             if grace == 0 and not meta.get("finalizers"):
                 return 200, self._remove(res, cur)
             new = copy.deepcopy(cur)
             new["metadata"]["deletionTimestamp"] = _rfc3339(now + grace)
             new["metadata"]["deletionGracePeriodSeconds"] = grace
-            if options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents"):
-                fins = new["metadata"].setdefault("finalizers", [])
-                if "orphan" not in fins:
-                    fins.append("orphan")
             return 200, self._commit(res, "MODIFIED", new, cur)
+
+    def _collect_dependents(self, res: _Resource, owner: dict, options: dict) -> None:
+        """The garbage collector's cascade: Background/Foreground delete what the owner controls.
+
+        batch/v1 Jobs default to orphaning (kept for compatibility by the real API); the apps/v1
+        kinds default to Background.  The cascade happens at once (no foregroundDeletion wait).
+        """
+        policy = options.get("propagationPolicy")
+        if policy is None:
+            orphan = options.get("orphanDependents")
+            policy = "Orphan" if orphan or (orphan is None and res.store in ("jobs", "cronjobs")) else "Background"
+        if policy == "Orphan":
+            return
+        uid = owner["metadata"]["uid"]
+        for store in ("pods", *(w.store for w in _WORKLOADS)):
+            for obj in list(self._objects[store].values()):
+                refs = obj["metadata"].get("ownerReferences") or []
+                if any(r.get("uid") == uid for r in refs) and not obj["metadata"].get("deletionTimestamp"):
+                    self.delete_object(_BY_KIND[store], obj["metadata"].get("namespace"), obj["metadata"]["name"], {"propagationPolicy": "Background"})
 
     def bind(self, namespace: str, name: str, binding: dict) -> dict:
         """POST pods/{name}/binding: assign the pod to target.name (the only way to set spec.nodeName)."""
@@ -1714,7 +1821,7 @@ def _qos_class(spec: dict) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-def _default_and_validate_pod(pod: dict) -> None:
+def _default_and_validate_pod(pod: dict, *, admission: bool = True) -> None:
     """Defaults from the API server's defaulting + admission, and the validation a control plane can trip."""
     name = pod["metadata"]["name"]
     spec = pod.get("spec")
@@ -1762,12 +1869,110 @@ def _default_and_validate_pod(pod: dict) -> None:
     spec.setdefault("serviceAccountName", "default")
     spec.setdefault("serviceAccount", spec["serviceAccountName"])
     spec.setdefault("enableServiceLinks", True)
+    if not admission:  # a pod template: defaulted, but admission plugins only run on pods
+        return
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
     spec.setdefault("priority", 0)
     tolerations = spec.setdefault("tolerations", [])
     for default in _DEFAULT_TOLERATIONS:
         if not any(t.get("key") == default["key"] for t in tolerations):
             tolerations.append(dict(default))
+
+
+def _default_template(kind: str, name: str, template: Any, prefix: str, causes: list[tuple[str, str]]) -> None:
+    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+        causes.append((f"{prefix}.spec.containers", "Required value"))
+        return
+    template.setdefault("metadata", {})
+    fake = {"metadata": {"name": name}, "spec": template["spec"]}
+    try:
+        _default_and_validate_pod(fake, admission=False)
+    except ApiError as exc:
+        causes.extend((f"{prefix}.{c['field']}", c["message"]) for c in exc.body["details"]["causes"])
+
+
+def _selector_matches_template(selector: Any, template: Any) -> bool:
+    labels = _deep(template, "metadata.labels", {}) or {}
+    if not isinstance(selector, dict):
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        req = _Requirement(
+            expr.get("key", ""),
+            {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}.get(expr.get("operator"), "exists"),
+            tuple(expr.get("values") or ()),
+        )
+        if not req.matches(labels):
+            return False
+    return bool(selector.get("matchLabels") or selector.get("matchExpressions"))
+
+
+def _default_and_validate_workload(res: _Resource, obj: dict) -> None:
+    """Defaulting + the validation of the owner kinds that a test or the demo could get wrong."""
+    meta = obj["metadata"]
+    name, kind = meta["name"], res.kind
+    spec = obj.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        raise _invalid(kind, name, [("spec", "Invalid value: must be an object")])
+    causes: list[tuple[str, str]] = []
+    status = obj.setdefault("status", {})
+    if res is CRONJOBS:
+        if not spec.get("schedule"):
+            causes.append(("spec.schedule", "Required value"))
+        jt = spec.setdefault("jobTemplate", {})
+        jt.setdefault("spec", {})
+        _default_template(kind, name, jt["spec"].get("template"), "spec.jobTemplate.spec.template", causes)
+        spec.setdefault("concurrencyPolicy", "Allow")
+        spec.setdefault("suspend", False)
+        spec.setdefault("successfulJobsHistoryLimit", 3)
+        spec.setdefault("failedJobsHistoryLimit", 1)
+    elif res is JOBS:
+        template = spec.get("template")
+        if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+            template["spec"].setdefault("restartPolicy", "Never")
+            if template["spec"]["restartPolicy"] not in ("OnFailure", "Never"):
+                causes.append(("spec.template.spec.restartPolicy", f'Unsupported value: "{template["spec"]["restartPolicy"]}": supported values: "OnFailure", "Never"'))
+        _default_template(kind, name, template, "spec.template", causes)
+        if spec.get("parallelism") is None and spec.get("completions") is None:
+            spec["completions"] = 1
+        spec.setdefault("parallelism", 1)
+        for fld in ("parallelism", "completions"):
+            if spec.get(fld) is not None and (not isinstance(spec[fld], int) or spec[fld] < 0):
+                causes.append((f"spec.{fld}", f"Invalid value: {spec[fld]!r}: must be greater than or equal to 0"))
+        spec.setdefault("backoffLimit", 6)
+        spec.setdefault("completionMode", "NonIndexed")
+        spec.setdefault("suspend", False)
+        if "selector" not in spec and not causes:
+            uid = meta["uid"]
+            spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+            labels = spec["template"]["metadata"].setdefault("labels", {})
+            labels.update({
+                "batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
+                "controller-uid": uid, "job-name": name,
+            })
+    else:
+        if not spec.get("selector"):
+            causes.append(("spec.selector", "Required value"))
+        _default_template(kind, name, spec.get("template"), "spec.template", causes)
+        if spec.get("selector") and isinstance(spec.get("template"), dict) and not _selector_matches_template(spec["selector"], spec["template"]):
+            causes.append(("spec.template.metadata.labels", "Invalid value: `selector` does not match template `labels`"))
+        spec.setdefault("replicas", 1)
+        if not isinstance(spec["replicas"], int) or spec["replicas"] < 0:
+            causes.append(("spec.replicas", f"Invalid value: {spec['replicas']!r}: must be greater than or equal to 0"))
+        if res is not REPLICASETS:
+            spec.setdefault("revisionHistoryLimit", 10)
+        if res is STATEFULSETS:
+            spec.setdefault("podManagementPolicy", "OrderedReady")
+            spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+            spec.setdefault("persistentVolumeClaimRetentionPolicy", {"whenDeleted": "Retain", "whenScaled": "Retain"})
+        if res is DEPLOYMENTS:
+            spec.setdefault("strategy", {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+            spec.setdefault("progressDeadlineSeconds", 600)
+        if res in (REPLICASETS, STATEFULSETS):
+            status.setdefault("replicas", 0)
+    if causes:
+        raise _invalid(kind, name, causes)
 
 
 _MUTABLE_POD_SPEC = ("activeDeadlineSeconds", "tolerations", "schedulingGates", "terminationGracePeriodSeconds")
@@ -1873,6 +2078,12 @@ _CORE_RESOURCES = _resource_list(
     ],
 )
 _GROUPS = {
+    "apps": ("v1", _resource_list("apps/v1", [
+        (r.store, r.kind, True, _RW) for r in (DEPLOYMENTS, REPLICASETS, STATEFULSETS)
+    ] + [(r.store + "/status", r.kind, True, ["get", "patch", "update"]) for r in (DEPLOYMENTS, REPLICASETS, STATEFULSETS)])),
+    "batch": ("v1", _resource_list("batch/v1", [
+        (r.store, r.kind, True, _RW) for r in (JOBS, CRONJOBS)
+    ] + [(r.store + "/status", r.kind, True, ["get", "patch", "update"]) for r in (JOBS, CRONJOBS)])),
     "policy": ("v1", _resource_list("policy/v1", [])),
     "events.k8s.io": ("v1", _resource_list("events.k8s.io/v1", [("events", "Event", True, _RW)])),
 }
@@ -1895,6 +2106,14 @@ _ROUTES: list[tuple[re.Pattern, _Resource, str | None]] = [
     (re.compile(rf"^/apis/events\.k8s\.io/v1/namespaces/{_NS}/events$"), EVENTS_V1, None),
     (re.compile(rf"^/apis/events\.k8s\.io/v1/namespaces/{_NS}/events/{_NAME}$"), EVENTS_V1, None),
 ]
+for _w in _WORKLOADS:
+    _prefix = f"/apis/{_w.group}/v1"
+    _ROUTES += [
+        (re.compile(rf"^{_prefix}/{_w.store}$"), _w, None),
+        (re.compile(rf"^{_prefix}/namespaces/{_NS}/{_w.store}$"), _w, None),
+        (re.compile(rf"^{_prefix}/namespaces/{_NS}/{_w.store}/{_NAME}$"), _w, None),
+        (re.compile(rf"^{_prefix}/namespaces/{_NS}/{_w.store}/{_NAME}/(?P<sub>status)$"), _w, None),
+    ]
 
 
 class _Server(ThreadingHTTPServer):

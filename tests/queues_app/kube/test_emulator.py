@@ -490,3 +490,39 @@ def test_manual_clock_drives_timestamps():
         assert pod["metadata"]["creationTimestamp"] == "2023-11-14T22:13:20Z"
         em.advance(60)
         assert em.add_pod("ns", "q")["metadata"]["creationTimestamp"] == "2023-11-14T22:14:20Z"
+
+
+# ---- owner controllers ----------------------------------------------------------------------------
+
+
+def test_owner_kinds_are_served_with_defaults_and_deletion_cascades(kube_emulator, kube_client):
+    apps, batch = client.AppsV1Api(kube_client), client.BatchV1Api(kube_client)
+    deploy = kube_emulator.add_owner("Deployment", "ns", "web", replicas=3)
+    rs = kube_emulator.add_owner("ReplicaSet", "ns", "web-1", replicas=3, owner=deploy)
+    kube_emulator.add_owner("StatefulSet", "ns", "db", replicas=2)
+    cron = kube_emulator.add_owner("CronJob", "ns", "nightly", parallelism=4)
+    kube_emulator.add_owner("Job", "ns", "nightly-1", parallelism=4, owner=cron)
+    train = kube_emulator.add_owner("Job", "ns", "train")
+    kube_emulator.add_pod("ns", "web-1-a", owner=rs)
+    kube_emulator.add_pod("ns", "train-a", owner=train)
+    assert kube_emulator.get("pods", "ns", "web-1-a")["metadata"]["ownerReferences"][0]["uid"] == rs["metadata"]["uid"]
+    assert apps.read_namespaced_replica_set("web-1", "ns").metadata.owner_references[0].kind == "Deployment"
+    assert apps.read_namespaced_stateful_set("db", "ns").spec.replicas == 2
+    assert batch.read_namespaced_cron_job("nightly", "ns").spec.job_template.spec.parallelism == 4
+    job = batch.read_namespaced_job("train", "ns")
+    assert (job.spec.parallelism, job.spec.completions, job.spec.backoff_limit) == (1, 1, 6)
+    assert job.spec.template.metadata.labels["batch.kubernetes.io/job-name"] == "train"
+    assert [d.metadata.name for d in apps.list_deployment_for_all_namespaces().items] == ["web"]
+    patched = apps.patch_namespaced_stateful_set("db", "ns", {"spec": {"replicas": 5}})
+    assert (patched.spec.replicas, patched.metadata.generation) == (5, 2)
+    with pytest.raises(ApiException) as exc:  # selector must match the template labels
+        apps.create_namespaced_replica_set("ns", {
+            "metadata": {"name": "bad"},
+            "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "c"}}, "spec": {"containers": [{"name": "c", "image": "x:1"}]}}},
+        })
+    assert exc.value.status == 422
+    # apps/v1 deletes cascade in the background; batch/v1 Jobs orphan their pods by default.
+    apps.delete_namespaced_deployment("web", "ns")
+    assert kube_emulator.get("replicasets", "ns", "web-1") is None and kube_emulator.get("pods", "ns", "web-1-a") is None
+    batch.delete_namespaced_job("train", "ns")
+    assert kube_emulator.get("pods", "ns", "train-a") is not None
