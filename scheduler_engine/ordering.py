@@ -222,14 +222,22 @@ def _victim_request(state, j: int) -> list:
 
 
 # ---------------------------------------------------------------------------- hierarchical queue
-def _queue_key(static_q, a: list, req, victim: bool) -> tuple:
-    """Rules 1-6 key of one queue (allocation ``a``, representative request ``req``): the same
-    tuple as ``_QueueProfile(...).key`` without building a profile object. Negated for victims,
-    so that "smaller first" holds in both directions."""
-    f, d, al, tot, prio, _rank = static_q
+def _alloc_part(static_q, a: list) -> tuple:
+    """The request-independent part of a queue's key: (allocation, rule 1 over fair share,
+    rule 6 dominant share without the job)."""
+    f, _d, al, tot, _prio, _rank = static_q
+    over = f[0] < a[0] - _EPS and f[1] < a[1] - _EPS and f[2] < a[2] - _EPS
+    return a, over, round(_dom(a, al, tot), 12)
+
+
+def _queue_key(static_q, apart: tuple, req, victim: bool) -> tuple:
+    """Rules 1-6 key of one queue (``apart`` from :func:`_alloc_part`, representative request
+    ``req``): the same tuple as ``_QueueProfile(...).key`` without building a profile object.
+    Negated for victims, so that "smaller first" holds in both directions."""
+    _f, d, al, tot, prio, _rank = static_q
+    a, over, dwo = apart
     a0, a1, a2 = a
     r0, r1, r2 = req
-    over = f[0] < a0 - _EPS and f[1] < a1 - _EPS and f[2] < a2 - _EPS
     if victim:
         j0 = j1 = j2 = 0.0
         w = [a0 - r0, a1 - r1, a2 - r2]
@@ -242,7 +250,6 @@ def _queue_key(static_q, a: list, req, victim: bool) -> tuple:
     violates = ((al[0] == 0 and a0 + j0 > _EPS) or (al[1] == 0 and a1 + j1 > _EPS)
                 or (al[2] == 0 and a2 + j2 > _EPS))
     dw = round(_dom(w, al, tot), 12)
-    dwo = round(_dom(a, al, tot), 12)
     if victim:
         return (-int(over), -int(not starved), prio, -int(violates), -dw, -dwo)
     return (over, not starved, -prio, violates, dw, dwo)
@@ -268,6 +275,7 @@ class JobQueue:
                  request_fn: Callable[[int], Iterable[float]] | None = None) -> None:
         self.state = state
         self.victim = victim
+        default_request = request_fn is None
         if request_fn is None:
             request_fn = (lambda j: _victim_request(state, j)) if victim else (lambda j: _default_request(state, j))
         self.request_fn = request_fn
@@ -292,6 +300,7 @@ class JobQueue:
         self._kstamp = [0] * Q  # current stamp (an entry with another stamp is stale)
         self._live = [False] * Q  # queue has a live entry in its parent's heap
         self._kver: list = [None] * Q  # (queue_version, request) the key was computed for
+        self._kc: list = [None] * Q  # (queue_version, {request: key}, allocation part)
         self._qheap: list[list] = [[] for _ in range(Q + 1)]
         self._static = _static(state)
         self._tb = [0] * Q
@@ -322,6 +331,8 @@ class JobQueue:
                 keys = (prio * 3 + (2 - el)) * _M + (_M - 1 - rank)
             else:
                 keys = (-prio * 3 + el) * _M + rank
+            if default_request and not victim:
+                self._seed_requests(ja)
             leafq = state.job_queue_arr[ja]
             by_q = np.argsort(leafq, kind="stable")
             bounds = np.flatnonzero(np.diff(leafq[by_q])) + 1
@@ -331,6 +342,34 @@ class JobQueue:
                     heapq.heapify(h)
                     self.heaps[int(leafq[part[0]])] = h
         self.refresh_all()
+
+    def _seed_requests(self, ja: np.ndarray) -> None:
+        """Vectorised ``_default_request`` for jobs whose tasks are all pending and carry no task
+        priority (their next tasks are the first ``minAvailable`` in input order): the same
+        left-to-right sums, computed for all of them at once."""
+        st = self.state
+        if st.T == 0:
+            return
+        pend = st.task_state == _PENDING
+        npend = np.bincount(st.task_job[pend], minlength=st.J)[ja]
+        nprio = np.bincount(st.task_job[~np.isnan(np.asarray(st.tasks.priority, dtype=float))], minlength=st.J)[ja]
+        cnt = st.job_count[ja]
+        m = st.job_min_available[ja]
+        m_eff = np.where(m <= 0, 1, m)
+        ok = (npend == cnt) & (nprio == 0) & (st.job_num_active_arr[ja] == 0) & (cnt >= m_eff) & (cnt > 0)
+        jo = ja[ok]
+        if not jo.size:
+            return
+        starts = st.job_start[jo].astype(np.int64)
+        ends = starts + m_eff[ok]
+        rows = np.vstack([st.task_order_req, np.zeros((1, st.task_order_req.shape[1]))])
+        idx = np.empty(2 * jo.size, dtype=np.int64)
+        idx[0::2], idx[1::2] = starts, ends
+        sums = np.add.reduceat(rows, idx, axis=0)[0::2]
+        vers = st.job_version[jo].tolist()
+        cache = self._req_cache
+        for j, v, r in zip(jo.tolist(), vers, sums.tolist()):
+            cache[j] = (v, tuple(r))
 
     def _tiebreaks(self, kids: list[int]) -> bool:
         """Rules 7-8 as one integer per child if they are a total order on ``kids``.
@@ -394,7 +433,12 @@ class JobQueue:
         if self._live[q] and kv is not None and kv[0] == ver and kv[1] == req:
             return  # same allocation, same request: same key, entry still valid
         self._kver[q] = (ver, req)
-        key = _queue_key(self._static[q], self.state.queue_alloc[q].tolist(), req, self.victim)
+        kc = self._kc[q]
+        if kc is None or kc[0] != ver:  # allocation changed: new per-request key memo
+            kc = self._kc[q] = (ver, {}, _alloc_part(self._static[q], self.state.queue_alloc[q].tolist()))
+        key = kc[1].get(req)
+        if key is None:
+            key = kc[1][req] = _queue_key(self._static[q], kc[2], req, self.victim)
         if self._live[q] and key == self._key[q]:
             return
         self._key[q] = key
@@ -459,6 +503,7 @@ class JobQueue:
         """Recompute every queue's key and order (after changes anywhere in the state)."""
         Q = self.state.Q
         self._kver = [None] * Q
+        self._kc = [None] * Q
         self._live = [False] * Q
         self._kstamp = [s + 1 for s in self._kstamp]
         for h in self._qheap:

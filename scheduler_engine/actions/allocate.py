@@ -131,10 +131,24 @@ class _ShapeIndex:
     smallest index) costs O(changed nodes * log N) instead of a scan of the cluster.
     """
 
-    __slots__ = ("state", "t", "col", "spread", "idle_ok", "any_ok", "key", "pos", "heap")
+    __slots__ = ("state", "t", "col", "spread", "idle_ok", "any_ok", "key", "pos", "heap", "_fast")
 
     def __init__(self, state: CycleState, t: int, col: int, spread: bool) -> None:
         self.state, self.t, self.col, self.spread = state, t, col, spread
+        s = state
+        # constants of the fused single-node update for tasks that do not share a GPU
+        self._fast = None
+        if not s.task_is_shared[t]:
+            key = s.task_selector_key[t]
+            req = s.task_request[t]
+            if col == GPU:
+                top = float(max(s.G, 1))
+                cap = None
+            else:
+                top = float(s.node_capacity[:, col].max()) if s.N else 1.0
+                cap = s.node_capacity[:, col].tolist()
+            self._fast = (s.node_schedulable.tolist(), s.selector_mask(key).tolist() if key else None,
+                          float(req[CPU]), float(req[MEM]), int(s.task_whole[t]), s.node_devices.tolist(), top, cap)
         self._full()
 
     def _full(self) -> None:
@@ -148,7 +162,55 @@ class _ShapeIndex:
         self.heap = list(zip(key[idx].tolist(), idx.tolist()))
         heapq.heapify(self.heap)
 
+    def _update_fast(self, n: int) -> None:
+        """``fit_one`` + ``_node_key_one`` for one node in one pass (task without shared GPUs):
+        the same comparisons and arithmetic, each node row read once."""
+        sched, sel, rc, rm, k, ndev, top, cap = self._fast
+        if not sched[n] or (sel is not None and not sel[n]):
+            self.any_ok[n] = self.idle_ok[n] = False
+            return
+        s = self.state
+        idle = s.node_idle[n].tolist()
+        rel = s.node_releasing[n].tolist()
+        ic, im, lc, lm = idle[CPU], idle[MEM], rel[CPU], rel[MEM]
+        fi = ic >= rc - EPS and im >= rm - EPS
+        fa = ic + lc >= rc - EPS and im + lm >= rm - EPS
+        if not fa:
+            self.any_ok[n] = self.idle_ok[n] = False
+            return
+        nd = ndev[n]
+        col = self.col
+        if k > 0 or col == GPU:
+            fr = s.dev_free[n, :nd].tolist() if nd else []
+            rl = s.dev_rel[n, :nd].tolist() if nd else []
+            whole_any = sum(1 for x, y in zip(fr, rl) if x + y >= 1 - EPS)
+            if k > 0:
+                fi = fi and sum(1 for x in fr if x >= 1 - EPS) >= k
+                fa = fi or whole_any >= k
+                if not fa:
+                    self.any_ok[n] = self.idle_ok[n] = False
+                    return
+        if col == GPU:
+            free, overall = float(whole_any), float(nd)
+        else:
+            free, overall = float(idle[col] + rel[col]), float(cap[n])
+        if self.spread:
+            base, width = (-free / overall if overall > 0 else 0.0), 3.0
+        else:
+            base, width = (free if overall > 0 else top + 1.0), 2.0 * top + 3.0
+        tier = 1000.0 if fi else 0.0
+        if col == CPU and nd == 0:
+            tier += 10.0
+        kk = base - tier * width
+        self.idle_ok[n] = fi
+        self.any_ok[n] = True
+        self.key[n] = kk
+        heapq.heappush(self.heap, (kk, n))
+
     def _update(self, n: int) -> None:
+        if self._fast is not None:
+            self._update_fast(n)
+            return
         s = self.state
         fi, fa = s.fit_one(self.t, n)
         k = _node_key_one(s, self.t, n, fi, self.col, self.spread)

@@ -307,3 +307,17 @@ def test_tied_queues_with_incomparable_allocatables_follow_the_sequential_scan()
     jq = JobQueue(s, range(3))
     assert not jq._chain[0]  # the allocatables of top's children are not a chain: tie fallback
     assert [s.jobs.names[jq.pop()] for _ in range(3)] == ["c0", "a0", "b0"]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_seeded_requests_equal_the_default_request(seed):
+    from scheduler_engine.bench import generate
+    from scheduler_engine.ordering import _default_request
+
+    s = CycleState(generate(nodes=60, jobs=600, queues=20, seed=seed))
+    pending = [j for j in range(s.J) if s.job_pending_tasks(j)]
+    jq = JobQueue(s, pending)
+    seeded = {j: r for j, (_, r) in jq._req_cache.items()}
+    assert len(seeded) > len(pending) // 2
+    for j, r in seeded.items():
+        assert r == tuple(_default_request(s, j)), s.jobs.names[j]
