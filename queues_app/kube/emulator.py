@@ -790,7 +790,7 @@ class RequestRecord:
     method: str
     path: str
     query: str
-    status: int | None  # what the client received (None: connection dropped)
+    status: int | None  # what the client was sent (None: dropped, or not answered yet)
     performed: int | None  # what the emulator produced before any fault rewrote it (None: not performed)
 
 
@@ -2156,9 +2156,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---- plumbing -------------------------------------------------------------------------------
 
-    def _record(self, method: str, path: str, query: str, status: int | None, performed: int | None) -> None:
+    def _record(self, method: str, path: str, query: str, status: int | None, performed: int | None) -> RequestRecord:
+        """Log a request when it takes effect (so a performed-but-unanswered request is visible at once)."""
+        rec = RequestRecord(method, path, query, status, performed)
         with self.emulator._lock:
-            self.emulator.request_records.append(RequestRecord(method, path, query, status, performed))
+            self.emulator.request_records.append(rec)
+        return rec
 
     def _send_json(self, code: int, body: Any) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
@@ -2231,8 +2234,9 @@ class _Handler(BaseHTTPRequestHandler):
                     self._drop()
                 if fault.status is not None:
                     err = fault.body or status_body(fault.status, f"injected fault for {method} {path}")
+                    rec = self._record(method, path, split.query, None, None)
                     self._send_json(fault.status, err)
-                    self._record(method, path, split.query, fault.status, None)
+                    rec.status = fault.status
                     return
             try:
                 code, payload, stream = self._handle(method, path, query, body)
@@ -2243,24 +2247,26 @@ class _Handler(BaseHTTPRequestHandler):
 
                 traceback.print_exc()
                 code, payload, stream = 500, status_body(500, f"emulator error: {exc!r}"), None
+            rec = self._record(method, path, split.query, None, code)
             if fault is not None and fault.after:
                 if fault.delay:
                     time.sleep(fault.delay)
                 if fault.drop_connection:
-                    self._record(method, path, split.query, None, code)
                     self._drop()
                 if fault.status is not None:
                     err = fault.body or status_body(fault.status, f"injected fault for {method} {path}")
                     self._send_json(fault.status, err)
-                    self._record(method, path, split.query, fault.status, code)
+                    rec.status = fault.status
                     return
-            self._record(method, path, split.query, code, code)
             if stream is not None:
+                rec.status = code
                 stream()
             elif isinstance(payload, str):
                 self._send_text(code, payload)
+                rec.status = code
             else:
                 self._send_json(code, payload)
+                rec.status = code
         except _Dropped:
             return
         except (BrokenPipeError, ConnectionResetError):
