@@ -424,7 +424,10 @@ class Allocator:
                 count.append(c)
                 self._gtask.append(int(st[i]))
             group[sj] = inverse.reshape(-1)
-        for j in ja[~simple].tolist():
+        rest = ja[~simple]
+        if rest.size:
+            rest = self._group_gangs(rest, topo[~simple], group, gsig, count)
+        for j in rest.tolist():
             ts = next_tasks_to_allocate(s, j)
             if not ts:
                 continue
@@ -448,6 +451,63 @@ class Allocator:
             if shape is not None:
                 self._shape_groups.setdefault(shape, []).append(k)
         return group, gsig, count
+
+    def _group_gangs(self, cand: np.ndarray, topo: np.ndarray, group: np.ndarray, gsig: list[tuple],
+                     count: list[int]) -> np.ndarray:
+        """Vectorised grouping of multi-task jobs whose first attempt is the first ``minAvailable``
+        tasks of one shape (all tasks pending, none running, no task priorities, no topology):
+        their signature is (queue, preemptibility, that many copies of the shape). Returns the
+        candidates left for the per-job loop."""
+        s = self.state
+        pend = s.task_state == _PEND
+        npend = np.bincount(s.task_job[pend], minlength=s.J)[cand]
+        nprio = np.bincount(s.task_job[~np.isnan(np.asarray(s.tasks.priority, dtype=float))], minlength=s.J)[cand]
+        cnt = s.job_count[cand]
+        m = s.job_min_available[cand]
+        m_eff = np.where(m <= 0, 1, m)
+        ok = ((cnt > 1) & (npend == cnt) & (nprio == 0) & (s.job_num_active_arr[cand] == 0) & ~topo
+              & (cnt >= m_eff))
+        if not ok.any():
+            return cand
+        gj, m_eff = cand[ok], m_eff[ok]
+        starts = s.job_start[gj].astype(np.int64)
+        ends = starts + m_eff
+        # task shape ids over the tasks involved
+        keys = s.task_selector_key
+        spans = [np.arange(a, b) for a, b in zip(starts.tolist(), ends.tolist())]
+        tasks = np.concatenate(spans)
+        sel_ids: dict[tuple, int] = {(): 0}
+        sel = np.asarray([sel_ids.setdefault(keys[t], len(sel_ids)) for t in tasks.tolist()], dtype=float) \
+            if any(keys[t] for t in tasks.tolist()) else np.zeros(tasks.size)
+        tcols = np.column_stack([s.task_request[tasks], s.task_gpu_memory[tasks], sel])
+        _, tshape = np.unique(tcols, axis=0, return_inverse=True)
+        tshape = tshape.reshape(-1)
+        offs = np.concatenate([[0], np.cumsum(m_eff)[:-1]])
+        lo = np.minimum.reduceat(tshape, offs)
+        hi = np.maximum.reduceat(tshape, offs)
+        homo = lo == hi
+        if not homo.any():
+            return cand
+        hj, hm, hshape, hstart = gj[homo], m_eff[homo], lo[homo], starts[homo]
+        cols = np.column_stack([s.job_queue_arr[hj], s.job_preemptible_arr[hj].astype(np.int64), hshape, hm])
+        _, first, inverse, counts = np.unique(cols, axis=0, return_index=True, return_inverse=True,
+                                              return_counts=True)
+        kmap = np.empty(first.size, dtype=np.int64)
+        for u, (i, c) in enumerate(zip(first.tolist(), counts.tolist())):
+            a = int(hstart[i])
+            sig = s.job_signature(int(hj[i]), list(range(a, a + int(hm[i]))))
+            k = self._gid.get(sig)
+            if k is None:
+                k = self._gid[sig] = len(gsig)
+                gsig.append(sig)
+                count.append(0)
+                self._gtask.append(a if int(hm[i]) == 1 else -1)
+            count[k] += c
+            kmap[u] = k
+        group[hj] = kmap[inverse.reshape(-1)]
+        left = np.ones(cand.size, dtype=bool)
+        left[np.flatnonzero(ok)[homo]] = False
+        return cand[left]
 
     def _cached(self, sig: tuple) -> bool:
         hit = self.fail_cache.get(sig)
@@ -656,22 +716,29 @@ class Allocator:
         s = self.state
         q = s.job_queue(j)
         nonpre = not s.job_is_preemptible(j)
-        if not s.task_is_mem[t]:
+        mem = s.task_is_mem[t]
+        if not mem:
             # the queue check does not depend on the node: do it once (a single-task attempt was
             # already checked as a whole by the caller)
             msg = s.queue_over_capacity(q, s.task_request[t], nonpre) if check_queue else None
             if msg:
                 raise _Fail(msg)
-            if within is None and self.use_index:
-                col, spread = self._strategy(t)
-                key = (s.task_signature(t), col, spread)
-                idx = self.shape_index.get(key)
-                if idx is None:
-                    idx = self.shape_index[key] = _ShapeIndex(s, t, col, spread)
-                n = idx.query()
-                if n < 0:
-                    raise _Fail(self._no_fit(t))
+        if within is None and self.use_index:
+            col, spread = self._strategy(t)
+            key = (s.task_signature(t), col, spread)
+            idx = self.shape_index.get(key)
+            if idx is None:
+                idx = self.shape_index[key] = _ShapeIndex(s, t, col, spread)
+            n = idx.query()
+            if n < 0:
+                raise _Fail(self._no_fit(t))
+            if not mem:
                 self._put(t, n, bool(idx.idle_ok[n]))
+                return
+            # GPU memory: the queue check depends on the node's device memory. The first node in
+            # placement order usually passes it; otherwise the scan below walks the same order.
+            if (not s.queue_over_capacity(q, s.task_request_on_node(t, n), nonpre)
+                    and self._put(t, n, bool(idx.idle_ok[n]))):
                 return
         idle_ok, any_ok = s.fit_masks(t, within)
         if not any_ok.any():

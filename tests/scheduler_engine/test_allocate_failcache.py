@@ -114,3 +114,21 @@ def test_early_exit_still_explains_jobs_that_had_no_attempt():
     msgs = {e["job"]: e["message"] for e in s.events}
     assert set(msgs) == {"big0", "big1", "short"}
     assert msgs["short"].startswith("gang needs minAvailable=3 tasks but only 0 are running and 2 pending")
+
+
+def test_vectorised_first_attempt_groups_equal_the_per_job_signatures():
+    import numpy as np
+
+    from scheduler_engine.bench import generate
+    from scheduler_engine.ordering import next_tasks_to_allocate
+
+    for seed in (1, 2, 3):
+        s = CycleState(generate(nodes=80, jobs=900, queues=25, seed=seed))
+        al = allocate.Allocator(s)
+        jobs = al.candidate_jobs()
+        group, gsig, count = al._initial_signatures(jobs)
+        assert int((s.job_count[jobs] > 1).sum()) > 50  # gangs are part of the mix
+        for j in jobs:
+            ts = next_tasks_to_allocate(s, j)
+            assert (gsig[group[j]] if group[j] >= 0 else None) == (s.job_signature(j, ts) if ts else None)
+        assert np.bincount(group[group >= 0], minlength=len(gsig)).tolist() == count
