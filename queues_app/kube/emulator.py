@@ -36,13 +36,12 @@ import random
 import re
 import signal
 import socket
-import string
 import sys
 import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable
@@ -109,10 +108,6 @@ class _RealClock:
 
 def _rfc3339(ts: float) -> str:
     return _dt.datetime.fromtimestamp(int(ts), tz=_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _micro_time(ts: float) -> str:
-    return _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _parse_time(value: str | None) -> float | None:
@@ -805,6 +800,7 @@ class KubeEmulator:
         pod_gc_seconds: float = 0.0,
         kubelet_start_seconds: float = 0.0,
         bookmark_interval: float = 1.0,
+        request_log_limit: int = 100_000,
     ) -> None:
         if history_limit < 1:
             raise ValueError(f"history_limit must be >= 1, got {history_limit!r}")
@@ -814,7 +810,8 @@ class KubeEmulator:
         self.kubelet_start_seconds = float(kubelet_start_seconds)
         self.bookmark_interval = float(bookmark_interval)
         self.faults = Faults()
-        self.request_records: list[RequestRecord] = []
+        # Bounded so a long real-time demo does not grow without limit; tests see every request.
+        self.request_records: deque[RequestRecord] = deque(maxlen=request_log_limit)
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._objects: dict[str, dict[tuple[str, str], dict]] = {store: {} for store in _BY_KIND}

@@ -526,3 +526,73 @@ def test_owner_kinds_are_served_with_defaults_and_deletion_cascades(kube_emulato
     assert kube_emulator.get("replicasets", "ns", "web-1") is None and kube_emulator.get("pods", "ns", "web-1-a") is None
     batch.delete_namespaced_job("train", "ns")
     assert kube_emulator.get("pods", "ns", "train-a") is not None
+
+
+# ---- clock modes, CLI, less common API paths ----------------------------------------------------
+
+
+def test_run_realtime_runs_the_kubelet_and_grace_on_the_wall_clock():
+    with KubeEmulator(kubelet_start_seconds=0.2) as em:
+        em.add_node("n1")
+        em.add_pod("ns", "p", node_name="n1")
+        em.run_realtime(interval=0.05)
+        deadline = time.monotonic() + 5
+        while em.get("pods", "ns", "p")["status"]["phase"] != "Running":
+            assert time.monotonic() < deadline, "kubelet never started the pod"
+            time.sleep(0.05)
+        em.delete("pods", "ns", "p", grace_seconds=1)
+        while em.get("pods", "ns", "p") is not None:
+            assert time.monotonic() < deadline + 5, "graceful deletion never finished"
+            time.sleep(0.05)
+        em.stop_realtime()
+
+
+def test_cli_serves_nodes_and_writes_a_kubeconfig(tmp_path):
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a free port for the child
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = tmp_path / "kc.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "queues_app.kube.emulator", "--port", str(port), "--kubeconfig", str(kubeconfig),
+         "--nodes", "3", "--gpus-per-node", "2"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert "listening on" in proc.stdout.readline()
+        api_client = config.new_client_from_config(config_file=str(kubeconfig), context="kai-emulator")
+        nodes = client.CoreV1Api(api_client).list_node().items
+        assert [(n.metadata.name, n.status.allocatable["nvidia.com/gpu"]) for n in nodes] == [
+            ("node-1", "2"), ("node-2", "2"), ("node-3", "2")]
+        api_client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+
+
+def test_send_initial_events_ends_with_the_initial_events_end_bookmark(kube_emulator, core):
+    kube_emulator.add_pod("ns", "a")
+    resp = core.list_namespaced_pod(
+        "ns", watch=True, send_initial_events=True, allow_watch_bookmarks=True,
+        resource_version_match="NotOlderThan", timeout_seconds=1, _preload_content=False,
+    )
+    lines = [json.loads(line) for line in resp.data.decode().splitlines() if line]
+    assert lines[0]["type"] == "ADDED" and lines[1]["type"] == "BOOKMARK"
+    assert lines[1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+
+
+def test_json_patch_and_finalizers_hold_deletion(kube_emulator, core):
+    kube_emulator.add_pod("ns", "p")
+    core.patch_namespaced_pod("p", "ns", [{"op": "add", "path": "/metadata/finalizers", "value": ["kai/hold"]}])
+    core.delete_namespaced_pod("p", "ns")
+    held = core.read_namespaced_pod("p", "ns")
+    assert held.metadata.deletion_timestamp is not None and held.metadata.finalizers == ["kai/hold"]
+    with pytest.raises(ApiException) as exc:  # a test op that fails aborts the whole patch
+        core.patch_namespaced_pod("p", "ns", [{"op": "test", "path": "/metadata/name", "value": "other"}])
+    assert exc.value.status == 422
+    core.patch_namespaced_pod("p", "ns", [{"op": "remove", "path": "/metadata/finalizers"}])
+    assert kube_emulator.get("pods", "ns", "p") is None
