@@ -147,9 +147,10 @@ def status_body(code: int, message: str, *, reason: str | None = None, details: 
         "reason": reason if reason is not None else _REASONS.get(code, HTTPStatus(code).phrase.replace(" ", "")),
         "code": code,
     }
-    if 200 <= code < 300:
+    if 200 <= code < 300:  # success Statuses (binding, eviction) carry no message, reason or code
         body.pop("message")
         body.pop("reason")
+        body.pop("code")
     if details is not None:
         body["details"] = details
     return body
@@ -1669,10 +1670,24 @@ class KubeEmulator:
                     raise ApiError(
                         429,
                         "Cannot evict pod as it would violate the pod's disruption budget.",
-                        details={"causes": [{"reason": "DisruptionBudget", "message": f"The disruption budget {budget} needs 1 healthy pods and has 1 currently"}]},
+                        details={
+                            "causes": [{"reason": "DisruptionBudget", "message": f"The disruption budget {budget} needs 1 healthy pods and has 1 currently"}],
+                            "retryAfterSeconds": 0,
+                        },
                     )
             options = eviction.get("deleteOptions") or {}
-            self.delete_object(PODS, namespace, name, options)
+            pre = options.get("preconditions") or {}
+            if pre.get("uid") and pre["uid"] != cur["metadata"]["uid"]:
+                raise _conflict("Pod", name, f"the UID in the precondition ({pre['uid']}) does not match the UID in record ({cur['metadata']['uid']}). The object might have been deleted and then recreated")
+            if pre.get("resourceVersion") and str(pre["resourceVersion"]) != cur["metadata"]["resourceVersion"]:
+                raise _conflict("Pod", name, f"the ResourceVersion in the precondition ({pre['resourceVersion']}) does not match the ResourceVersion in record ({cur['metadata']['resourceVersion']}). The object might have been modified")
+            if not options.get("dryRun"):
+                # The eviction API marks the pod before deleting it (PodDisruptionConditions).
+                marked = copy.deepcopy(cur)
+                _set_condition(marked.setdefault("status", {}), "DisruptionTarget", "True", self.now(),
+                               reason="EvictionByEvictionAPI", message="Eviction API: evicting")
+                self._commit(PODS, "MODIFIED", marked, cur)
+            self.delete_object(PODS, namespace, name, {k: v for k, v in options.items() if k != "preconditions"})
             return status_body(201, "")
 
     def _blocking_budget(self, pod: dict) -> str | None:

@@ -313,6 +313,7 @@ def test_eviction_201_429_404_and_graceful_removal(kube_emulator, core):
     assert resp.status == 201 and json.loads(resp.data)["status"] == "Success"
     pod = kube_emulator.get("pods", "ns", "a")
     assert pod["metadata"]["deletionGracePeriodSeconds"] == 30
+    assert {c["type"]: c.get("reason") for c in pod["status"]["conditions"]}["DisruptionTarget"] == "EvictionByEvictionAPI"
     kube_emulator.block_evictions("ns", "b")
     with pytest.raises(ApiException) as exc:
         _evict(core, "ns", "b")
