@@ -131,13 +131,14 @@ class _ShapeIndex:
     smallest index) costs O(changed nodes * log N) instead of a scan of the cluster.
     """
 
-    __slots__ = ("state", "t", "col", "spread", "idle_ok", "any_ok", "key", "pos", "heap", "_fast")
+    __slots__ = ("state", "t", "col", "spread", "idle_ok", "any_ok", "key", "pos", "heap", "_fast", "_shared")
 
     def __init__(self, state: CycleState, t: int, col: int, spread: bool) -> None:
         self.state, self.t, self.col, self.spread = state, t, col, spread
         s = state
-        # constants of the fused single-node update for tasks that do not share a GPU
+        # constants of the fused single-node updates (tasks without / with a shared GPU)
         self._fast = None
+        self._shared = bool(s.task_is_shared[t])
         if not s.task_is_shared[t]:
             key = s.task_selector_key[t]
             req = s.task_request[t]
@@ -149,6 +150,18 @@ class _ShapeIndex:
                 cap = s.node_capacity[:, col].tolist()
             self._fast = (s.node_schedulable.tolist(), s.selector_mask(key).tolist() if key else None,
                           float(req[CPU]), float(req[MEM]), int(s.task_whole[t]), s.node_devices.tolist(), top, cap)
+        elif col == GPU and s.G:
+            key = s.task_selector_key[t]
+            req = s.task_request[t]
+            if s.task_is_mem[t]:
+                gm = s.node_gpu_memory
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    frac = np.where(gm > 0, s.task_gpu_memory[t] / np.where(gm > 0, gm, 1.0), np.inf).tolist()
+            else:
+                frac = None
+            self._fast = (s.node_schedulable.tolist(), s.selector_mask(key).tolist() if key else None,
+                          float(req[CPU]), float(req[MEM]), frac, s.node_devices.tolist(), float(max(s.G, 1)),
+                          float(req[GPU]))
         self._full()
 
     def _full(self) -> None:
@@ -207,9 +220,52 @@ class _ShapeIndex:
         self.key[n] = kk
         heapq.heappush(self.heap, (kk, n))
 
+    def _update_shared(self, n: int) -> None:
+        """``fit_one`` + ``_node_key_one`` for one node and a shared-GPU task (a fraction or GPU
+        memory on one device), in one pass with the same comparisons and arithmetic."""
+        sched, sel, rc, rm, frac, ndev, top, fgpu = self._fast
+        if not sched[n] or (sel is not None and not sel[n]):
+            self.any_ok[n] = self.idle_ok[n] = False
+            return
+        s = self.state
+        idle = s.node_idle[n].tolist()
+        rel = s.node_releasing[n].tolist()
+        fi = idle[CPU] >= rc - EPS and idle[MEM] >= rm - EPS
+        fa = idle[CPU] + rel[CPU] >= rc - EPS and idle[MEM] + rel[MEM] >= rm - EPS
+        nd = ndev[n]
+        f = frac[n] if frac is not None else fgpu
+        if not fa or nd == 0 or f > 1 + EPS:
+            self.any_ok[n] = self.idle_ok[n] = False
+            return
+        fr = s.dev_free[n, :nd].tolist()
+        rl = s.dev_rel[n, :nd].tolist()
+        fi = fi and any(x >= f - EPS for x in fr)
+        fa = fi or any(x + y >= f - EPS for x, y in zip(fr, rl))
+        if not fa:
+            self.any_ok[n] = self.idle_ok[n] = False
+            return
+        free = float(sum(1 for x, y in zip(fr, rl) if x + y >= 1 - EPS))
+        overall = float(nd)
+        if self.spread:
+            base, width = -free / overall, 3.0
+        else:
+            base, width = free, 2.0 * top + 3.0
+        tier = 1000.0 if fi else 0.0
+        sh = s.dev_shared[n, :nd].tolist()
+        if any(h and a < 1 - EPS and a + b >= f - EPS for h, a, b in zip(sh, fr, rl)):
+            tier += 10000.0
+        kk = base - tier * width
+        self.idle_ok[n] = fi
+        self.any_ok[n] = True
+        self.key[n] = kk
+        heapq.heappush(self.heap, (kk, n))
+
     def _update(self, n: int) -> None:
         if self._fast is not None:
-            self._update_fast(n)
+            if self._shared:
+                self._update_shared(n)
+            else:
+                self._update_fast(n)
             return
         s = self.state
         fi, fa = s.fit_one(self.t, n)

@@ -1,0 +1,36 @@
+"""The per-shape node index's fused single-node updates equal ``fit_one`` + ``_node_key_one``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scheduler_engine.actions import allocate
+from scheduler_engine.loader import load_dict
+from scheduler_engine.state import CycleState
+from tests.scheduler_engine.test_reference import random_scenario
+
+
+@pytest.mark.parametrize("spread", [False, True])
+def test_fused_node_updates_match_the_generic_primitives(spread):
+    checked = shared_tier = 0
+    for seed in range(40):
+        # partly used nodes (whole and shared devices, some releasing) and every task kind
+        s = CycleState(load_dict(random_scenario(seed, 6, 24, 4, spread)))
+        al = allocate.Allocator(s)
+        shapes = {}
+        for t in np.flatnonzero(s.task_state == 0).tolist():
+            shapes.setdefault(s.task_signature(t), t)
+        for t in shapes.values():
+            col, sp = al._strategy(t)
+            idx = allocate._ShapeIndex(s, t, col, sp)
+            assert idx._fast is not None or not s.G
+            width = 3.0 if sp else 2.0 * max(s.G, 1) + 3.0  # key = base - tier * width
+            for n in range(s.N):
+                idx._update(n)
+                fi, fa = s.fit_one(t, n)
+                assert (bool(idx.idle_ok[n]), bool(idx.any_ok[n])) == (fi, fa), (seed, t, n)
+                if fa:
+                    assert idx.key[n] == allocate._node_key_one(s, t, n, fi, col, sp), (seed, t, n)
+                    checked += 1
+                    shared_tier += bool(s.task_is_shared[t] and idx.key[n] < -5000 * width)
+    assert checked > 200 and shared_tier  # the "joins a shared device in use" tier was exercised
