@@ -192,6 +192,7 @@ class CycleState:
         self.queue_alloc_np = np.zeros((Q, NRES))
         self.queue_request = np.zeros((Q, NRES))
         self._journal: list[tuple] | None = None  # no journaling while building
+        self._path_matrix: np.ndarray | None = None
         self._init_placements()
 
         # queue requests: allocated (Running) + pending (requested, smallest GPU memory)
@@ -250,59 +251,180 @@ class CycleState:
         )
 
     def _init_placements(self) -> None:
-        """Charge Running / Releasing / StuckInReleasing input tasks to their nodes and devices."""
+        """Charge Running / Releasing / StuckInReleasing input tasks to their nodes and devices.
+
+        Shared-GPU tasks go first, one by one (their gpuGroups pin devices and name groups); then
+        every other task at once: each node's fully free devices (after the shared tasks) are handed
+        out in device order to its whole-GPU tasks in task order, by cumulative device counts, which
+        is what charging them one at a time does (an over-committed input simply gets fewer
+        devices). Resources are subtracted with ``ufunc.at`` in the same order as a per-task loop,
+        so the sums are bitwise the same.
+        """
         st = self.task_state
         on_node = np.isin(st, (_RUN, _REL, _STUCK)) & (self.task_node >= 0)
-        idx = np.flatnonzero(on_node)
-        # shared tasks with named groups first (they pin devices), then whole-GPU tasks
-        shared = [t for t in idx if self.task_is_shared[t]]
-        whole = [t for t in idx if not self.task_is_shared[t]]
-        for t in shared + whole:
-            n = int(self.task_node[t])
-            devs = self._input_devices(t, n)
-            self._charge(t, n, devs, pipelined=False, releasing=(st[t] == _REL))
-            if st[t] in (_RUN,):
-                q = self.job_queue_arr[self.task_job[t]]
-                path = self.queue_path[q]
-                self.queue_alloc[path] += self.task_alloc[t]
-                if not self.job_preemptible_arr[self.task_job[t]]:
-                    self.queue_alloc_np[path] += self.task_alloc[t]
+        sh = np.flatnonzero(on_node & self.task_is_shared)
+        if sh.size:
+            self._init_shared(sh)
+        wt = np.flatnonzero(on_node & ~self.task_is_shared)
+        if wt.size == 0:
+            return
+        wn = self.task_node[wt]
+        wreq = self.task_request[wt]  # whole / CPU-only tasks: the request is the same on every node
+        rel = st[wt] == _REL
+        self.task_alloc[wt] = wreq
+        np.subtract.at(self.node_idle, wn, wreq)
+        if rel.any():
+            np.add.at(self.node_releasing, wn[rel], wreq[rel])
+        # devices: node n's fully free devices in order, consumed by its tasks in task order
+        k = self.task_whole[wt]
+        g = k > 0
+        devs_of = [_EMPTY] * wt.size
+        if g.any() and self.G:
+            gi = np.flatnonzero(g)
+            gn, gk = wn[gi], k[gi]
+            order = np.argsort(gn, kind="stable")  # by node, task order within a node
+            sn, sk = gn[order], gk[order]
+            cum = np.cumsum(sk)
+            first = np.r_[True, sn[1:] != sn[:-1]]
+            base = np.maximum.accumulate(np.where(first, cum - sk, 0))  # cum before each node's group
+            lo = cum - sk - base
+            hi = lo + sk
+            free = (self.dev_free >= 1 - EPS) & self.dev_valid
+            nfree = free.sum(axis=1)
+            fn, fd = np.nonzero(free)  # row-major: by node, then device
+            fstart = np.r_[0, np.cumsum(nfree)[:-1]]
+            avail = nfree[sn]
+            lo_c, hi_c = np.minimum(lo, avail), np.minimum(hi, avail)
+            a = fstart[sn] + lo_c
+            b = fstart[sn] + hi_c
+            # devices taken: flat free-list positions [a, b) of each task
+            cnt = b - a
+            if cnt.sum():
+                pos = np.repeat(a - np.r_[0, np.cumsum(cnt)[:-1]], cnt) + np.arange(int(cnt.sum()))
+                tn_, td_ = fn[pos], fd[pos]
+                self.dev_free[tn_, td_] -= 1.0
+                srel = rel[gi[order]]
+                rrel = np.repeat(srel, cnt)
+                if rrel.any():
+                    self.dev_rel[tn_[rrel], td_[rrel]] += 1.0
+            fd_list = fd.tolist()
+            for i, x, y in zip(gi[order].tolist(), a.tolist(), b.tolist()):
+                devs_of[i] = fd_list[x:y]
+        # (tasks without devices keep the shared empty entry; task_dev_take stays empty: not pipelined)
+        td = self.task_devices
+        for t, dv in zip(wt.tolist(), devs_of):
+            td[t] = dv
+        self._charge_queues(wt, wreq)
 
-    def _input_devices(self, t: int, n: int) -> list[int]:
-        groups = self.dev_group[n]
-        if self.task_is_shared[t] and self.node_devices[n] == 0:
-            return []  # input over-commit: a shared task on a node without usable GPUs
-        if self.task_is_shared[t]:
-            names = self.task_gpu_groups[t] or []
-            devs = []
-            by_name = {v: k for k, v in groups.items()}
-            for name in names[:1] or [None]:
-                if name is not None and name in by_name:
-                    devs.append(by_name[name])
-                    continue
+    def _init_shared(self, idx: np.ndarray) -> None:
+        """Charge input shared-GPU tasks (indices ``idx``, in task order) one by one, in plain Python.
+
+        Each task gets one device of its node: the device already carrying its gpuGroup name, else
+        the device its name designates (a digit, if fully free), else the first fully free device
+        without a group, else the first one with room for its fraction (device 0 when none: an
+        over-committed input). Node and queue sums are added afterwards with ``ufunc.at`` in the
+        same task order, so they are bitwise what charging them one at a time gives.
+        """
+        st = self.task_state
+        sn = self.task_node[idx]
+        srel = st[idx] == _REL
+        frac = self.task_request[idx, GPU].copy()
+        mem = self.task_is_mem[idx]
+        if mem.any():
+            m = self.node_gpu_memory[sn[mem]]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                frac[mem] = np.where(m > 0, self.task_gpu_memory[idx[mem]] / np.where(m > 0, m, 1.0), np.inf)
+        req = self.task_request[idx].copy()
+        req[:, GPU] = frac
+        self.task_alloc[idx] = req
+        nd_list = self.node_devices.tolist()
+        free_rows: dict[int, list[float]] = {}
+        rel_rows: dict[int, list[float]] = {}
+        by_name_of: dict[int, dict[str, int]] = {}
+        shared_n: list[int] = []
+        shared_d: list[int] = []
+        one = 1 - EPS
+        for t, n, f, rel in zip(idx.tolist(), sn.tolist(), frac.tolist(), srel.tolist()):
+            nd = nd_list[n]
+            if nd == 0:  # input over-commit: a shared task on a node without usable GPUs
+                self.task_devices[t] = []
+                continue
+            free = free_rows.get(n)
+            if free is None:
+                free = free_rows[n] = self.dev_free[n, :nd].tolist()
+                by_name_of[n] = {}
+            groups = self.dev_group[n]
+            by_name = by_name_of[n]
+            names = self.task_gpu_groups[t]
+            name = names[0] if names else None
+            if name is not None and name in by_name:
+                d = by_name[name]
+            else:
                 d = None
-                if name is not None and name.isdigit() and int(name) < self.node_devices[n] and int(name) not in groups \
-                        and self.dev_free[n, int(name)] >= 1 - EPS:
+                if name is not None and name.isdigit() and int(name) < nd and int(name) not in groups \
+                        and free[int(name)] >= one:
                     d = int(name)
                 if d is None:
-                    need = self._shared_fraction(t, n)
-                    cand = [i for i in range(int(self.node_devices[n])) if i not in groups and self.dev_free[n, i] >= 1 - EPS]
+                    cand = [i for i in range(nd) if i not in groups and free[i] >= one]
                     if not cand:
-                        cand = [i for i in range(int(self.node_devices[n])) if self.dev_free[n, i] >= need - EPS] or [0]
+                        cand = [i for i in range(nd) if free[i] >= f - EPS] or [0]
                     d = cand[0]
                 if name is None:
                     name = self._new_group_name(n, d)
+                old = groups.get(d)
+                if old is not None and by_name.get(old) == d:
+                    del by_name[old]
                 groups[d] = name
-                self.dev_shared[n, d] = True
-                devs.append(d)
-            if not self.task_gpu_groups[t]:
-                self.task_gpu_groups[t] = [groups[devs[0]]]
-            return devs if self.node_devices[n] > 0 else []
-        k = int(self.task_whole[t])
-        if k <= 0:
-            return []
-        free = [i for i in range(int(self.node_devices[n])) if self.dev_free[n, i] >= 1 - EPS]
-        return free[:k]  # an over-committed input simply gets fewer devices
+                by_name[name] = d
+                shared_n.append(n)
+                shared_d.append(d)
+            if not names:
+                self.task_gpu_groups[t] = [groups[d]]
+            free[d] -= f
+            if rel:
+                r = rel_rows.get(n)
+                if r is None:
+                    r = rel_rows[n] = self.dev_rel[n, :nd].tolist()
+                r[d] += f
+            self.task_devices[t] = [d]
+        for n, row in free_rows.items():
+            self.dev_free[n, :len(row)] = row
+        for n, row in rel_rows.items():
+            self.dev_rel[n, :len(row)] = row
+        if shared_n:
+            self.dev_shared[shared_n, shared_d] = True
+        np.subtract.at(self.node_idle, sn, req)
+        if srel.any():
+            np.add.at(self.node_releasing, sn[srel], req[srel])
+        self._charge_queues(idx, req)
+
+    def _charge_queues(self, idx: np.ndarray, alloc: np.ndarray) -> None:
+        """Add the allocation of the Running tasks among ``idx`` to their queues and ancestors."""
+        run = self.task_state[idx] == _RUN
+        if not run.any():
+            return
+        rt = idx[run]
+        ra = alloc[run]
+        jobs = self.task_job[rt]
+        self._add_up(self.queue_alloc, self.job_queue_arr[jobs], ra)
+        npre = ~self.job_preemptible_arr[jobs]
+        if npre.any():
+            self._add_up(self.queue_alloc_np, self.job_queue_arr[jobs[npre]], ra[npre])
+
+    def _add_up(self, target: np.ndarray, leaf: np.ndarray, vals: np.ndarray) -> None:
+        """``target[path(q)] += v`` for each ``(q, v)`` pair, in pair order (same float sums as a loop)."""
+        if self._path_matrix is None:
+            depth = max((len(p) for p in self.queue_path), default=0)
+            m = np.full((self.Q, max(depth, 1)), self.Q, dtype=np.int64)  # row Q: a scratch row
+            for q, p in enumerate(self.queue_path):
+                m[q, :len(p)] = p
+            self._path_matrix = m
+        m = self._path_matrix
+        rows = m[leaf].ravel()
+        ext = np.zeros((self.Q + 1, target.shape[1]))
+        ext[:self.Q] = target
+        np.add.at(ext, rows, np.repeat(vals, m.shape[1], axis=0))
+        target[:] = ext[:self.Q]
 
     def _new_group_name(self, n: int, d: int) -> str:
         used = set(self.dev_group[n].values())
