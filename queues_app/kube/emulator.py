@@ -151,6 +151,8 @@ def status_body(code: int, message: str, *, reason: str | None = None, details: 
         body.pop("message")
         body.pop("reason")
         body.pop("code")
+    if body.get("reason") == "":
+        body.pop("reason")
     if details is not None:
         body["details"] = details
     return body
@@ -667,8 +669,11 @@ REPLICASETS = _workload("replicasets", "apps", "ReplicaSet")
 STATEFULSETS = _workload("statefulsets", "apps", "StatefulSet")
 DEPLOYMENTS = _workload("deployments", "apps", "Deployment")
 _WORKLOADS = (JOBS, CRONJOBS, REPLICASETS, STATEFULSETS, DEPLOYMENTS)
-_BY_KIND = {r.store: r for r in (NODES, PODS, EVENTS, *_WORKLOADS)}
-_KIND_TO_STORE = {r.kind: r.store for r in (NODES, PODS, *_WORKLOADS)}
+# Disruption budgets: the eviction subresource enforces them; status is kept by run_due (the PDB controller).
+PDBS = _Resource("poddisruptionbudgets", "poddisruptionbudgets", "policy", "PodDisruptionBudget", "policy/v1", True,
+                 _meta_fields, has_status=True, has_generation=True)
+_BY_KIND = {r.store: r for r in (NODES, PODS, EVENTS, *_WORKLOADS, PDBS)}
+_KIND_TO_STORE = {r.kind: r.store for r in (NODES, PODS, *_WORKLOADS, PDBS)}
 
 
 @dataclass
@@ -948,6 +953,44 @@ class KubeEmulator:
             self._finish_graceful_deletions(now)
             self._pod_gc(now)
             self._kubelet(now)
+            self._pdb_controller()
+
+    def _pdb_status(self, pdb: dict) -> dict:
+        """currentHealthy / desiredHealthy / disruptionsAllowed / expectedPods, as the disruption controller
+        computes them (expected = the matching pods that are not terminating, not the owner's scale)."""
+        ns = pdb["metadata"]["namespace"]
+        selector = _deep(pdb, "spec.selector")
+        pods = [
+            p for (pns, _), p in self._objects["pods"].items()
+            if pns == ns and selector is not None and _label_selector_matches(selector, p)
+            and not p["metadata"].get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+        expected = len(pods)
+        healthy = sum(1 for p in pods if _pod_ready(p))
+        spec = pdb.get("spec") or {}
+        if spec.get("minAvailable") is not None:
+            desired = _int_or_percent(spec["minAvailable"], expected, round_up=True)
+        elif spec.get("maxUnavailable") is not None:
+            desired = expected - _int_or_percent(spec["maxUnavailable"], expected, round_up=True)
+        else:
+            desired = expected  # no field: nothing may be disrupted
+        desired = max(0, desired)
+        allowed = max(0, healthy - desired)
+        status = dict(pdb.get("status") or {})
+        status.update({
+            "currentHealthy": healthy, "desiredHealthy": desired, "disruptionsAllowed": allowed,
+            "expectedPods": expected, "observedGeneration": pdb["metadata"].get("generation", 1),
+        })
+        return status
+
+    def _pdb_controller(self) -> None:
+        for pdb in list(self._objects["poddisruptionbudgets"].values()):
+            status = self._pdb_status(pdb)
+            if status != pdb.get("status"):
+                new = copy.deepcopy(pdb)
+                new["status"] = status
+                self._commit(PDBS, "MODIFIED", new, pdb)
 
     def _finish_graceful_deletions(self, now: float) -> None:
         for store in _BY_KIND:
@@ -1452,6 +1495,10 @@ class KubeEmulator:
             elif res.store == "nodes":
                 obj.setdefault("spec", {})
                 obj.setdefault("status", {})
+            elif res is PDBS:
+                meta["generation"] = 1
+                _validate_pdb(obj)
+                obj["status"] = self._pdb_status(obj)
             else:
                 meta["generation"] = 1
                 _default_and_validate_workload(res, obj)
@@ -1504,6 +1551,8 @@ class KubeEmulator:
                     _check_pod_update(cur, result)
                 elif res in _WORKLOADS:
                     _default_and_validate_workload(res, result)
+                elif res is PDBS:
+                    _validate_pdb(result)
                 if res.has_generation and result.get("spec") != cur.get("spec"):
                     meta["generation"] = cur["metadata"].get("generation", 1) + 1
                 if res.store == "events":
@@ -1665,13 +1714,14 @@ class KubeEmulator:
             # Terminal, pending or already-terminating pods are not protected by disruption budgets.
             protected = phase not in ("Succeeded", "Failed", "Pending") and not cur["metadata"].get("deletionTimestamp")
             if protected:
-                budget = self._blocking_budget(cur)
-                if budget is not None:
+                blocked = self._blocking_budget(cur)
+                if blocked is not None:
+                    budget, desired, healthy = blocked
                     raise ApiError(
                         429,
                         "Cannot evict pod as it would violate the pod's disruption budget.",
                         details={
-                            "causes": [{"reason": "DisruptionBudget", "message": f"The disruption budget {budget} needs 1 healthy pods and has 1 currently"}],
+                            "causes": [{"reason": "DisruptionBudget", "message": f"The disruption budget {budget} needs {desired} healthy pods and has {healthy} currently"}],
                             "retryAfterSeconds": 0,
                         },
                     )
@@ -1690,16 +1740,34 @@ class KubeEmulator:
             self.delete_object(PODS, namespace, name, {k: v for k, v in options.items() if k != "preconditions"})
             return status_body(201, "")
 
-    def _blocking_budget(self, pod: dict) -> str | None:
+    def _blocking_budget(self, pod: dict) -> tuple[str, int, int] | None:
+        """(budget name, desired healthy, current healthy) of the budget that forbids evicting ``pod``."""
         if self.eviction_policy is not None:
             verdict = self.eviction_policy(copy.deepcopy(pod))
             if verdict:
-                return verdict
+                return verdict, 1, 1
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         for block in self._eviction_blocks:
             if block.namespace not in (None, ns) or block.name not in (None, name):
                 continue
-            return block.budget
+            return block.budget, 1, 1
+        pdbs = [
+            b for (bns, _), b in sorted(self._objects["poddisruptionbudgets"].items())
+            if bns == ns and _deep(b, "spec.selector") is not None and _label_selector_matches(b["spec"]["selector"], pod)
+        ]
+        if not pdbs:
+            return None
+        if len(pdbs) > 1:
+            raise ApiError(500, "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.", reason="")
+        pdb = pdbs[0]
+        st = self._pdb_status(pdb)
+        if not _pod_ready(pod):
+            if _deep(pdb, "spec.unhealthyPodEvictionPolicy") == "AlwaysAllow":
+                return None
+            if st["currentHealthy"] >= st["desiredHealthy"] and st["desiredHealthy"] > 0:
+                return None
+        if st["disruptionsAllowed"] <= 0:
+            return pdb["metadata"]["name"], st["desiredHealthy"], st["currentHealthy"]
         return None
 
     def list_objects(self, res: _Resource, sel: _Selector, query: dict[str, str]) -> dict:
@@ -1799,6 +1867,49 @@ def _node_ready_condition(ready: bool, now: float) -> dict:
         "lastHeartbeatTime": _rfc3339(now),
         "lastTransitionTime": _rfc3339(now),
     }
+
+
+def _pod_ready(pod: dict) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def _label_selector_matches(selector: dict, obj: dict) -> bool:
+    """A metav1.LabelSelector (matchLabels + matchExpressions); ``{}`` matches everything."""
+    labels = _deep(obj, "metadata.labels", {}) or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    ops = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
+    for expr in selector.get("matchExpressions") or []:
+        if not _Requirement(expr.get("key", ""), ops.get(expr.get("operator"), "exists"), tuple(expr.get("values") or ())).matches(labels):
+            return False
+    return True
+
+
+def _int_or_percent(value: Any, total: int, *, round_up: bool) -> int:
+    if isinstance(value, str) and value.endswith("%"):
+        pct = int(value[:-1])
+        scaled = pct * total
+        return -(-scaled // 100) if round_up else scaled // 100
+    return int(value)
+
+
+def _validate_pdb(pdb: dict) -> None:
+    name = pdb["metadata"]["name"]
+    spec = pdb.setdefault("spec", {})
+    causes = []
+    if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
+        causes.append(("spec", "Invalid value: minAvailable and maxUnavailable cannot be both set"))
+    for fld in ("minAvailable", "maxUnavailable"):
+        v = spec.get(fld)
+        if v is None:
+            continue
+        ok = (isinstance(v, int) and v >= 0) or (isinstance(v, str) and re.fullmatch(r"\d+%", v) and int(v[:-1]) <= 100)
+        if not ok:
+            causes.append((f"spec.{fld}", f"Invalid value: {v!r}: must be a non-negative integer or a percentage <= 100%"))
+    if causes:
+        raise _invalid("PodDisruptionBudget", name, causes)
 
 
 def _node_ready(node: dict) -> bool:
@@ -1904,20 +2015,9 @@ def _default_template(kind: str, name: str, template: Any, prefix: str, causes: 
 
 
 def _selector_matches_template(selector: Any, template: Any) -> bool:
-    labels = _deep(template, "metadata.labels", {}) or {}
-    if not isinstance(selector, dict):
+    if not isinstance(selector, dict) or not (selector.get("matchLabels") or selector.get("matchExpressions")):
         return False
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for expr in selector.get("matchExpressions") or []:
-        req = _Requirement(
-            expr.get("key", ""),
-            {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}.get(expr.get("operator"), "exists"),
-            tuple(expr.get("values") or ()),
-        )
-        if not req.matches(labels):
-            return False
-    return bool(selector.get("matchLabels") or selector.get("matchExpressions"))
+    return _label_selector_matches(selector, template)
 
 
 def _default_and_validate_workload(res: _Resource, obj: dict) -> None:
@@ -2096,7 +2196,10 @@ _GROUPS = {
     "batch": ("v1", _resource_list("batch/v1", [
         (r.store, r.kind, True, _RW) for r in (JOBS, CRONJOBS)
     ] + [(r.store + "/status", r.kind, True, ["get", "patch", "update"]) for r in (JOBS, CRONJOBS)])),
-    "policy": ("v1", _resource_list("policy/v1", [])),
+    "policy": ("v1", _resource_list("policy/v1", [
+        ("poddisruptionbudgets", "PodDisruptionBudget", True, _RW),
+        ("poddisruptionbudgets/status", "PodDisruptionBudget", True, ["get", "patch", "update"]),
+    ])),
     "events.k8s.io": ("v1", _resource_list("events.k8s.io/v1", [("events", "Event", True, _RW)])),
 }
 
@@ -2118,7 +2221,7 @@ _ROUTES: list[tuple[re.Pattern, _Resource, str | None]] = [
     (re.compile(rf"^/apis/events\.k8s\.io/v1/namespaces/{_NS}/events$"), EVENTS_V1, None),
     (re.compile(rf"^/apis/events\.k8s\.io/v1/namespaces/{_NS}/events/{_NAME}$"), EVENTS_V1, None),
 ]
-for _w in _WORKLOADS:
+for _w in (*_WORKLOADS, PDBS):
     _prefix = f"/apis/{_w.group}/v1"
     _ROUTES += [
         (re.compile(rf"^{_prefix}/{_w.store}$"), _w, None),

@@ -597,3 +597,29 @@ def test_json_patch_and_finalizers_hold_deletion(kube_emulator, core):
     assert exc.value.status == 422
     core.patch_namespaced_pod("p", "ns", [{"op": "remove", "path": "/metadata/finalizers"}])
     assert kube_emulator.get("pods", "ns", "p") is None
+
+
+def test_pod_disruption_budget_objects_gate_evictions(kube_emulator, core, kube_client):
+    policy = client.PolicyV1Api(kube_client)
+    kube_emulator.add_node("n1")
+    for i in range(3):
+        kube_emulator.add_pod("ns", f"w{i}", labels={"app": "train"}, node_name="n1")
+    kube_emulator.advance(0)  # all Running + Ready
+    policy.create_namespaced_pod_disruption_budget("ns", client.V1PodDisruptionBudget(
+        metadata=client.V1ObjectMeta(name="train-pdb"),
+        spec=client.V1PodDisruptionBudgetSpec(min_available=2, selector=client.V1LabelSelector(match_labels={"app": "train"})),
+    ))
+    pdb = policy.read_namespaced_pod_disruption_budget("train-pdb", "ns")
+    assert (pdb.status.current_healthy, pdb.status.desired_healthy, pdb.status.disruptions_allowed) == (3, 2, 1)
+    assert _evict(core, "ns", "w0").status == 201
+    with pytest.raises(ApiException) as exc:  # w0 is terminating: no longer healthy, budget exhausted
+        _evict(core, "ns", "w1")
+    assert exc.value.status == 429
+    assert "needs 2 healthy pods and has 2 currently" in json.loads(exc.value.body)["details"]["causes"][0]["message"]
+    kube_emulator.advance(0)
+    assert policy.read_namespaced_pod_disruption_budget("train-pdb", "ns").status.disruptions_allowed == 0
+    with pytest.raises(ApiException) as exc:
+        policy.create_namespaced_pod_disruption_budget("ns", {
+            "metadata": {"name": "bad"}, "spec": {"minAvailable": 1, "maxUnavailable": 1, "selector": {}},
+        })
+    assert exc.value.status == 422
