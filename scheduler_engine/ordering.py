@@ -303,6 +303,7 @@ class JobQueue:
         self._kc: list = [None] * Q  # (queue_version, {request: key}, allocation part)
         self._qheap: list[list] = [[] for _ in range(Q + 1)]
         self._static = _static(state)
+        self._order = sorted(range(Q), key=lambda q: -len(self.paths[q]))  # children before parents
         self._tb = [0] * Q
         self._chain = [True] * (Q + 1)
         for p, kids in enumerate(self._kids):
@@ -500,16 +501,12 @@ class JobQueue:
         bc[self._root] = self._best(self._root)
 
     def refresh_all(self) -> None:
-        """Recompute every queue's key and order (after changes anywhere in the state)."""
-        Q = self.state.Q
-        self._kver = [None] * Q
-        self._kc = [None] * Q
-        self._live = [False] * Q
-        self._kstamp = [s + 1 for s in self._kstamp]
-        for h in self._qheap:
-            h.clear()
-        order = sorted(range(Q), key=lambda q: -len(self.paths[q]))
-        for q in order:
+        """Recompute every queue's representative and order (after changes anywhere in the state).
+
+        Bottom-up over all queues; a queue's key is recomputed only if its ``queue_version`` or its
+        representative's request changed (the same validity rule as on the refresh path), so a
+        refresh after a few evictions costs O(Q) cheap checks plus the changed keys."""
+        for q in self._order:
             if self.children[q]:
                 b = self.best_child[q] = self._best(q)
                 self._set(q, self.rep[b] if b >= 0 else -1)
