@@ -19,8 +19,19 @@ passes against it makes the same requests it would make against a cluster:
   subresources, pod-spec immutability on update;
 * a tiny "kubelet" (bound pods on a Ready node become Running) and "pod GC" (pods bound to a node
   that no longer exists are failed and deleted) driven by ``advance()`` or ``run_realtime()``;
+* owner kinds (batch/v1 Job, CronJob; apps/v1 ReplicaSet, StatefulSet, Deployment) stored with
+  API defaults and validation, cascading deletion as the garbage collector does (Jobs orphan by
+  default); policy/v1 PodDisruptionBudgets enforced by the eviction subresource;
 * fault injection (error statuses, "performed but answered with an error", dropped connections,
   delays), watch disconnection, and a request log so tests can assert on exact traffic.
+
+Not emulated (requests for them get a 404 / 405 / 415 / 400 Status): namespaces as objects (any
+namespace is accepted), other resource types, server-side apply, dryRun on create, protobuf,
+authn/authz/admission webhooks, workload controllers creating pods, the scheduler, taint-based
+eviction.  Binding to a node that does not exist succeeds, as on a real API server (pod GC then
+removes the pod).  The binding answer is a Status object, which the v37 client cannot deserialise
+into V1Binding: call it with ``_preload_content=False``, as against a real cluster (the eviction's
+Status deserialises into an empty V1Eviction).
 
 Pure stdlib (``http.server`` + ``threading``); the ``kubernetes`` package is only needed for
 ``configuration()``.
