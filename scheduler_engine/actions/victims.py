@@ -567,7 +567,7 @@ class Placer:
         idle = np.zeros(idx.size, dtype=bool) if idle_ok is None else idle_ok[idx]
         if _node_keys is not None:
             keys = _node_keys(s, t, idx, idle.astype(float), col, spread)
-            return [int(i) for i in idx[np.argsort(keys, kind="stable")]]
+            return idx[np.argsort(keys, kind="stable")].tolist()
         avail = s.node_idle[idx, col] + s.node_releasing[idx, col]
         key = -avail if spread else avail
         order = np.lexsort((idx, key, (~idle).astype(float)))
@@ -992,14 +992,21 @@ class VictimSolver:
         for q, lst in by_leaf.items():
             lst.sort(key=lambda jj: self._job_key(jj, j), reverse=True)  # pop() from the end = best
         placed_beneficiary = False
-        self._prof_cache: dict[tuple, object] = {}  # (queue, head job, queue version) -> profile
-        self._best_cache: dict[tuple, int] = {}  # kids' (queue, head job, version) -> best kid
+        tour = None
         while by_leaf:
-            leaf = next(iter(by_leaf)) if len(by_leaf) == 1 else self._next_leaf(by_leaf, reqs)
+            if len(by_leaf) == 1:
+                leaf = next(iter(by_leaf))
+            else:
+                if tour is None:
+                    tour = _LeafTournament(self, by_leaf, reqs)
+                leaf = tour.best()
             lst = by_leaf[leaf]
             nxt = lst.pop()
-            if not lst:
+            emptied = not lst
+            if emptied:
                 del by_leaf[leaf]
+            if tour is not None:
+                tour.changed(leaf, emptied)
             ts = tasks_of[nxt]
             if nxt == j:
                 if not self.placer.place_job(j, ts):
@@ -1009,75 +1016,28 @@ class VictimSolver:
                 self.placer.place_job(nxt, ts)
         return placed_beneficiary
 
-    def _next_leaf(self, by_leaf: dict[int, list[int]], reqs: dict[int, np.ndarray]) -> int:
-        s = self.state
-        # the tree of the leaves still holding jobs changes only when a leaf empties: build it once
-        # per distinct leaf set (the order of construction is sorted(leaves), so it is set-determined)
-        tree_key = frozenset(by_leaf)
-        tree_cache = self._tree_cache
-        tree = tree_cache.get(tree_key)
+    def _tree(self, by_leaf) -> tuple[dict[int, list[int]], list[int]]:
+        """Queue tree (children lists, top-level queues) over the leaves still holding jobs.
+
+        Built in ``sorted(leaves)`` order, so each node's children are ordered by the smallest
+        leaf beneath them; cached per leaf set (queue paths are fixed).
+        """
+        key = frozenset(by_leaf)
+        tree = self._tree_cache.get(key)
         if tree is None:
+            s = self.state
             children: dict[int, list[int]] = {}
             tops: list[int] = []
             seen: set[int] = set()
             for leaf in sorted(by_leaf):
-                path = [int(x) for x in s.queue_path[leaf]]
+                path = s.queue_path_list[leaf]
                 for child, par in zip(path, path[1:] + [-1]):
                     if child in seen:
                         break
                     seen.add(child)
                     (children.setdefault(par, []) if par >= 0 else tops).append(child)
-            tree = tree_cache[tree_key] = (children, tops)
-        children, tops = tree
-        memo: dict[int, int] = {}
-        qv = s.queue_version
-        cache = self._prof_cache
-        best_cache = self._best_cache
-
-        def leaf_of(q: int) -> int:
-            if q not in memo:
-                kids = children.get(q)
-                if not kids:
-                    memo[q] = q
-                elif _QueueProfile is None:
-                    memo[q] = leaf_of(best(kids))
-                else:
-                    # the winner among kids depends only on their profiles, which (as in the
-                    # profile cache) are determined by (queue, head job, queue version)
-                    bkey = tuple((c, by_leaf[leaf_of(c)][-1], int(qv[c])) for c in kids)
-                    w = best_cache.get(bkey)
-                    if w is None:
-                        w = best_cache[bkey] = best(kids)
-                    memo[q] = leaf_of(w)
-            return memo[q]
-
-        def req_of(q: int) -> np.ndarray:
-            return reqs[by_leaf[leaf_of(q)][-1]]
-        local: dict[int, object] = {}  # nothing changes during one call: one lookup per queue
-
-        def prof(q: int):
-            p = local.get(q)
-            if p is not None:
-                return p
-            jj = by_leaf[leaf_of(q)][-1]
-            key = (q, jj, int(qv[q]))
-            p = cache.get(key)
-            if p is None:
-                p = cache[key] = _QueueProfile(s, q, list(reqs[jj]), False)
-            local[q] = p
-            return p
-
-        def best(nodes: list[int]) -> int:
-            b = nodes[0]
-            for c in nodes[1:]:
-                if _QueueProfile is None:
-                    if queue_less(s, c, b, req_of(c), req_of(b)):
-                        b = c
-                elif _profile_less(prof(c), prof(b)):
-                    b = c
-            return b
-
-        return leaf_of(best(tops))
+            tree = self._tree_cache[key] = (children, tops)
+        return tree
 
     def _job_key(self, jj: int, beneficiary: int) -> tuple:
         k = job_order_key(self.state, jj)
@@ -1085,6 +1045,83 @@ class VictimSolver:
             # the partial representative of the beneficiary is below its (partial) gang
             k = (k[0], 0) + tuple(k[2:])
         return k
+
+
+class _LeafTournament:
+    """Which leaf places next during a re-placement run: the queue order's winner, kept per node.
+
+    A queue's profile depends only on its own allocation and its representative (head) job, and a
+    placement changes the allocation of the placed job's path only. So after each pop only the
+    winners on the popped leaf's path are recomputed (bottom-up, scanning children in the same
+    order as a full walk), not the whole tree: O(depth x children) per placement, not O(tree).
+    """
+
+    def __init__(self, solver: VictimSolver, by_leaf: dict[int, list[int]], reqs: dict[int, np.ndarray]) -> None:
+        self.solver = solver
+        self.state = solver.state
+        self.by_leaf = by_leaf
+        self.reqs = reqs
+        self.rep: dict[int, int] = {}  # node -> leaf its winning subtree is represented by
+        self.prof: dict[int, object] = {}  # node -> its queue profile with its representative's job
+        self.children, self.tops = solver._tree(by_leaf)
+        self.dirty: list[int] | None = None
+        self.root = -1
+        for leaf in by_leaf:
+            self.rep[leaf] = leaf
+        self._full(self.tops)
+        self.root = self._scan(self.tops)
+
+    def _full(self, nodes: list[int]) -> None:
+        for q in nodes:
+            kids = self.children.get(q)
+            if kids:
+                self._full(kids)
+                self.rep[q] = self.rep[self._scan(kids)]
+
+    def _profile(self, q: int):
+        # valid until q's path is placed on (changed() drops the popped leaf's path)
+        p = self.prof.get(q)
+        if p is None:
+            p = self.prof[q] = _QueueProfile(self.state, q, list(self.reqs[self.by_leaf[self.rep[q]][-1]]), False)
+        return p
+
+    def _scan(self, nodes: list[int]) -> int:
+        b = nodes[0]
+        if _QueueProfile is None:
+            s, reqs, by_leaf, rep = self.state, self.reqs, self.by_leaf, self.rep
+            for c in nodes[1:]:
+                if queue_less(s, c, b, reqs[by_leaf[rep[c]][-1]], reqs[by_leaf[rep[b]][-1]]):
+                    b = c
+            return b
+        pb = self._profile(b)
+        for c in nodes[1:]:
+            pc = self._profile(c)
+            if _profile_less(pc, pb):
+                b, pb = c, pc
+        return b
+
+    def changed(self, leaf: int, emptied: bool) -> None:
+        """``leaf``'s head was popped (and it is gone if ``emptied``); recompute at the next best()."""
+        if emptied:
+            self.children, self.tops = self.solver._tree(self.by_leaf)
+            self.rep.pop(leaf, None)
+        path = self.dirty = self.state.queue_path_list[leaf]
+        prof = self.prof
+        for q in path:  # their allocation (the placement) or head job changes; nothing else does
+            prof.pop(q, None)
+
+    def best(self) -> int:
+        path = self.dirty
+        if path is not None:
+            self.dirty = None
+            for q in path[1:]:
+                kids = self.children.get(q)
+                if kids:
+                    self.rep[q] = self.rep[self._scan(kids)]
+                else:
+                    self.rep.pop(q, None)
+            self.root = self._scan(self.tops)
+        return self.rep[self.root]
 
 
 # ================================================================================ shared job loop
