@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..snapshot import TaskState
 from ..state import CycleState
 
@@ -23,8 +25,31 @@ _ACTIVE = (_RUN, _BIND, _PIPE)
 
 
 def run(state: CycleState) -> None:
-    for j in range(state.J):
+    # evicting one job's tasks changes no other job's staleness: select the candidates up front
+    for j in candidates(state).tolist():
         check_job(state, j)
+
+
+def candidates(state: CycleState) -> np.ndarray:
+    """Jobs that are stale (see :func:`is_stale`) and past their grace period, in job order.
+
+    Vectorised over all jobs (a cycle with 100k jobs and no stale gang costs milliseconds); the
+    per-job :func:`check_job` then decides and evicts only these.
+    """
+    if state.J == 0:
+        return np.zeros(0, dtype=np.int64)
+    st = state.task_state
+    tj = state.task_job
+    used = np.bincount(tj[np.isin(st, _USED)], minlength=state.J)
+    succ = np.bincount(tj[st == _SUCC], minlength=state.J)
+    stale = (succ == 0) & (used > 0) & (used < state.job_min_available)
+    if not stale.any():
+        return np.zeros(0, dtype=np.int64)
+    grace = np.asarray(state.jobs.staleness_grace_period, dtype=float)
+    grace = np.where(np.isnan(grace), float(state.config.staleness_grace_period), grace)
+    stale_for = np.asarray(state.jobs.stale_for, dtype=float)
+    stale_for = np.where(np.isnan(stale_for), 0.0, stale_for)
+    return np.flatnonzero(stale & (grace >= 0) & (stale_for >= grace))
 
 
 def grace_period(state: CycleState, j: int) -> float:
