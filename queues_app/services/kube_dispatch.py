@@ -375,12 +375,14 @@ def _bind_failed(run: _Run, rows: list[KubeOutbox], outcome: str, error: str = "
 
 
 def _bind_stale(row: KubeOutbox) -> str:
-    """Why a bind row no longer applies ('' = it does)."""
+    """Why a bind row no longer applies ('' = it does; 'confirmed' = it already took effect)."""
     if row.task_id is None:
         return "task gone"
     t = Task.objects.filter(pk=row.task_id).values("state", "node__name").first()
     if t is None:
         return "task gone"
+    if t["state"] == TaskState.RUNNING and t["node__name"] == row.node_name:
+        return "confirmed"
     if t["state"] != TaskState.BINDING:
         return f"task is {t['state']}"
     if t["node__name"] != row.node_name:
@@ -479,7 +481,9 @@ def _bind_unit(run: _Run, rows: list[KubeOutbox]) -> None:
     live = []
     for row in rows:
         why = _bind_stale(row)
-        if why:
+        if why == "confirmed":  # the sync saw the pod bound there (an earlier reply was lost)
+            _finish(run, row, KubeOutboxStatus.DONE, "confirmed_by_sync")
+        elif why:
             _finish(run, row, KubeOutboxStatus.SUPERSEDED, "superseded", why)
         else:
             live.append(row)

@@ -277,3 +277,61 @@ def test_pending_reasons_are_written_as_events_once(cluster, kube_client):
     assert all(e["type"] == "Warning" and e["source"]["component"] == "kai-scheduler" for e in evs)
     assert KubePod.objects.filter(last_event_digest="").count() == 0
     assert KubeOutbox.objects.filter(kind="event", status="pending").count() == 0
+
+
+def test_a_task_cancelled_before_its_bind_is_not_bound_and_its_pod_is_evicted(cluster, kube_client):
+    from queues_app.services.workloads import workload_cancel
+
+    emu = cluster
+    gang(emu, "c", 2)
+    sync(emu)
+    cycle_run(trigger="test")
+    workload_cancel(workload=Workload.objects.get())
+    report = dispatch(kube_client)
+    assert report.superseded == 2 and emu.count_requests("POST", BIND_PATH) == 0
+    assert report.evictions_requested == 2 and emu.count_requests("POST", EVICT_PATH, 201) == 2
+    # unbound pods are deleted at once: the tasks are gone with them
+    assert emu.get("pods", NS, "c-0") is None
+    assert Task.objects.count() == 0
+    cycle_run(trigger="test")
+    assert_invariants()
+
+
+def test_a_second_dispatcher_skips_while_the_first_holds_the_lease(cluster, kube_client):
+    from queues_app.services.kube_dispatch import LEASE_NAME, _lease
+
+    emu = cluster
+    gang(emu, "l", 1)
+    sync(emu)
+    cycle_run(trigger="test")
+    assert _lease(holder="other-replica", ttl=30, now=timezone.now())
+    assert dispatch(kube_client).status == "skipped"
+    assert emu.count_requests("POST", BIND_PATH) == 0
+    assert dispatch(kube_client, after=31).status == "ran", "an expired lease is taken over"
+    assert emu.count_requests("POST", BIND_PATH, 201) == 1
+    from queues_app.models import KubeLease
+
+    assert KubeLease.objects.get(name=LEASE_NAME).holder == "", "released after the run"
+
+
+def test_the_celery_task_runs_the_dispatcher_with_the_configured_client(cluster, settings, tmp_path):
+    from queues_app.tasks import kube_dispatch
+
+    emu = cluster
+    settings.KAI_KUBECONFIG = emu.write_kubeconfig(str(tmp_path / "kubeconfig"))
+    gang(emu, "t", 1)
+    sync(emu)
+    cycle_run(trigger="test")
+    assert kube_dispatch.apply().get()["done"] >= 1
+    assert node_of(emu, "t-0") == "n0"
+    settings.KAI_CLUSTER_MODE = "embedded"
+    assert kube_dispatch.apply().get() == {"status": "off"}
+
+
+def test_beat_and_route_exist_only_in_kubernetes_mode(settings):
+    from kaiplatform.celery import _beat_schedule, _task_routes
+
+    assert _beat_schedule()["kube-dispatch"]["schedule"] == 2.0
+    assert _task_routes() == {"queues_app.tasks.kube_dispatch": {"queue": "dispatch"}}
+    settings.KAI_CLUSTER_MODE = "embedded"
+    assert "kube-dispatch" not in _beat_schedule() and _task_routes() == {}
