@@ -175,6 +175,19 @@ class _ShapeIndex:
         self.heap = list(zip(key[idx].tolist(), idx.tolist()))
         heapq.heapify(self.heap)
 
+    def _batch(self, rows: np.ndarray) -> None:
+        """:meth:`_update` for many nodes at once (the vectorised primitives ``_full`` uses)."""
+        s = self.state
+        idle_ok, any_ok = s.fit_rows(self.t, rows)
+        keys = node_keys(s, self.t, rows, idle_ok, self.col, self.spread)
+        il, al, kl = self.idle_ok, self.any_ok, self.key
+        push = heapq.heappush
+        heap = self.heap
+        for n, fi, fa, k in zip(rows.tolist(), idle_ok.tolist(), any_ok.tolist(), keys.tolist()):
+            il[n], al[n], kl[n] = fi, fa, k
+            if fa:
+                push(heap, (k, n))
+
     def _update_fast(self, n: int) -> None:
         """``fit_one`` + ``_node_key_one`` for one node in one pass (task without shared GPUs):
         the same comparisons and arithmetic, each node row read once."""
@@ -294,6 +307,8 @@ class _ShapeIndex:
                 changed = np.unique(np.asarray(delta, dtype=np.int64))
                 if changed.size * 8 > s.N:
                     self._full()
+                elif changed.size > 48:
+                    self._batch(changed)
                 else:
                     for n in changed.tolist():
                         self._update(n)

@@ -34,3 +34,19 @@ def test_fused_node_updates_match_the_generic_primitives(spread):
                     checked += 1
                     shared_tier += bool(s.task_is_shared[t] and idx.key[n] < -5000 * width)
     assert checked > 200 and shared_tier  # the "joins a shared device in use" tier was exercised
+
+
+def test_batch_update_equals_single_node_updates():
+    for seed in range(15):
+        s = CycleState(load_dict(random_scenario(seed, 6, 24, 4, seed % 2 == 1)))
+        al = allocate.Allocator(s)
+        rows = np.arange(s.N)
+        for t in {s.task_signature(t): t for t in np.flatnonzero(s.task_state == 0).tolist()}.values():
+            col, sp = al._strategy(t)
+            one, many = allocate._ShapeIndex(s, t, col, sp), allocate._ShapeIndex(s, t, col, sp)
+            for n in rows.tolist():
+                one._update(n)
+            many._batch(rows)
+            assert (one.idle_ok, one.any_ok) == (many.idle_ok, many.any_ok)
+            assert [k for k, ok in zip(one.key, one.any_ok) if ok] == [k for k, ok in zip(many.key, many.any_ok) if ok]
+            assert sorted(one.heap) == sorted(many.heap)
