@@ -95,7 +95,7 @@ __all__ = [
 LEASE_NAME = "kube-dispatch"
 #: engine reasons reported as Kubernetes ``Normal`` events; the rest are ``Warning``
 NORMAL_REASONS = frozenset({"Scheduled", "Preempted", "Reclaimed", "Consolidated", "Evicted", "StaleGang",
-                            "Pipelined"})
+                            "Pipelined", "Cancelled"})
 PENDING_STATES = (TaskState.PENDING, TaskState.PIPELINED)
 CHUNK = 900
 
@@ -664,6 +664,7 @@ def _sweep(run: _Run) -> None:
     releasing = list(Task.objects.filter(state__in=RELEASING_STATES, kube_pod__isnull=False).values_list(
         "id", "workload_id"))
     if not releasing:
+        _prune(run)
         return
     pods = _pods_of(t for t, _ in releasing)
     asked: set[str] = set()
@@ -680,8 +681,19 @@ def _sweep(run: _Run) -> None:
                                pod_uid=pod.uid, node_name=pod.node_name,
                                payload={"workload_id": wid, "grace_seconds": None, "reason": "Cancelled"},
                                next_attempt_at=run.now, created_at=run.now, updated_at=run.now))
+        rows.append(_event_row(pod=pod, reason="Cancelled", cycle=None, now=run.now,
+                               message="the workload was cancelled; evicting the pod"))
     KubeOutbox.objects.bulk_create(rows)
-    run.report.evictions_requested += len(rows)
+    run.report.evictions_requested += sum(1 for r in rows if r.kind == KubeOutboxKind.EVICT)
+    _prune(run)
+
+
+def _prune(run: _Run) -> None:
+    """Finished rows are kept as long as cycle records (``KAI_CYCLE_RETENTION_HOURS``), then deleted."""
+    from queues_app.services.cycle_config import cycle_config
+
+    horizon = run.now - timedelta(hours=cycle_config().cycle_retention_hours)
+    KubeOutbox.objects.filter(finished_at__lt=horizon).exclude(status=KubeOutboxStatus.PENDING).delete()
 
 
 def _claim(*, now: datetime, limit: int, exclude: set[int]) -> list[list[KubeOutbox]]:

@@ -170,3 +170,23 @@ def test_a_newer_decision_supersedes_a_pending_bind_row(settings):
     first.refresh_from_db()
     assert first.status == "superseded"
     assert [r.status for r in rows("bind")] == ["superseded", "pending"]
+
+
+def test_finished_rows_are_pruned_after_the_retention_period(settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from queues_app.services.kube_dispatch import kube_dispatch_due
+
+    settings.KAI_CLUSTER_MODE = "kubernetes"
+    settings.KAI_CYCLE_RETENTION_HOURS = 1
+    old = timezone.now() - timedelta(hours=2)
+    for status in ("done", "failed", "superseded", "pending"):
+        KubeOutbox.objects.create(kind="event", status=status, namespace="team", pod_name="p",
+                                  finished_at=None if status == "pending" else old,
+                                  next_attempt_at=timezone.now() + timedelta(days=1))
+    KubeOutbox.objects.create(kind="event", status="done", namespace="team", pod_name="p", finished_at=timezone.now())
+    report = kube_dispatch_due(api_client=object(), now=timezone.now())
+    assert report.requests == 0
+    assert sorted(KubeOutbox.objects.values_list("status", flat=True)) == ["done", "pending"]
