@@ -303,6 +303,7 @@ class JobQueue:
         self._kc: list = [None] * Q  # (queue_version, {request: key}, allocation part)
         self._qheap: list[list] = [[] for _ in range(Q + 1)]
         self._static = _static(state)
+        self._qver = state.queue_version
         self._order = sorted(range(Q), key=lambda q: -len(self.paths[q]))  # children before parents
         self._tb = [0] * Q
         self._chain = [True] * (Q + 1)
@@ -420,18 +421,21 @@ class JobQueue:
         return req
 
     # -- order maintenance
-    def _set(self, q: int, rep: int) -> None:
-        """Queue q is now represented by job ``rep`` (-1: no job): update its entry in the parent heap."""
+    def _set(self, q: int, rep: int, req: tuple | None = None) -> None:
+        """Queue q is now represented by job ``rep`` (-1: no job; ``req`` its request if known):
+        update its entry in the parent heap."""
         self.rep[q] = rep
+        live = self._live
         if rep < 0:
-            if self._live[q]:
-                self._live[q] = False
+            if live[q]:
+                live[q] = False
                 self._kstamp[q] += 1
             return
-        req = self._request(rep)
-        ver = int(self.state.queue_version[q])
+        if req is None:
+            req = self._request(rep)
+        ver = int(self._qver[q])
         kv = self._kver[q]
-        if self._live[q] and kv is not None and kv[0] == ver and kv[1] == req:
+        if live[q] and kv is not None and kv[0] == ver and kv[1] == req:
             return  # same allocation, same request: same key, entry still valid
         self._kver[q] = (ver, req)
         kc = self._kc[q]
@@ -440,16 +444,17 @@ class JobQueue:
         key = kc[1].get(req)
         if key is None:
             key = kc[1][req] = _queue_key(self._static[q], kc[2], req, self.victim)
-        if self._live[q] and key == self._key[q]:
+        if live[q] and key == self._key[q]:
             return
         self._key[q] = key
-        self._live[q] = True
+        live[q] = True
         s = self._kstamp[q] = self._kstamp[q] + 1
-        h = self._qheap[self._parent[q]]
+        p = self._parent[q]
+        h = self._qheap[p]
         heapq.heappush(h, (key, self._tb[q], q, s))
-        if len(h) > 4 * len(self._kids[self._parent[q]]) + 16:  # drop stale entries
+        if len(h) > 4 * len(self._kids[p]) + 16:  # drop stale entries
             st = self._kstamp
-            h[:] = [e for e in h if st[e[2]] == e[3] and self._live[e[2]]]
+            h[:] = [e for e in h if st[e[2]] == e[3] and live[e[2]]]
             heapq.heapify(h)
 
     def _best(self, p: int) -> int:
@@ -490,15 +495,19 @@ class JobQueue:
 
     def refresh(self, leaf: int) -> None:
         """Recompute representatives and order on the path of ``leaf`` (after its state changed)."""
-        path = self.paths[leaf]
         h = self.heaps[leaf]
-        self._set(leaf, h[0][1] if h else -1)
-        rep, bc = self.rep, self.best_child
-        for q in path[1:]:
-            b = self._best(q)
-            bc[q] = b
-            self._set(q, rep[b] if b >= 0 else -1)
-        bc[self._root] = self._best(self._root)
+        j = h[0][1] if h else -1
+        req = self._request(j) if j >= 0 else None
+        self._set(leaf, j, req)
+        rep, bc, best, setq = self.rep, self.best_child, self._best, self._set
+        for q in self.paths[leaf][1:]:
+            b = bc[q] = best(q)
+            r = rep[b] if b >= 0 else -1
+            if r != j:
+                j = r
+                req = self._request(r) if r >= 0 else None
+            setq(q, r, req)
+        bc[self._root] = best(self._root)
 
     def refresh_all(self) -> None:
         """Recompute every queue's representative and order (after changes anywhere in the state).

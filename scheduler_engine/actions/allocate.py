@@ -341,6 +341,7 @@ class Allocator:
         self._base = -1  # journal length at the start of the current attempt
         self.failures: dict[int, str] = {}
         self.shape_index: dict[tuple, _ShapeIndex] = {}
+        self._index_of: dict[tuple, _ShapeIndex] = {}  # task shape -> its index (strategy is per shape)
 
     # ------------------------------------------------------------------ driver
     def candidate_jobs(self) -> list[int]:
@@ -653,6 +654,8 @@ class Allocator:
             s.mark_failure_point()
             return False, False, f.message
         a, c = int(s.job_start[j]), int(s.job_count[j])
+        if c == 1:  # single-task job: nothing else to pipeline
+            return True, bool(s.task_state[a] == _PIPE), ""
         states = s.task_state[a:a + c]
         pipelined = bool((states == _PIPE).any())
         if pipelined:
@@ -795,11 +798,15 @@ class Allocator:
             if msg:
                 raise _Fail(msg)
         if within is None and self.use_index:
-            col, spread = self._strategy(t)
-            key = (s.task_signature(t), col, spread)
-            idx = self.shape_index.get(key)
+            tsig = s.task_signature(t)
+            idx = self._index_of.get(tsig)
             if idx is None:
-                idx = self.shape_index[key] = _ShapeIndex(s, t, col, spread)
+                col, spread = self._strategy(t)
+                key = (tsig, col, spread)
+                idx = self.shape_index.get(key)
+                if idx is None:
+                    idx = self.shape_index[key] = _ShapeIndex(s, t, col, spread)
+                self._index_of[tsig] = idx
             n = idx.query()
             if n < 0:
                 raise _Fail(self._no_fit(t))
