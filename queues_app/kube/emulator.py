@@ -818,6 +818,7 @@ class KubeEmulator:
         kubelet_start_seconds: float = 0.0,
         bookmark_interval: float = 1.0,
         request_log_limit: int = 100_000,
+        taint_manager: bool = True,
     ) -> None:
         if history_limit < 1:
             raise ValueError(f"history_limit must be >= 1, got {history_limit!r}")
@@ -826,6 +827,7 @@ class KubeEmulator:
         self.pod_gc_seconds = float(pod_gc_seconds)
         self.kubelet_start_seconds = float(kubelet_start_seconds)
         self.bookmark_interval = float(bookmark_interval)
+        self.taint_manager = taint_manager
         self.faults = Faults()
         # Bounded so a long real-time demo does not grow without limit; tests see every request.
         self.request_records: deque[RequestRecord] = deque(maxlen=request_log_limit)
@@ -962,9 +964,62 @@ class KubeEmulator:
         with self._lock:
             now = self.now()
             self._finish_graceful_deletions(now)
+            if self.taint_manager:
+                self._node_lifecycle(now)
+                self._taint_eviction(now)
             self._pod_gc(now)
             self._kubelet(now)
             self._pdb_controller()
+
+    def _node_lifecycle(self, now: float) -> None:
+        """A node whose Ready condition is not True gets the not-ready NoSchedule + NoExecute taints."""
+        for node in list(self._objects["nodes"].values()):
+            taints = list(_deep(node, "spec.taints", []) or [])
+            others = [t for t in taints if t.get("key") != _NOT_READY]
+            if _node_ready(node):
+                wanted = others
+            else:
+                existing = {t.get("effect"): t for t in taints if t.get("key") == _NOT_READY}
+                wanted = others + [
+                    existing.get("NoSchedule") or {"key": _NOT_READY, "effect": "NoSchedule", "timeAdded": _rfc3339(now)},
+                    existing.get("NoExecute") or {"key": _NOT_READY, "effect": "NoExecute", "timeAdded": _rfc3339(now)},
+                ]
+            if wanted != taints:
+                new = copy.deepcopy(node)
+                if wanted:
+                    new.setdefault("spec", {})["taints"] = wanted
+                else:
+                    new.setdefault("spec", {}).pop("taints", None)
+                self._commit(NODES, "MODIFIED", new, node)
+
+    def _taint_eviction(self, now: float) -> None:
+        """Pods on a node with a NoExecute taint they do not tolerate (or only for tolerationSeconds) are deleted."""
+        for pod in list(self._objects["pods"].values()):
+            node = self._objects["nodes"].get(("", _deep(pod, "spec.nodeName") or ""))
+            if node is None or pod["metadata"].get("deletionTimestamp"):
+                continue
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            tolerations = _deep(pod, "spec.tolerations", []) or []
+            due = None
+            for taint in _deep(node, "spec.taints", []) or []:
+                if taint.get("effect") != "NoExecute":
+                    continue
+                matching = [t for t in tolerations if _tolerates(t, taint)]
+                if not matching:
+                    due = now
+                    break
+                if all(t.get("tolerationSeconds") is not None for t in matching):
+                    added = _parse_time(taint.get("timeAdded")) or now
+                    at = added + max(0, min(int(t["tolerationSeconds"]) for t in matching))
+                    due = at if due is None else min(due, at)
+            if due is None or due > now:
+                continue
+            marked = copy.deepcopy(pod)
+            _set_condition(marked.setdefault("status", {}), "DisruptionTarget", "True", now,
+                           reason="DeletionByTaintManager", message="Taint manager: deleting due to NoExecute taint")
+            self._commit(PODS, "MODIFIED", marked, pod)
+            self.delete_object(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], {})
 
     def _pdb_status(self, pdb: dict) -> dict:
         """currentHealthy / desiredHealthy / disruptionsAllowed / expectedPods, as the disruption controller
@@ -1921,6 +1976,23 @@ def _validate_pdb(pdb: dict) -> None:
             causes.append((f"spec.{fld}", f"Invalid value: {v!r}: must be a non-negative integer or a percentage <= 100%"))
     if causes:
         raise _invalid("PodDisruptionBudget", name, causes)
+
+
+_NOT_READY = "node.kubernetes.io/not-ready"
+
+
+def _tolerates(toleration: dict, taint: dict) -> bool:
+    """v1.Toleration.ToleratesTaint: empty effect matches all, Exists ignores the value, empty key+Exists matches all."""
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    op = toleration.get("operator") or "Equal"
+    if not toleration.get("key"):
+        return op == "Exists"
+    if toleration["key"] != taint.get("key"):
+        return False
+    if op == "Exists":
+        return True
+    return (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 def _node_ready(node: dict) -> bool:

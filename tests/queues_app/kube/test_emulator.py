@@ -623,3 +623,26 @@ def test_pod_disruption_budget_objects_gate_evictions(kube_emulator, core, kube_
             "metadata": {"name": "bad"}, "spec": {"minAvailable": 1, "maxUnavailable": 1, "selector": {}},
         })
     assert exc.value.status == 422
+
+
+def test_not_ready_node_is_tainted_and_its_pods_go_after_the_toleration(kube_emulator, core):
+    kube_emulator.add_node("n1")
+    kube_emulator.add_node("n2", taints=[{"key": "maintenance", "effect": "NoExecute"}])
+    kube_emulator.add_pod("ns", "p", node_name="n1")
+    kube_emulator.add_pod("ns", "q", node_name="n2")  # does not tolerate the taint: evicted at once
+    kube_emulator.advance(0)
+    assert kube_emulator.get("pods", "ns", "q")["metadata"].get("deletionTimestamp") is not None
+    kube_emulator.set_node_ready("n1", False)
+    kube_emulator.advance(0)
+    node = core.read_node("n1")
+    assert sorted((t.key, t.effect) for t in node.spec.taints) == [
+        ("node.kubernetes.io/not-ready", "NoExecute"), ("node.kubernetes.io/not-ready", "NoSchedule")]
+    kube_emulator.advance(299)  # the default toleration of the not-ready taint is 300 s
+    assert kube_emulator.get("pods", "ns", "p")["metadata"].get("deletionTimestamp") is None
+    kube_emulator.advance(1)
+    pod = kube_emulator.get("pods", "ns", "p")
+    assert pod["metadata"]["deletionTimestamp"] is not None
+    assert {c["type"]: c.get("reason") for c in pod["status"]["conditions"]}["DisruptionTarget"] == "DeletionByTaintManager"
+    kube_emulator.set_node_ready("n1", True)
+    kube_emulator.advance(0)
+    assert core.read_node("n1").spec.taints is None
