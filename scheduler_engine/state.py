@@ -54,7 +54,8 @@ Primitives:
   its tasks is pipelined).
 * ``evict(t, for_job=None, reason="Evicted", message=None)``: Running/Binding/Pipelined task is
   given up. Running -> Releasing (its resources become releasing); Binding/Pipelined (placed in
-  this cycle) -> Pending again (resources returned). Queue allocation is reduced.
+  this cycle) -> Pending again (resources returned), except a moved task (Running in the input,
+  Pipelined now), which becomes Releasing on its original node. Queue allocation is reduced.
 * ``checkpoint()`` -> token; ``rollback(token)`` undoes every change (tasks, nodes, devices, queues,
   events) made after the checkpoint. Cheap: an undo journal, no array copies.
   ``mark_failure_point()``: a failure cache entry was just made; rolling back below this point
@@ -222,6 +223,11 @@ class CycleState:
         self._path_cache_lim: dict[int, np.ndarray] = {}
         self._task_sig: list[tuple | None] = [None] * self.T
         self._path_cache_des: dict[int, np.ndarray] = {}
+        # where each input task sits (a moved task's pod keeps running there until released)
+        self._input_state = np.asarray(tasks.state, dtype=np.int8)
+        self._input_node = np.asarray(tasks.node, dtype=np.int64)
+        self._input_devices = list(self.task_devices)
+        self._input_groups = list(self.task_gpu_groups)
         self._journal = []
 
     # ------------------------------------------------------------------ construction helpers
@@ -699,8 +705,13 @@ class CycleState:
         self.queue_version[path] += 1
         if n >= 0:
             self.node_log.append(n)
+        state = int(self.task_state[t])
+        if state == _PEND and self.task_node[t] >= 0 and self._input_state[t] == _RUN:
+            # a Releasing input-Running task momentarily Pending while it is pipelined elsewhere
+            # (victims._place_released): undoing that placement makes it Releasing again
+            state = _REL
         self._journal.append((
-            t, int(self.task_state[t]), int(self.task_node[t]), list(self.task_devices[t]),
+            t, state, int(self.task_node[t]), list(self.task_devices[t]),
             list(self.task_gpu_groups[t]), self.task_alloc[t].copy(), n,
             self.node_idle[n].copy() if n >= 0 else None, self.node_releasing[n].copy() if n >= 0 else None,
             (self.dev_free[n].copy(), self.dev_rel[n].copy()) if (n >= 0 and self.G) else None,
@@ -783,7 +794,12 @@ class CycleState:
 
     def evict(self, t: int, for_job: int | str | None = None, reason: str = "Evicted",
               message: str | None = None) -> None:
-        """Give up an active task: Running -> Releasing; Binding/Pipelined (this cycle) -> Pending."""
+        """Give up an active task: Running -> Releasing; Binding/Pipelined (this cycle) -> Pending.
+
+        A task that was Running in the input and is Pipelined now was moved (evicted, then
+        pipelined elsewhere, e.g. by consolidation): evicting it gives back what the new node gave
+        and leaves it Releasing on its original node, where its pod still runs.
+        """
         s = int(self.task_state[t])
         if s not in ACTIVE_STATES:
             raise ValueError(f"task {self.tasks.names[t]} is not active ({TaskState(s).label})")
@@ -812,11 +828,21 @@ class CycleState:
                     self.dev_free[n, d] += per - dt
                 self.task_rel_take[t] = 0.0
                 self.task_dev_take[t] = []
-            self.task_state[t] = _PEND
-            self.task_node[t] = -1
-            self.task_devices[t] = []
-            self.task_gpu_groups[t] = []
-            self.task_alloc[t] = 0.0
+            if s == _PIPE and self._input_state[t] == _RUN and self._input_node[t] >= 0:
+                # a moved task (evicted, then pipelined elsewhere): its pod still runs on its
+                # original node, whose share has been releasing since the first eviction
+                a = int(self._input_node[t])
+                self.task_state[t] = _REL
+                self.task_node[t] = a
+                self.task_devices[t] = self._input_devices[t]
+                self.task_gpu_groups[t] = self._input_groups[t]
+                self.task_alloc[t] = self.task_request_on_node(t, a)
+            else:
+                self.task_state[t] = _PEND
+                self.task_node[t] = -1
+                self.task_devices[t] = []
+                self.task_gpu_groups[t] = []
+                self.task_alloc[t] = 0.0
         j = int(self.task_job[t])
         path = self.queue_path[int(self.job_queue_arr[j])]
         self.queue_alloc[path] -= alloc

@@ -197,3 +197,51 @@ def test_overcommitted_input_does_not_crash():
     assert s.queue_alloc[1, GPU] == pytest.approx(2.5)
     idle, anyok = s.fit_masks(2)
     assert not anyok.any()
+
+
+def _move(s, t, n):
+    """What a consolidation move does (victims._place_released): evict, then pipeline elsewhere."""
+    s.evict(t)
+    s.task_state[t] = TaskState.PENDING
+    s.place(t, n, pipelined=True)
+
+
+def test_evicting_a_moved_task_leaves_it_releasing_on_its_original_node():
+    snap = simple(
+        [_node("a", gpus=2), _node("b", gpus=2)], _queues(),
+        [_job("m", [{"gpu": 1, "cpu": "2", "state": "Running", "node": "a"}], preemptible=False, priority=100),
+         _job("w", [{"gpu": 0.5, "cpu": "1", "state": "Running", "node": "a", "gpuGroups": ["grp"]}])],
+    )
+    s = CycleState(snap)
+    devs, alloc = list(s.task_devices[0]), s.task_alloc[0].copy()
+    cp = s.checkpoint()
+    _move(s, 0, 1)
+    assert s.task_state[0] == TaskState.PIPELINED and s.task_node[0] == 1
+    assert s.queue_alloc[1, GPU] == 1.5 and s.queue_alloc_np[1, GPU] == 1
+    s.evict(0, reason="Reclaimed", message="for a reclaimer")
+    assert s.task_state[0] == TaskState.RELEASING and s.task_node[0] == 0
+    assert list(s.task_devices[0]) == devs and np.array_equal(s.task_alloc[0], alloc)
+    # b got everything back; a still shows the task's share as releasing; the queue lost it
+    assert s.node_idle_gpus()[1] == 2 and s.node_releasing[1].sum() == 0 and s.node_idle[1, CPU] == 16000
+    assert s.node_releasing_gpus()[0] == 1 and s.node_releasing[0, CPU] == 2000
+    assert s.queue_alloc[1, GPU] == 0.5 and s.queue_alloc_np[1, GPU] == 0 and s.job_num_active(0) == 0
+    # the shared task keeps its named group when moved back and forth
+    _move(s, 1, 1)
+    s.evict(1)
+    assert s.task_state[1] == TaskState.RELEASING and s.task_gpu_groups[1] == ["grp"] and s.task_node[1] == 0
+    s.rollback(cp)
+    assert list(s.task_state) == [TaskState.RUNNING, TaskState.RUNNING] and s.node_releasing.sum() == 0
+
+
+def test_rolling_back_a_moved_tasks_new_placement_leaves_it_releasing():
+    """The pipelining of an evicted task is journaled as Releasing (not the interim Pending)."""
+    snap = simple([_node("a", gpus=1), _node("b", gpus=1)], _queues(),
+                  [_job("m", [{"gpu": 1, "state": "Running", "node": "a"}])])
+    s = CycleState(snap)
+    s.evict(0)
+    cp = s.checkpoint()
+    s.task_state[0] = TaskState.PENDING
+    s.place(0, 1, pipelined=True)
+    s.rollback(cp)
+    assert s.task_state[0] == TaskState.RELEASING and s.task_node[0] == 0
+    assert s.node_releasing_gpus()[0] == 1 and s.node_idle_gpus()[1] == 1
