@@ -22,13 +22,15 @@ passes against it makes the same requests it would make against a cluster:
 * owner kinds (batch/v1 Job, CronJob; apps/v1 ReplicaSet, StatefulSet, Deployment) stored with
   API defaults and validation, cascading deletion as the garbage collector does (Jobs orphan by
   default); policy/v1 PodDisruptionBudgets enforced by the eviction subresource;
+* a node lifecycle controller (not-ready taints) and taint-based eviction (NoExecute, tolerationSeconds);
 * fault injection (error statuses, "performed but answered with an error", dropped connections,
   delays), watch disconnection, and a request log so tests can assert on exact traffic.
 
 Not emulated (requests for them get a 404 / 405 / 415 / 400 Status): namespaces as objects (any
 namespace is accepted), other resource types, server-side apply, dryRun on create, protobuf,
-authn/authz/admission webhooks, workload controllers creating pods, the scheduler, taint-based
-eviction.  Binding to a node that does not exist succeeds, as on a real API server (pod GC then
+authn/authz/admission webhooks, workload controllers creating pods, the scheduler, the node
+monitor (a node is NotReady only when told: ``set_node_ready``).  ``kubectl get`` works (Table
+output for pods, nodes, events; name + age for the other kinds).  Binding to a node that does not exist succeeds, as on a real API server (pod GC then
 removes the pod).  The binding answer is a Status object, which the v37 client cannot deserialise
 into V1Binding: call it with ``_preload_content=False``, as against a real cluster (the eviction's
 Status deserialises into an empty V1Eviction).
@@ -1114,6 +1116,8 @@ class KubeEmulator:
             st["phase"] = "Running"
             st["hostIP"] = _node_ip(node)
             st.setdefault("podIP", _pod_ip(pod["metadata"]["uid"]))
+            st.setdefault("podIPs", [{"ip": st["podIP"]}])
+            st["hostIPs"] = [{"ip": st["hostIP"]}]
             st["startTime"] = _rfc3339(now)
             for ctype in ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled"):
                 _set_condition(st, ctype, "True", now)
@@ -2242,6 +2246,119 @@ def _validate_event(ev: dict, res: _Resource, now: float, *, update: bool = Fals
 
 
 # --------------------------------------------------------------------------------------------------
+# Table output (what kubectl asks for with Accept: application/json;as=Table;g=meta.k8s.io;v=v1)
+# --------------------------------------------------------------------------------------------------
+
+
+def _human_duration(seconds: float) -> str:
+    """apimachinery's HumanDuration, the AGE column format."""
+    s = int(max(0, seconds))
+    if s < 120:
+        return f"{s}s"
+    m = s // 60
+    if m < 10:
+        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
+    if m < 180:
+        return f"{m}m"
+    h = s // 3600
+    if h < 8:
+        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
+    if h < 48:
+        return f"{h}h"
+    d = h // 24
+    if h < 24 * 8:
+        return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
+    return f"{d}d" if d < 365 * 2 else f"{d // 365}y"
+
+
+def _age(obj: dict, now: float) -> str:
+    created = _parse_time(_deep(obj, "metadata.creationTimestamp"))
+    return "<unknown>" if created is None else _human_duration(now - created)
+
+
+def _pod_row(pod: dict, now: float) -> list[Any]:
+    st = pod.get("status") or {}
+    statuses = st.get("containerStatuses") or []
+    total = len(_deep(pod, "spec.containers", []) or [])
+    ready = sum(1 for c in statuses if c.get("ready"))
+    reason = st.get("reason") or st.get("phase") or "Pending"
+    for c in statuses:
+        term = (c.get("state") or {}).get("terminated")
+        if term and st.get("phase") in ("Succeeded", "Failed"):
+            reason = term.get("reason") or reason
+    if pod["metadata"].get("deletionTimestamp"):
+        reason = "Terminating"
+    restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
+    return [
+        pod["metadata"]["name"], f"{ready}/{total}", reason, restarts, _age(pod, now),
+        st.get("podIP") or "<none>", _deep(pod, "spec.nodeName") or "<none>",
+        st.get("nominatedNodeName") or "<none>", "<none>",
+    ]
+
+
+def _node_row(node: dict, now: float) -> list[Any]:
+    status = "Ready" if _node_ready(node) else "NotReady"
+    if _deep(node, "spec.unschedulable"):
+        status += ",SchedulingDisabled"
+    labels = _deep(node, "metadata.labels", {}) or {}
+    roles = ",".join(sorted(k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/"))) or "<none>"
+    info = _deep(node, "status.nodeInfo", {}) or {}
+    addresses = {a.get("type"): a.get("address") for a in _deep(node, "status.addresses", []) or []}
+    return [
+        node["metadata"]["name"], status, roles, _age(node, now), info.get("kubeletVersion", ""),
+        addresses.get("InternalIP", "<none>"), addresses.get("ExternalIP", "<none>"),
+        info.get("osImage", "<unknown>"), info.get("kernelVersion", "<unknown>"), info.get("containerRuntimeVersion", "<unknown>"),
+    ]
+
+
+def _event_row(ev: dict, now: float) -> list[Any]:
+    inv = ev.get("involvedObject") or {}
+    last = _parse_time(ev.get("lastTimestamp") or ev.get("eventTime") or _deep(ev, "metadata.creationTimestamp"))
+    return [
+        "<unknown>" if last is None else _human_duration(now - last), ev.get("type", ""), ev.get("reason", ""),
+        f"{(inv.get('kind') or '').lower()}/{inv.get('name', '')}", ev.get("message", ""),
+    ]
+
+
+def _col(name: str, kind: str = "string", priority: int = 0, fmt: str = "") -> dict:
+    return {"name": name, "type": kind, "format": fmt, "description": "", "priority": priority}
+
+
+_TABLES: dict[str, tuple[list[dict], Callable[[dict, float], list[Any]]]] = {
+    "pods": ([
+        _col("Name", fmt="name"), _col("Ready"), _col("Status"), _col("Restarts", "string"), _col("Age"),
+        _col("IP", priority=1), _col("Node", priority=1), _col("Nominated Node", priority=1), _col("Readiness Gates", priority=1),
+    ], _pod_row),
+    "nodes": ([
+        _col("Name", fmt="name"), _col("Status"), _col("Roles"), _col("Age"), _col("Version"),
+        _col("Internal-IP", priority=1), _col("External-IP", priority=1), _col("OS-Image", priority=1),
+        _col("Kernel-Version", priority=1), _col("Container-Runtime", priority=1),
+    ], _node_row),
+    "events": ([_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"), _col("Message")], _event_row),
+}
+
+
+def _wants_table(accept: str) -> bool:
+    return "as=Table" in accept.replace(" ", "")
+
+
+def _table(res: _Resource, objs: list[dict], now: float, meta: dict, include: str) -> dict:
+    cols, row_fn = _TABLES.get(res.store, (None, None))
+    if cols is None:
+        cols = [_col("Name", fmt="name"), _col("Age")]
+        row_fn = lambda o, n: [o["metadata"]["name"], _age(o, n)]  # noqa: E731 - a one-line printer
+    rows = []
+    for obj in objs:
+        row: dict[str, Any] = {"cells": row_fn(obj, now)}
+        if include == "Object":
+            row["object"] = res.view(obj)
+        elif include != "None":
+            row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+        rows.append(row)
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "columnDefinitions": cols, "rows": rows}
+
+
+# --------------------------------------------------------------------------------------------------
 # HTTP
 # --------------------------------------------------------------------------------------------------
 
@@ -2333,6 +2450,7 @@ class _Handler(BaseHTTPRequestHandler):
     emulator: KubeEmulator
     protocol_version = "HTTP/1.1"
     server_version = "kai-kube-emulator"
+    _watch_table: str | None = None  # set per watch request that asked for Table output
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature from the base class
         pass
@@ -2537,7 +2655,15 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 if _parse_bool(query.get("watch")):
                     return 200, None, lambda: self._watch(res, sel, query)
-                return 200, em.list_objects(res, sel, query), None
+                listed = em.list_objects(res, sel, query)
+                if _wants_table(self.headers.get("Accept", "")):
+                    with em._lock:
+                        stored = [
+                            em._objects[res.store].get(em._key(res, i["metadata"].get("namespace"), i["metadata"]["name"])) or i
+                            for i in listed["items"]
+                        ]
+                    return 200, _table(res, stored, em.now(), listed["metadata"], query.get("includeObject", "Metadata")), None
+                return 200, listed, None
             if method == "POST" and (ns is not None or not res.namespaced):
                 if query.get("dryRun"):
                     raise ApiError(400, "dryRun is not supported by the emulator")
@@ -2558,6 +2684,8 @@ class _Handler(BaseHTTPRequestHandler):
                 obj = em._objects[res.store].get(em._key(res, ns, name))
                 if obj is None:
                     raise _not_found(res.qualified, name)
+                if _wants_table(self.headers.get("Accept", "")) and sub is None:
+                    return 200, _table(res, [obj], em.now(), {"resourceVersion": obj["metadata"]["resourceVersion"]}, query.get("includeObject", "Metadata")), None
                 return 200, res.view(obj), None
         if method == "PUT":
             return 200, res.view(em.update_object(res, ns, name, body, subresource=sub)), None
@@ -2587,6 +2715,7 @@ class _Handler(BaseHTTPRequestHandler):
         timeout = _parse_int("timeoutSeconds", query.get("timeoutSeconds"))
         bookmarks = _parse_bool(query.get("allowWatchBookmarks"))
         send_initial = _parse_bool(query.get("sendInitialEvents"))
+        self._watch_table = query.get("includeObject", "Metadata") if _wants_table(self.headers.get("Accept", "")) else None
         initial: list[dict] = []
         too_old: dict | None = None
         with em._cond:
@@ -2611,7 +2740,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._end_stream()
                 return
             for obj in initial:
-                self._write_chunk(json.dumps({"type": "ADDED", "object": res.view(obj)}).encode() + b"\n")
+                self._write_chunk(self._event_json(res, "ADDED", obj))
             if send_initial and bookmarks:
                 self._write_chunk(self._bookmark(res, last, initial_end=True))
             deadline = time.monotonic() + timeout if timeout else None
@@ -2646,7 +2775,7 @@ class _Handler(BaseHTTPRequestHandler):
                         for ev in em._history:
                             if ev.rv <= last or ev.store != res.store:
                                 continue
-                            line = self._event_line(res, sel, ev)
+                            line = self._event_line(res, sel, ev, table=self._watch_table, now=em.now())
                             if line is not None:
                                 out.append(line)
                         last = em._rv
@@ -2683,8 +2812,15 @@ class _Handler(BaseHTTPRequestHandler):
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
         return json.dumps({"type": "BOOKMARK", "object": {"kind": res.kind, "apiVersion": res.api_version, "metadata": meta}}).encode() + b"\n"
 
+    def _event_json(self, res: _Resource, etype: str, obj: dict) -> bytes:
+        if self._watch_table is not None:
+            body = _table(res, [obj], self.emulator.now(), {"resourceVersion": obj["metadata"]["resourceVersion"]}, self._watch_table)
+        else:
+            body = res.view(obj)
+        return json.dumps({"type": etype, "object": body}).encode() + b"\n"
+
     @staticmethod
-    def _event_line(res: _Resource, sel: _Selector, ev: _WatchEvent) -> bytes | None:
+    def _event_line(res: _Resource, sel: _Selector, ev: _WatchEvent, *, table: str | None = None, now: float = 0.0) -> bytes | None:
         """Re-type the event for this watcher's selector, as the watch cache does."""
         cur_ok = ev.type != "DELETED" and sel.matches(ev.obj)
         prev_ok = sel.matches(ev.prev) if ev.type != "ADDED" else False
@@ -2702,7 +2838,8 @@ class _Handler(BaseHTTPRequestHandler):
             etype = "DELETED"
         else:
             return None
-        return json.dumps({"type": etype, "object": res.view(obj)}).encode() + b"\n"
+        body = res.view(obj) if table is None else _table(res, [obj], now, {"resourceVersion": obj["metadata"]["resourceVersion"]}, table)
+        return json.dumps({"type": etype, "object": body}).encode() + b"\n"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -646,3 +646,30 @@ def test_not_ready_node_is_tainted_and_its_pods_go_after_the_toleration(kube_emu
     kube_emulator.set_node_ready("n1", True)
     kube_emulator.advance(0)
     assert core.read_node("n1").spec.taints is None
+
+
+def test_table_output_for_kubectl(kube_emulator):
+    kube_emulator.add_node("n1")
+    kube_emulator.add_pod("ns", "p", node_name="n1")
+    kube_emulator.add_pod("ns", "q")
+    kube_emulator.advance(90)
+    accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+    resp = urllib3.PoolManager().request("GET", kube_emulator.url + "/api/v1/namespaces/ns/pods", headers={"Accept": accept})
+    table = json.loads(resp.data)
+    assert table["kind"] == "Table" and [c["name"] for c in table["columnDefinitions"]][:5] == ["Name", "Ready", "Status", "Restarts", "Age"]
+    assert [r["cells"][:5] for r in table["rows"]] == [["p", "1/1", "Running", 0, "90s"], ["q", "0/1", "Pending", 0, "90s"]]
+    assert table["rows"][0]["object"]["kind"] == "PartialObjectMetadata"
+
+
+@pytest.mark.skipif(__import__("shutil").which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_get_pods_wide(kube_emulator, tmp_path):
+    import subprocess
+
+    kube_emulator.add_node("n1")
+    kube_emulator.add_pod("ns", "p", node_name="n1")
+    kube_emulator.advance(0)
+    kubeconfig = kube_emulator.write_kubeconfig(str(tmp_path / "kc"))
+    out = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "get", "pods", "-n", "ns", "-o", "wide"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout.splitlines()
+    assert out[0].split()[:3] == ["NAME", "READY", "STATUS"]
+    assert out[1].split()[:3] == ["p", "1/1", "Running"] and "n1" in out[1].split()
