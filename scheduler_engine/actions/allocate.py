@@ -614,7 +614,11 @@ class Allocator:
         if hit is not None and hit[0] == s.resources_freed:
             return hit[1]
         t = self._gtask[g]
-        msg = s.queue_over_capacity(sig[0], s.task_quota_req[t], not sig[1]) or self.nofit[self._gshape[g]][1]
+        shape = self._gshape[g]
+        hit = self.nofit.get(shape) if shape is not None else None
+        if hit is None or hit[0] != s.resources_freed:
+            raise RuntimeError(f"allocate early exit: group {g} ({sig}) is not known to fail")
+        msg = s.queue_over_capacity(sig[0], s.task_quota_req[t], not sig[1]) or hit[1]
         self.fail_cache[sig] = (s.resources_freed, msg)
         return msg
 
