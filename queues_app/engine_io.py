@@ -295,6 +295,23 @@ def build_engine_input(
         "node_selector", "state", "node__name", "gpu_groups", "version",
     ):
         task_rows.setdefault(t["workload_id"], []).append(t)
+    # A gang whose pods are still arriving (Kubernetes mode: a pod group of minAvailable 4 with 2
+    # pods so far) cannot start, and the engine rightly refuses minAvailable > tasks: wait for the
+    # rest instead of failing the cycle.  One that already holds resources and lost pods keeps
+    # running with what it has (its controller recreates the missing pods).
+    kept = []
+    for w in wl_rows:
+        have = task_rows.get(w["id"], [])
+        if len(have) < int(w["min_available"]):
+            if not any(t["state"] in TASK_STATES_HOLDING for t in have):
+                excluded_workloads[w["id"]] = (f"waiting for pods: gang needs {w['min_available']}, "
+                                               f"{len(have)} exist")
+                continue
+            w["min_available"] = len(have)
+        kept.append(w)
+    if len(kept) != len(wl_rows):
+        wl_rows = kept
+        job_names = _unique_names([w["name"] for w in wl_rows], [w["queue__name"] for w in wl_rows])
 
     jobs = []
     all_tasks: list[dict[str, Any]] = []

@@ -156,6 +156,7 @@ class Snap:
     task_workload: dict[int, int]
     workload_status: dict[int, str]
     now: datetime
+    excluded: dict[int, str] = field(default_factory=dict)  # workload id -> why it is not in the snapshot
 
 
 def take_snapshot(*, now: datetime) -> Snap:
@@ -188,7 +189,7 @@ def take_snapshot(*, now: datetime) -> Snap:
     task_workload = {index.task_id[t["name"]]: index.workload_id[j["name"]]
                      for j in engine_input.data["jobs"] for t in j["tasks"]}
     return Snap(generation=generation, data=engine_input.data, index=index, task_workload=task_workload,
-                workload_status=status, now=now)
+                workload_status=status, now=now, excluded=dict(engine_input.excluded_workloads))
 
 
 # ----------------------------------------------------------------------------- the cycle
@@ -285,6 +286,7 @@ def _apply(*, plan: cycle_apply.Plan, snap: Snap, holder: str, trigger: str, sta
         cycle_apply.write_workloads(plan, final, now=apply_started)
         cycle_apply.write_queue_status(plan, cycle=cycle, now=apply_started)
         n_events = cycle_apply.write_events(plan, snap.index, drops, cycle=cycle, now=apply_started)
+        n_events += cycle_apply.write_exclusion_events(snap.excluded, cycle=cycle, now=apply_started)
         if cfg.cluster_mode == "kubernetes":  # the orders to the cluster commit with the decisions (issue #7)
             from queues_app.services.kube_dispatch import kube_outbox_write
 

@@ -649,5 +649,14 @@ def write_events(plan: Plan, index: Any, drops: Mapping[int, str], *, cycle: Sch
     return len(rows)
 
 
+def write_exclusion_events(excluded: Mapping[int, str], *, cycle: SchedulingCycle, now: datetime) -> int:
+    """Why a workload was left out of the snapshot (a gang still waiting for its pods, a queue
+    tree corrupted by raw SQL): one ``NotScheduled`` event each, so "why pending" has an answer."""
+    rows = [SchedulingEvent(cycle=cycle, workload_id=wid, reason="NotScheduled", message=why[:1000], created_at=now)
+            for wid, why in excluded.items()]
+    SchedulingEvent.objects.bulk_create(rows, batch_size=1000)
+    return len(rows)
+
+
 def vendor_is_postgres() -> bool:
     return connection.vendor == "postgresql"
