@@ -306,6 +306,8 @@ class VictimQueue:
         self._total = state.total.tolist()
         self._tree = None
         self._live: set[int] | None = None
+        self._rep: dict[int, int] | None = None  # node -> leaf representing it in victim order
+        self._dirty: set[int] = set()  # leaves popped from / pushed to since the winners were computed
         if jobs.size:
             prio = np.asarray(s.jobs.priority)[jobs].astype(np.int64)
             act = s.job_num_active_arr[jobs]
@@ -338,6 +340,7 @@ class VictimQueue:
         if self._live is not None:
             self._live.add(q)
         self._ver[q] = self._ver.get(q, 0) + 1
+        self._dirty.add(q)
 
     def _head(self, q: int) -> tuple[str, _Rep] | None:
         """The leaf's next victim: ("heap", rep) or ("sorted", rep); cached until popped/pushed."""
@@ -425,6 +428,60 @@ class VictimQueue:
         self._cmp[key] = p
         return p
 
+    def _first(self, c: int, b: int) -> bool:
+        """Victim order is the queue order reversed: is node c taken before node b?"""
+        rep = self._rep
+        if _QueueProfile is None:
+            return not queue_less(self.state, c, b, self._leaf_victims(rep[c]), self._leaf_victims(rep[b]),
+                                  victim=True)
+        return not _profile_less(self._profile(c, rep[c]), self._profile(b, rep[b]))
+
+    def _scan(self, nodes: list[int]) -> int:
+        b = nodes[0]
+        for c in nodes[1:]:
+            if self._first(c, b):
+                b = c
+        return b
+
+    def _tournament(self, children: dict[int, list[int]], tops: list[int]) -> int:
+        """The leaf whose victim comes next: winners kept per node, recomputed on changed paths only.
+
+        A node's winner depends only on its children's profiles, and a pop or push changes one
+        leaf's profile (and possibly the tree above it): so only the nodes on the paths of leaves
+        changed since the last call are rescanned, deepest first, children in the same order as a
+        full walk (identical winners, ties included).
+        """
+        rep = self._rep
+        paths = self.state.queue_path_list
+        if rep is None:
+            rep = self._rep = {}
+
+            def build(q: int) -> None:
+                kids = children.get(q)
+                if kids:
+                    for c in kids:
+                        build(c)
+                    rep[q] = rep[self._scan(kids)]
+                else:
+                    rep[q] = q
+
+            for q in tops:
+                build(q)
+        else:
+            nodes: set[int] = set()
+            for lq in self._dirty:
+                nodes.update(paths[lq])
+            for q in sorted(nodes, key=lambda x: -len(paths[x])):
+                kids = children.get(q)
+                if kids:
+                    rep[q] = rep[self._scan(kids)]
+                elif q in self._live:
+                    rep[q] = q
+                else:
+                    rep.pop(q, None)
+        self._dirty.clear()
+        return rep[self._scan(tops)]
+
     def pop(self) -> tuple[int, list[int]] | None:
         s = self.state
         if self._live is None:
@@ -435,29 +492,7 @@ class VictimQueue:
             leaf = next(iter(self._live))
         else:
             children, tops = self._tree_of(frozenset(self._live))
-            rep_leaf: dict[int, int] = {}
-
-            def leaf_of(q: int) -> int:
-                if q not in rep_leaf:
-                    kids = children.get(q)
-                    rep_leaf[q] = q if not kids else leaf_of(best(kids))
-                return rep_leaf[q]
-
-            def first(c: int, b: int) -> bool:
-                # victim order is the queue order reversed
-                if _QueueProfile is None:
-                    lc, lb = leaf_of(c), leaf_of(b)
-                    return not queue_less(s, c, b, self._leaf_victims(lc), self._leaf_victims(lb), victim=True)
-                return not _profile_less(self._profile(c, leaf_of(c)), self._profile(b, leaf_of(b)))
-
-            def best(nodes: list[int]) -> int:
-                b = nodes[0]
-                for c in nodes[1:]:
-                    if first(c, b):
-                        b = c
-                return b
-
-            leaf = leaf_of(best(tops))
+            leaf = self._tournament(children, tops)
         where, rep = self._head(leaf)
         if where == "heap":
             heapq.heappop(self.heaps[leaf])
@@ -465,6 +500,7 @@ class VictimQueue:
             self.ptr[leaf] += 1
         self.head_rep.pop(leaf, None)
         self._ver[leaf] = self._ver.get(leaf, 0) + 1
+        self._dirty.add(leaf)
         self.popped_alloc[leaf] = self.popped_alloc.get(leaf, np.zeros(NRES)) + rep.alloc
         if not self._nonempty(leaf):
             self._live.discard(leaf)
