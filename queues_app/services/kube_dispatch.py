@@ -444,14 +444,14 @@ def _apply_verdict(run: _Run, row: KubeOutbox, verdict: str, pod: api.Reply) -> 
         _observe(pod.body)
 
 
-def _unit_retry(run: _Run, live: list[KubeOutbox], reply: api.Reply) -> None:
-    """A transient problem before any member was bound: the whole unit is retried (its rows
-    share their attempt count, so they run out of attempts together)."""
+def _unit_retry(run: _Run, live: list[KubeOutbox], reply: api.Reply, unit: str | None) -> None:
+    """A transient problem before any member of the unit was bound in this run: the whole unit
+    is retried (its rows share their attempt count, so they run out of attempts together)."""
     for row in live:
         _attempted(run, row)
     failed = [r for r in live if _retry_or_fail(run, r, reply)]
     if failed:
-        _bind_failed(run, live, "retries_exhausted", reply.describe())
+        _bind_lost(run, failed, unit)
 
 
 def _bind_lost(run: _Run, lost: list[KubeOutbox], unit: str | None) -> None:
@@ -493,44 +493,42 @@ def _bind_unit(run: _Run, rows: list[KubeOutbox]) -> None:
     for node in sorted({r.node_name for r in live}):
         reply = _node_check(run, node)
         if reply.not_found:
-            _bind_failed(run, live, "node_gone", f"node {node} does not exist")
+            for row in live:
+                _finish(run, row, KubeOutboxStatus.FAILED, "node_gone", f"node {node} does not exist")
+            _bind_lost(run, live, unit)
             return
         if not reply.ok:
-            _unit_retry(run, live, reply)
+            _unit_retry(run, live, reply, unit)
             return
     # 2. pre-flight read-back of every member of a gang (a single pod is read back after its bind)
-    already: set[int] = set()
     if len(live) > 1:
         broken: list[KubeOutbox] = []
         unknown: api.Reply | None = None
         for row in live:
             pod = _readback(run, row)
             verdict = _verdict(row, pod)
-            if verdict == "bound":
-                already.add(row.pk)
+            if verdict == "bound":  # bound by an earlier attempt whose reply was lost
+                if pod.body:
+                    _observe(pod.body)
+                _finish(run, row, KubeOutboxStatus.DONE, "already_bound")
+                _scheduled(run, row)
             elif verdict == "unknown":
                 unknown = pod
             elif verdict != "unbound":
                 _apply_verdict(run, row, verdict, pod)
                 _finish(run, row, KubeOutboxStatus.FAILED, f"pod_{verdict}")
                 broken.append(row)
+        live = [r for r in live if r.status == KubeOutboxStatus.PENDING]
         if broken:
-            _bind_lost(run, broken, unit)
+            _bind_lost(run, broken, unit)  # aborts the unbound members, evicts the bound ones
             return
         if unknown is not None:
-            _unit_retry(run, live, unknown)
+            _unit_retry(run, live, unknown, unit)
             return
     # 3. bind, then read back
     bound: list[KubeOutbox] = []
     lost: list[KubeOutbox] = []
     for row in live:
-        if row.pk in already:  # bound by an earlier attempt whose reply was lost
-            pod = _readback(run, row)
-            if pod.ok and pod.body:
-                _observe(pod.body)
-            _finish(run, row, KubeOutboxStatus.DONE, "already_bound")
-            bound.append(row)
-            continue
         _attempted(run, row)
         reply = run.call(api.bind_pod, namespace=row.namespace, name=row.pod_name, uid=row.pod_uid,
                          node=row.node_name)
@@ -553,11 +551,16 @@ def _bind_unit(run: _Run, rows: list[KubeOutbox]) -> None:
             _finish(run, row, KubeOutboxStatus.FAILED, f"pod_{verdict}", reply.describe())
             lost.append(row)
     for row in bound:
-        if row.task_id:
-            kube_event_enqueue(task_id=row.task_id, reason="Scheduled", now=run.now,
-                               message=f"Successfully assigned {row.namespace}/{row.pod_name} to {row.node_name}")
+        _scheduled(run, row)
     if lost:
         _bind_lost(run, lost, unit)
+
+
+def _scheduled(run: _Run, row: KubeOutbox) -> None:
+    """The ``Scheduled`` event, as kube-scheduler writes it once a binding took effect."""
+    if row.task_id:
+        kube_event_enqueue(task_id=row.task_id, reason="Scheduled", now=run.now,
+                           message=f"Successfully assigned {row.namespace}/{row.pod_name} to {row.node_name}")
 
 
 def _evict_row(run: _Run, row: KubeOutbox) -> None:

@@ -338,3 +338,54 @@ def test_an_event_whose_reply_was_lost_is_not_duplicated(cluster, kube_client):
     assert KubeOutbox.objects.filter(kind="event", status="pending").count() == 0
     assert set(KubeOutbox.objects.filter(kind="event").values_list("outcome", flat=True)) == {"already_posted"}
     assert len(emu.list("events", NS)) == stored, "the retry answered 409 AlreadyExists"
+
+
+def _bind_by_hand(client, pod: str, node: str) -> None:
+    from kubernetes import client as k8s
+
+    k8s.CoreV1Api(client).create_namespaced_pod_binding(
+        name=pod, namespace=NS, _preload_content=False,
+        body=k8s.V1Binding(metadata=k8s.V1ObjectMeta(name=pod), target=k8s.V1ObjectReference(kind="Node", name=node)))
+
+
+def test_a_gang_member_bound_by_a_lost_attempt_is_evicted_when_another_member_vanished(cluster, kube_client):
+    """Pre-flight finds g-0 already bound (an earlier attempt took effect, its outcome was never
+    recorded) and g-1 gone: g-0 is not put back to Pending while bound, it is evicted."""
+    emu = cluster
+    gang(emu, "g", 2)
+    sync(emu)
+    cycle_run(trigger="test")
+    _bind_by_hand(kube_client, "g-0", "n0")
+    emu.delete("pods", NS, "g-1")
+    dispatch(kube_client)
+    assert emu.count_requests("POST", BIND_PATH) == 1, "only the earlier binding"
+    assert Task.objects.get(kube_pod__name="g-0").state == TaskState.RELEASING
+    converge(emu, kube_client)
+    assert emu.count_requests("POST", EVICT_PATH, 201) == 1
+    emu.advance(60)
+    sync(emu)
+    assert Task.objects.count() == 0
+    cycle_run(trigger="test")
+    assert_invariants()
+
+
+def test_a_gang_member_failing_in_a_later_run_rolls_back_the_members_bound_before(cluster, kube_client):
+    emu = cluster
+    gang(emu, "g", 2)
+    sync(emu)
+    cycle_run(trigger="test")
+    emu.faults.add("POST", r"/pods/g-1/binding$", status=503)
+    dispatch(kube_client)
+    assert node_of(emu, "g-0") == "n0" and node_of(emu, "g-1") == ""
+    assert Task.objects.get(kube_pod__name="g-0").state == TaskState.RUNNING
+    emu.delete("pods", NS, "g-1")  # before the retry
+    dispatch(kube_client, after=INTERVAL)
+    assert not Task.objects.filter(kube_pod__name="g-1").exists()
+    assert Task.objects.get(kube_pod__name="g-0").state == TaskState.RELEASING, "not left running below gang size"
+    converge(emu, kube_client)
+    emu.advance(60)
+    sync(emu)
+    assert Task.objects.count() == 0
+    assert performed_binds(emu) == {"g-0": 1}
+    cycle_run(trigger="test")
+    assert_invariants()
