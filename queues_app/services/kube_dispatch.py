@@ -38,6 +38,8 @@ Rules of the dispatcher (issue #7):
   leaves the task Releasing; the sync (or the read-back) reports the pod gone.  Releasing
   tasks older than ``KAI_KUBE_STUCK_EVICTION_SECONDS`` become ``StuckInReleasing`` and are
   reported (SchedulingEvent + Kubernetes Event ``EvictionStuck``).
+* **RBAC** the dispatcher needs (core API group): ``pods/binding`` create, ``pods/eviction``
+  create, ``pods`` get (read-back), ``nodes`` get (target check), ``events`` create.
 * **Single flight.**  A database lease (``KubeLease`` "kube-dispatch") keeps two dispatchers
   from working the same rows at once; correctness does not depend on it (every request is
   idempotent), it only avoids duplicate requests.
@@ -64,7 +66,6 @@ from queues_app.choices import TaskState
 from queues_app.kube import dispatch as api
 from queues_app.models import (
     KubeLease,
-    KubeNode,
     KubeOutbox,
     KubeOutboxKind,
     KubeOutboxStatus,
