@@ -335,3 +335,14 @@ def test_beat_and_route_exist_only_in_kubernetes_mode(settings):
     assert _task_routes() == {"queues_app.tasks.kube_dispatch": {"queue": "dispatch"}}
     settings.KAI_CLUSTER_MODE = "embedded"
     assert "kube-dispatch" not in _beat_schedule() and _task_routes() == {}
+
+
+def test_the_syncs_invalid_queue_event_is_posted_on_the_pod(cluster, kube_client):
+    emu = cluster
+    emu.add_pod(NS, "lost", labels={"kai.scheduler/queue": "no-such-queue"}, requests={"cpu": "1"})
+    sync(emu)
+    assert Task.objects.count() == 0
+    dispatch(kube_client)
+    evs = [e for e in emu.list("events", NS) if e["involvedObject"]["name"] == "lost"]
+    assert [e["reason"] for e in evs] == ["InvalidQueue"] and "no-such-queue" in evs[0]["message"]
+    assert evs[0]["type"] == "Warning"
