@@ -740,8 +740,9 @@ def kube_dispatch_due(*, limit: int = 500, api_client: Any = None, now: datetime
     if not _lease(holder=holder, ttl=ttl, now=now):
         report.status = "skipped"
         return report
+    owned = api_client is None
     try:
-        if api_client is None:
+        if owned:
             from queues_app.kube.client import kube_api_client
 
             api_client = kube_api_client()
@@ -766,4 +767,6 @@ def kube_dispatch_due(*, limit: int = 500, api_client: Any = None, now: datetime
                 _lease(holder=holder, ttl=ttl, now=timezone.now())
     finally:
         _lease_release(holder=holder)
+        if owned and api_client is not None:
+            api_client.close()
     return report
