@@ -144,8 +144,11 @@ class CycleState:
         self.dev_rel = np.zeros((N, G))
         self.dev_group: list[dict[int, str]] = [dict() for _ in range(N)]
         self.dev_shared = np.zeros((N, G), dtype=bool)  # device carries a gpuGroup (shared use)
-        self.node_idle = cap.copy()
-        self.node_releasing = np.zeros((N, NRES))
+        # idle and releasing are views of one (N, 2, 3) array: one journal copy per node
+        self._node_both = np.zeros((N, 2, NRES))
+        self.node_idle = self._node_both[:, 0]
+        self.node_releasing = self._node_both[:, 1]
+        self.node_idle[:] = cap
         self._selector_cache: dict[tuple, np.ndarray] = {}
 
         # ---------------- queues
@@ -189,8 +192,10 @@ class CycleState:
         self.job_min_available = np.asarray(jobs.min_available, dtype=np.int64)
 
         # ---------------- place input tasks on nodes
-        self.queue_alloc = np.zeros((Q, NRES))
-        self.queue_alloc_np = np.zeros((Q, NRES))
+        # both allocations are views of one (Q, 2, 3) array: one journal copy per queue path
+        self._queue_alloc_both = np.zeros((Q, 2, NRES))
+        self.queue_alloc = self._queue_alloc_both[:, 0]
+        self.queue_alloc_np = self._queue_alloc_both[:, 1]
         self.queue_request = np.zeros((Q, NRES))
         self._journal: list[tuple] | None = None  # no journaling while building
         self._path_matrix: np.ndarray | None = None
@@ -228,6 +233,9 @@ class CycleState:
         self._input_node = np.asarray(tasks.node, dtype=np.int64)
         self._input_devices = list(self.task_devices)
         self._input_groups = list(self.task_gpu_groups)
+        # plain-Python views for the journal's hot path (jobs never change queue within a cycle)
+        self._task_job_list: list[int] = self.task_job.tolist()
+        self._job_path = [self.queue_path[q] for q in self.job_queue_arr.tolist()]
         self._journal = []
 
     # ------------------------------------------------------------------ construction helpers
@@ -661,8 +669,8 @@ class CycleState:
         self._protect_len = len(self._journal)
 
     def _undo(self, rec: tuple) -> None:
-        (t, state, node, devs, groups, alloc, n, node_idle, node_rel, dev_rows, gmap, qpath, qa, qanp, nact,
-         rel_take, dev_take) = rec
+        (t, j, state, node, devs, groups, alloc, rel_take, dev_take, n, node_rows, dev_rows, gmap, qpath, qa,
+         nact) = rec
         self.task_rel_take[t] = rel_take
         self.task_dev_take[t] = dev_take
         self.task_state[t] = state
@@ -671,53 +679,56 @@ class CycleState:
         self.task_gpu_groups[t] = groups
         self.task_alloc[t] = alloc
         if n >= 0:
-            self.node_idle[n] = node_idle
-            self.node_releasing[n] = node_rel
+            self._node_both[n] = node_rows
             if dev_rows is not None:
                 self.dev_free[n], self.dev_rel[n] = dev_rows
-            self.dev_group[n] = gmap
-            if self.G:
-                row = self.dev_shared[n]
-                row[:] = False
-                if gmap:
-                    row[[d for d in gmap if d < self.G]] = True
-        if qpath is not None:
-            self.queue_alloc[qpath] = qa
-            self.queue_alloc_np[qpath] = qanp
-            self.queue_version[qpath] += 1
-        self.job_num_active_arr[self.task_job[t]] = nact
-        self.job_version[self.task_job[t]] += 1
-        if n >= 0:
+            if gmap is not None:
+                self.dev_group[n] = gmap
+                if self.G:
+                    row = self.dev_shared[n]
+                    row[:] = False
+                    if gmap:
+                        row[[d for d in gmap if d < self.G]] = True
             self.node_log.append(n)
+        self._queue_alloc_both[qpath] = qa
+        self.queue_version[qpath] += 1
+        self.job_num_active_arr[j] = nact
+        self.job_version[j] += 1
 
     def _record(self, t: int, n: int) -> None:
         """Journal task t / node n before a mutation, and bump the change trackers.
 
         Every mutation of a task, its node, devices or its queue's allocation must call this first
         (also outside this module): the undo journal and the incremental caches rely on it.
+
+        A record keeps references to the task's device / group / device-take lists (this module
+        only ever replaces those entries, never mutates one in place) and copies of the rows that
+        are changed in place; the node's gpuGroup map is copied only for shared-GPU tasks, the only
+        ones whose placement adds a group.
         """
         if self._journal is None:
             return
-        j = int(self.task_job[t])
-        q = int(self.job_queue_arr[j])
-        path = self.queue_path[q]
+        j = self._task_job_list[t]
+        path = self._job_path[j]
         self.job_version[j] += 1
         self.queue_version[path] += 1
-        if n >= 0:
-            self.node_log.append(n)
         state = int(self.task_state[t])
-        if state == _PEND and self.task_node[t] >= 0 and self._input_state[t] == _RUN:
+        node = int(self.task_node[t])
+        if state == _PEND and node >= 0 and self._input_state[t] == _RUN:
             # a Releasing input-Running task momentarily Pending while it is pipelined elsewhere
             # (victims._place_released): undoing that placement makes it Releasing again
             state = _REL
+        if n >= 0:
+            self.node_log.append(n)
+            node_rows = self._node_both[n].copy()
+            dev_rows = (self.dev_free[n].copy(), self.dev_rel[n].copy()) if self.G else None
+            gmap = dict(self.dev_group[n]) if self.task_is_shared[t] else None
+        else:
+            node_rows = dev_rows = gmap = None
         self._journal.append((
-            t, state, int(self.task_node[t]), list(self.task_devices[t]),
-            list(self.task_gpu_groups[t]), self.task_alloc[t].copy(), n,
-            self.node_idle[n].copy() if n >= 0 else None, self.node_releasing[n].copy() if n >= 0 else None,
-            (self.dev_free[n].copy(), self.dev_rel[n].copy()) if (n >= 0 and self.G) else None,
-            dict(self.dev_group[n]) if n >= 0 else None,
-            path, self.queue_alloc[path].copy(), self.queue_alloc_np[path].copy(), int(self.job_num_active_arr[j]),
-            self.task_rel_take[t].copy(), list(self.task_dev_take[t]),
+            t, j, state, node, self.task_devices[t], self.task_gpu_groups[t], self.task_alloc[t].copy(),
+            self.task_rel_take[t].copy(), self.task_dev_take[t], n, node_rows, dev_rows, gmap,
+            path, self._queue_alloc_both[path], int(self.job_num_active_arr[j]),
         ))
 
     # ------------------------------------------------------------------ mutations
