@@ -92,3 +92,43 @@ def test_cli_text_and_json(capsys):
 def test_cli_rejects_bad_sizes(args, msg, capsys):
     assert cli.main(["bench", *args]) == 2
     assert msg in capsys.readouterr().err
+
+
+def test_per_phase_decisions_add_up_and_memory_is_reported():
+    rep = run_bench(nodes=30, jobs=150, queues=12, seed=2, actions=("allocate", "stalegangeviction"))
+    d = rep["decisions"]
+    per = d["per_phase"]
+    assert list(per) == ["allocate", "stalegangeviction"]
+    for k in ("binding", "pipelined", "evicted", "events"):
+        assert sum(p[k] for p in per.values()) == d[k]
+    assert per["allocate"]["binding"] == d["binding"] > 0
+    mem = d["peak_rss_bytes_after"]
+    assert set(mem) == {"open", "allocate", "stalegangeviction", "result"}
+    assert 0 < mem["open"] <= mem["allocate"] <= mem["result"] <= rep["peak_rss_bytes"]
+
+
+def test_reference_runs_on_a_cluster_of_at_most_reference_nodes():
+    from scheduler_engine.bench import reference_size
+
+    assert reference_size(10000, 56000, 1000, 1000) == (1000, 5600, 100)
+    assert reference_size(800, 4000, 100, 1000) == (800, 4000, 100)
+    assert reference_size(10000, 10, 10, 1000) == (1000, 1, 3)
+    rep = run_bench(nodes=24, jobs=120, queues=9, seed=2, compare=True, reference_nodes=12,
+                    actions=("allocate",))
+    r = rep["reference"]
+    assert r["cluster"] == {"nodes": 12, "jobs": 60, "queues": 4} and r["same_decisions"] and r["placed_tasks"] > 0
+
+
+def test_target_summary_and_exit_status(capsys):
+    from scheduler_engine.bench import target_summary
+
+    rep = {"timings": {"total": 1.5}, "peak_rss_bytes": 3 * 2**30}
+    g = target_summary(rep)
+    assert g["seconds_ok"] and not g["memory_ok"] and not g["met"]
+    assert target_summary({"timings": {"total": 0.1}, "peak_rss_bytes": 2**20})["met"]
+    base = ["bench", "--nodes", "12", "--jobs", "40", "--queues", "9", "--actions", "allocate", "--target"]
+    assert cli.main(base) == 0
+    assert "target: full cycle" in capsys.readouterr().out
+    assert cli.main([*base, "--target-seconds", "1e-9", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["target"]["seconds_ok"] is False and out["target"]["memory_ok"] is True
