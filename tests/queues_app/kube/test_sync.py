@@ -533,3 +533,63 @@ def test_the_run_loop_stops_watching_when_the_lease_is_lost(kube_emulator, kube_
     threading.Timer(0.8, stop.set).start()
     a.run(stop, poll=0.2)
     assert not a.leader and not Node.objects.exists() and a.nodes.relists == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_running_replicas_one_syncs_and_the_other_takes_over_after_the_lease_expires(
+        kube_emulator, kube_client, settings):
+    """The real loop, in threads with their own database connections: replica b waits while a
+    leads; a dies without releasing (no clean shutdown), b takes over once the lease expired
+    and catches up with what changed meanwhile."""
+    import time
+
+    settings.KAI_CLUSTER_MODE = "kubernetes"
+    root = queue_create(name="root", quotas={"gpu": {"quota": 16}})
+    queue_create(name="qa", parent=root, quotas={"gpu": {"quota": 16}})
+    em = kube_emulator
+    em.add_node("n1", gpus=8)
+    em.add_pod("ns", "first", labels=QUEUE, requests=GPU1)
+    a = KubeSync(api_client=kube_client, holder="a", lease_ttl=1.5, watch_timeout=1)
+    b = KubeSync(api_client=kube_client, holder="b", lease_ttl=1.5, watch_timeout=1)
+    a.release = lambda: None  # a "crashes": it never gives the lease back
+    stop_a, stop_b = threading.Event(), threading.Event()
+
+    def wait_for(cond, timeout=15.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cond():
+                return True
+            time.sleep(0.1)
+        return False
+
+    ta = threading.Thread(target=a.run, args=(stop_a,), kwargs={"poll": 0.3})
+    ta.start()
+    try:
+        assert wait_for(lambda: KubePod.objects.filter(name="first").exists())
+        tb = threading.Thread(target=b.run, args=(stop_b,), kwargs={"poll": 0.3})
+        tb.start()
+        try:
+            time.sleep(1.0)
+            assert b.nodes.relists == 0 and b.pods.relists == 0 and not b.leader
+            assert KubeLease.objects.get(name="kube-sync").holder == "a"
+            stop_a.set()
+            a.nodes.interrupt()
+            a.pods.interrupt()
+            ta.join(10)
+            em.add_pod("ns", "while-nobody-leads", labels=QUEUE, requests=GPU1)
+            assert wait_for(lambda: KubePod.objects.filter(name="while-nobody-leads").exists())
+            assert b.leader and b.pods.relists >= 1
+            assert KubeLease.objects.get(name="kube-sync").holder == "b"
+            em.add_pod("ns", "watched-by-b", labels=QUEUE, requests=GPU1)
+            assert wait_for(lambda: KubePod.objects.filter(name="watched-by-b").exists())
+        finally:
+            stop_b.set()
+            b.nodes.interrupt()
+            b.pods.interrupt()
+            tb.join(10)
+    finally:
+        stop_a.set()
+        ta.join(10)
+    assert not ta.is_alive() and not tb.is_alive()
+    assert KubeLease.objects.get(name="kube-sync").holder == ""  # b shut down cleanly
+    assert_invariants()
