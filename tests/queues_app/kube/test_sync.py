@@ -111,8 +111,31 @@ def test_grouping_by_controller_and_single_pods(kube_emulator, sync):
     groups = dict(KubeWorkloadRef.objects.values_list("group", "owner_uid"))
     assert groups == {"Job/train": "job-uid-1", "pod/solo": ""}
     train = Workload.objects.get(kube_ref__group="Job/train")
-    # the emulator serves no batch/v1 jobs: the owner's replica count is unknown -> gang of 1
+    # no Job object named "train" exists (GET answers 404): the replica count is unknown -> gang of 1
     assert train.min_available == 1 and train.tasks.count() == 2
+
+
+def test_owner_controllers_read_through_the_api_give_group_and_gang_size(kube_emulator, sync):
+    em = kube_emulator
+    job = em.add_owner("Job", "ns", "train", parallelism=3)
+    deploy = em.add_owner("Deployment", "ns", "web", replicas=2)
+    rs = em.add_owner("ReplicaSet", "ns", "web-5d8f", replicas=2, owner=deploy)
+    cron = em.add_owner("CronJob", "ns", "nightly", parallelism=2)
+    run = em.add_owner("Job", "ns", "nightly-290", parallelism=2, owner=cron)
+    for i in range(3):
+        em.add_pod("ns", f"train-{i}", labels=QUEUE, owner=job, requests=GPU1)
+    em.add_pod("ns", "web-5d8f-a", labels=QUEUE, owner=rs, requests={"cpu": "1"})
+    assert sync.sync_once()
+    em.add_pod("ns", "web-5d8f-b", labels=QUEUE, owner=rs, requests={"cpu": "1"})  # through the watch
+    em.add_pod("ns", "nightly-290-a", labels=QUEUE, owner=run, requests={"cpu": "1"})
+    sync.pods.watch_once()
+    got = {r.group: (r.owner_uid, r.workload.min_available, r.workload.tasks.count())
+           for r in KubeWorkloadRef.objects.select_related("workload")}
+    assert got == {
+        "Job/train": (job["metadata"]["uid"], 3, 3),
+        "Deployment/web": (deploy["metadata"]["uid"], 2, 2),  # the top owner, not the ReplicaSet
+        "Job/nightly-290": (run["metadata"]["uid"], 2, 1),  # each CronJob run is its own workload
+    }
 
 
 def test_owner_resolver_climbs_to_the_top_controller_and_takes_its_replicas():
