@@ -437,6 +437,7 @@ def test_watch_disconnects_resume_without_losing_events(kube_emulator, sync):
     assert sorted(KubePod.objects.values_list("name", flat=True)) == [
         "before-0", "before-1", "before-2", "while-down-0", "while-down-1"]
     assert pods.watches >= 3 and pods.relists == 1 and pods.gone == 0
+    assert pods.errors >= 1  # the reset surfaced as a connection error, backed off, then resumed
     assert_invariants()
 
 
