@@ -251,6 +251,13 @@ def _follow(task: Task, status: translate.PodStatus, *, now: datetime) -> bool:
     return True
 
 
+def _older(rv: str, than: str) -> bool:
+    """Whether resourceVersion ``rv`` is before ``than``.  resourceVersions are opaque to clients
+    in general; the API server's are etcd revisions (decimal integers, increasing), so two
+    decimal values are compared and anything else counts as not older."""
+    return rv.isdigit() and than.isdigit() and int(rv) < int(than)
+
+
 def _kpod_status(kpod: KubePod) -> translate.PodStatus:
     return translate.PodStatus(node_name=kpod.node_name, phase=kpod.phase or "Pending",
                                deleting=kpod.deletion_timestamp is not None,
@@ -315,7 +322,15 @@ def _update_pod(kpod: KubePod, obj: Mapping[str, Any], *, now: datetime) -> Task
     rv = translate.resource_version_of(obj)
     status = translate.pod_status(obj)
     task = kpod.task
-    if rv and rv == kpod.resource_version and status == _kpod_status(kpod):
+    if _older(rv, kpod.resource_version):
+        return task  # a stale copy (a watch event behind the dispatcher's read-back): ignore
+    if not status.node_name and kpod.node_name:
+        # spec.nodeName cannot be unset once set (the API refuses it): a copy without it is older
+        status = translate.PodStatus(node_name=kpod.node_name, phase=status.phase, deleting=status.deleting,
+                                     deletion_timestamp=status.deletion_timestamp)
+    known = _kpod_status(kpod)
+    if rv == kpod.resource_version and (status.node_name, status.phase, status.deleting) == (
+            known.node_name, known.phase, known.deleting):
         return task
     _lock_workload(task.workload_id)
     task = Task.objects.select_for_update().get(pk=task.pk)

@@ -353,6 +353,21 @@ def test_the_same_event_twice_is_a_no_op(kube):
         svc.kube_pod_gone()
 
 
+def test_a_stale_copy_of_a_pod_never_undoes_a_newer_observation(kube):
+    """The dispatcher's read-back (rv 20, bound) can arrive before the watch event of the bind's
+    predecessor (rv 15, unbound): the older copy changes nothing, and a copy without
+    spec.nodeName never unbinds a pod (the field is immutable once set)."""
+    svc.kube_node_observed(obj=_node_obj("n1"))
+    svc.kube_pod_observed(obj=_pod_obj("p", rv="10"))
+    svc.kube_pod_observed(obj=_pod_obj("p", rv="20", node="n1", phase="Running"))
+    version = Task.objects.get().version
+    svc.kube_pod_observed(obj=_pod_obj("p", rv="15"))
+    assert tasks()["p"] == (TaskState.RUNNING, "n1") and Task.objects.get().version == version
+    assert KubePod.objects.get().resource_version == "20"
+    svc.kube_pod_observed(obj=_pod_obj("p", rv="not-a-number"))
+    assert tasks()["p"] == (TaskState.RUNNING, "n1")
+
+
 def test_a_pod_recreated_under_the_same_name_replaces_the_old_task(kube):
     svc.kube_pod_observed(obj=_pod_obj("s-0", uid="old", annotations={"pod-group-name": "s"}))
     svc.kube_pod_observed(obj=_pod_obj("s-1", uid="other", annotations={"pod-group-name": "s"}))
