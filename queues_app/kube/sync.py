@@ -364,6 +364,18 @@ class KubeSync:
                                              now=self.clock())
         return self.leader
 
+    def _try_acquire(self) -> bool:
+        """:meth:`acquire` for the long-running loop: a database error (PostgreSQL restarting, SQLite
+        busy) counts as "not the leader now" instead of ending the loop, so the replica keeps trying
+        and the watches of a leader that cannot renew stop before its lease could be taken over."""
+        try:
+            return self.acquire()
+        except Exception as exc:  # noqa: BLE001 - OperationalError/InterfaceError and friends
+            logger.warning("kube sync: lease %s not renewed (%s: %s)", LEASE_NAME, type(exc).__name__, exc)
+            self.leader = False
+            close_old_connections()
+            return False
+
     def release(self) -> None:
         svc.kube_lease_release(name=LEASE_NAME, holder=self.holder)
         self.leader = False
@@ -383,7 +395,7 @@ class KubeSync:
         renew = poll if poll is not None else max(0.2, self.lease_ttl / 3)
         try:
             while not stop.is_set():
-                if not self.acquire():
+                if not self._try_acquire():
                     stop.wait(renew)
                     continue
                 logger.info("kube sync: %s leads", self.holder)
@@ -409,7 +421,7 @@ class KubeSync:
                 t.start()
                 threads.append(t)
             while not stop.wait(renew):
-                if not self.acquire():
+                if not self._try_acquire():
                     logger.warning("kube sync: %s lost the lease; stopping the watches", self.holder)
                     break
         finally:

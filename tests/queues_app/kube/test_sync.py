@@ -632,3 +632,29 @@ def test_two_running_replicas_one_syncs_and_the_other_takes_over_after_the_lease
     assert not ta.is_alive() and not tb.is_alive()
     assert KubeLease.objects.get(name="kube-sync").holder == ""  # b shut down cleanly
     assert_invariants()
+
+
+def test_a_database_error_on_the_lease_does_not_end_the_loop(kube_emulator, kube_client, kube, monkeypatch):
+    """PostgreSQL restarting (or SQLite busy) while the loop takes or renews its lease must not kill
+    the sync thread: the replica counts as not leading and tries again at the next poll."""
+    from django.db import OperationalError
+
+    em = kube_emulator
+    em.add_node("n1", gpus=4)
+    a = KubeSync(api_client=kube_client, holder="a", lease_ttl=30, watch_timeout=1)
+    real = svc.kube_lease_acquire
+    failures = {"left": 2}
+
+    def flaky(**kw):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OperationalError("server closed the connection unexpectedly")
+        return False  # then: another replica holds it (the loop keeps waiting, no sync)
+
+    monkeypatch.setattr(svc, "kube_lease_acquire", flaky)
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    a.run(stop, poll=0.1)  # returns when stopped, instead of raising the first OperationalError
+    assert failures["left"] == 0 and not a.leader and a.nodes.relists == 0
+    monkeypatch.setattr(svc, "kube_lease_acquire", real)
+    assert a.sync_once() and Node.objects.filter(name="n1").exists()
