@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any, Callable, Mapping
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import connection
 from django.utils import timezone
 
 from queues_app.kube import translate
@@ -219,8 +219,16 @@ class Reflector:
                 delay = backoff.next()
                 logger.warning("kube sync %s: %s: %s; retrying in %.1f s", self.resource, type(exc).__name__, exc,
                                delay)
-                close_old_connections()
+                _drop_broken_connection()
                 stop.wait(delay)
+
+
+def _drop_broken_connection() -> None:
+    """After a database error: drop this thread's connection if it is unusable (Django reconnects
+    on the next query).  Never inside an atomic block: that connection belongs to the caller (a
+    test's transaction, a management command's atomic section) and closing it would break them."""
+    if not connection.in_atomic_block:
+        connection.close_if_unusable_or_obsolete()
 
 
 class OwnerResolver:
@@ -373,7 +381,7 @@ class KubeSync:
         except Exception as exc:  # noqa: BLE001 - OperationalError/InterfaceError and friends
             logger.warning("kube sync: lease %s not renewed (%s: %s)", LEASE_NAME, type(exc).__name__, exc)
             self.leader = False
-            close_old_connections()
+            _drop_broken_connection()
             return False
 
     def release(self) -> None:
@@ -403,7 +411,8 @@ class KubeSync:
         finally:
             if self.leader:
                 self.release()
-            close_old_connections()
+            if not connection.in_atomic_block:  # a thread running the loop leaves no session behind
+                connection.close()
 
     def _lead(self, stop: threading.Event, renew: float) -> None:
         led = threading.Event()
