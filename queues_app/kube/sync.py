@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import threading
 import time
-import uuid
 from datetime import datetime
 from typing import Any, Callable, Mapping
 
@@ -298,8 +296,7 @@ class OwnerResolver:
         return info
 
 
-def default_holder() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+default_holder = svc.kube_lease_holder
 
 
 class KubeSync:

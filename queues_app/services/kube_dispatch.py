@@ -49,9 +49,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import socket
-import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -81,6 +78,7 @@ from queues_app.services.cycle_cluster import (
     cluster_bind_failed,
     cluster_mark_stuck_releasing,
 )
+from queues_app.services.kube_sync import kube_lease_acquire, kube_lease_holder, kube_lease_release
 
 logger = logging.getLogger("queues_app.kube.dispatch")
 
@@ -275,21 +273,6 @@ class DispatchReport:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def _holder() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-
-
-def _lease(*, holder: str, ttl: float, now: datetime) -> bool:
-    KubeLease.objects.get_or_create(name=LEASE_NAME)
-    free = Q(holder="") | Q(expires_at__isnull=True) | Q(expires_at__lte=now) | Q(holder=holder)
-    return bool(KubeLease.objects.filter(Q(name=LEASE_NAME) & free).update(
-        holder=holder, expires_at=now + timedelta(seconds=ttl), renewed_at=now))
-
-
-def _lease_release(*, holder: str) -> None:
-    KubeLease.objects.filter(name=LEASE_NAME, holder=holder).update(holder="", expires_at=None)
 
 
 def _backoff(attempts: int) -> float:
@@ -735,9 +718,9 @@ def kube_dispatch_due(*, limit: int = 500, api_client: Any = None, now: datetime
 
     now = now or timezone.now()
     report = DispatchReport()
-    holder = _holder()
+    holder = kube_lease_holder()
     ttl = max(30.0, 6.0 * float(settings.KAI_KUBE_REQUEST_TIMEOUT))
-    if not _lease(holder=holder, ttl=ttl, now=now):
+    if not kube_lease_acquire(name=LEASE_NAME, holder=holder, ttl_seconds=ttl, now=now):
         report.status = "skipped"
         return report
     owned = api_client is None
@@ -764,9 +747,9 @@ def kube_dispatch_due(*, limit: int = 500, api_client: Any = None, now: datetime
                         _event(run, unit[0])
                 except Exception:  # noqa: BLE001 - one bad row must not stop the others
                     logger.exception("dispatch of outbox row(s) %s failed", [r.pk for r in unit])
-                _lease(holder=holder, ttl=ttl, now=timezone.now())
+                kube_lease_acquire(name=LEASE_NAME, holder=holder, ttl_seconds=ttl, now=timezone.now())
     finally:
-        _lease_release(holder=holder)
+        kube_lease_release(name=LEASE_NAME, holder=holder)
         if owned and api_client is not None:
             api_client.close()
     return report

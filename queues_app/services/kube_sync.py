@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
+import socket
+import uuid
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping
 
@@ -543,6 +546,11 @@ def kube_relist(*, resource: str, objs: list[Mapping[str, Any]], resource_versio
 
 
 # ----------------------------------------------------------------------------- leader lease
+
+
+def kube_lease_holder() -> str:
+    """A lease holder id unique to this process and call (host:pid:random)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
 @transaction.atomic

@@ -298,13 +298,14 @@ def test_a_task_cancelled_before_its_bind_is_not_bound_and_its_pod_is_evicted(cl
 
 
 def test_a_second_dispatcher_skips_while_the_first_holds_the_lease(cluster, kube_client):
-    from queues_app.services.kube_dispatch import LEASE_NAME, _lease
+    from queues_app.services.kube_dispatch import LEASE_NAME
+    from queues_app.services.kube_sync import kube_lease_acquire
 
     emu = cluster
     gang(emu, "l", 1)
     sync(emu)
     cycle_run(trigger="test")
-    assert _lease(holder="other-replica", ttl=30, now=timezone.now())
+    assert kube_lease_acquire(name=LEASE_NAME, holder="other-replica", ttl_seconds=30, now=timezone.now())
     assert dispatch(kube_client).status == "skipped"
     assert emu.count_requests("POST", BIND_PATH) == 0
     assert dispatch(kube_client, after=31).status == "ran", "an expired lease is taken over"
