@@ -572,16 +572,24 @@ def write_workloads(plan: Plan, final: Mapping[int, str], *, now: datetime) -> i
     return len(changed)
 
 
-def write_queue_status(plan: Plan, *, cycle: SchedulingCycle, now: datetime) -> None:
-    """Allocation from the tasks as now written (so I5 holds by construction, also when some
-    decisions were dropped); fair share from the engine; workload counts.  Units: gpu devices,
-    cpu cores, memory bytes."""
-    parents = dict(Queue.objects.values_list("id", "parent_id"))
+def allocation_by_queue(parents: Mapping[int, int | None]) -> dict[int, list[float]]:
+    """``[gpu devices, cpu cores, memory bytes]`` held by each queue's subtree: the sum of its
+    Running / Binding / Pipelined tasks (one grouped query), rolled up the tree (``parents``:
+    queue id -> parent id).  The value ``QueueStatus.allocated_*`` must equal (invariant I5)."""
     alloc: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     for qid, gpu, cpu, mem in Task.objects.filter(state__in=ALLOCATED).values_list("workload__queue_id").annotate(
             gpu=Sum("gpu"), cpu=Sum("cpu_millis"), mem=Sum("memory_bytes")).values_list(
             "workload__queue_id", "gpu", "cpu", "mem"):
         _roll_up(alloc, parents, qid, [float(gpu or 0), float(cpu or 0) / 1000.0, float(mem or 0)])
+    return alloc
+
+
+def write_queue_status(plan: Plan, *, cycle: SchedulingCycle, now: datetime) -> None:
+    """Allocation from the tasks as now written (so I5 holds by construction, also when some
+    decisions were dropped); fair share from the engine; workload counts.  Units: gpu devices,
+    cpu cores, memory bytes."""
+    parents = dict(Queue.objects.values_list("id", "parent_id"))
+    alloc = allocation_by_queue(parents)
     counts: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for qid, status, n in Workload.objects.filter(
             status__in=(WorkloadStatus.PENDING, WorkloadStatus.RUNNING)).values_list("queue_id", "status").annotate(

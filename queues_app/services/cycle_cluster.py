@@ -170,35 +170,37 @@ def cluster_bind_failed(*, task_ids: Iterable[int]) -> int:
         t.state, t.node, t.gpu_groups, t.version, t.updated_at = TaskState.PENDING, None, [], t.version + 1, now
     Task.objects.bulk_update(tasks, ["state", "node", "gpu_groups", "version", "updated_at"])
     _refresh_statuses({t.workload_id for t in tasks}, now=now)
-    _unallocate(tasks)
+    if tasks:
+        restate_queue_allocation(queue_ids=set(Workload.objects.filter(
+            id__in={t.workload_id for t in tasks}).values_list("queue_id", flat=True)), now=now)
     return len(tasks)
 
 
-def _unallocate(tasks: list[Task]) -> None:
-    """Take tasks that left the allocated states (Binding -> Pending) out of the QueueStatus of
-    their queue and its ancestors: the status stays the sum of allocated tasks (invariant I5)
-    until the next cycle rewrites it, as a Pending task does not mark its queue as changed."""
+def restate_queue_allocation(*, queue_ids: Iterable[int], now=None) -> None:
+    """After tasks entered or left the allocated states outside a cycle (a bind that failed, a
+    pod deleted in the cluster), set ``QueueStatus.allocated_*`` of those queues and their
+    ancestors from the tasks, as the cycle does (invariant I5): a Pending or deleted task does
+    not mark its queue as changed, so the status must not wait for the next cycle.  The other
+    status fields (fair share, counts) stay the cycle's."""
     from queues_app.models import Queue, QueueStatus
+    from queues_app.services.cycle_apply import allocation_by_queue
 
-    if not tasks:
-        return
-    queue_of = dict(Workload.objects.filter(id__in={t.workload_id for t in tasks}).values_list("id", "queue_id"))
+    now = now or timezone.now()
     parents = dict(Queue.objects.values_list("id", "parent_id"))
-    totals: dict[int, list[float]] = {}
-    for t in tasks:
-        cur, steps = queue_of.get(t.workload_id), 0
-        while cur is not None and steps < 1000:
-            acc = totals.setdefault(cur, [0.0, 0.0, 0.0])
-            acc[0] += float(t.gpu)
-            acc[1] += t.cpu_millis / 1000.0
-            acc[2] += float(t.memory_bytes)
+    chain: set[int] = set()
+    for qid in queue_ids:
+        cur, steps = qid, 0
+        while cur is not None and cur not in chain and steps < 1000:
+            chain.add(cur)
             cur, steps = parents.get(cur), steps + 1
-    for status in QueueStatus.objects.select_for_update().filter(queue_id__in=totals):
-        gpu, cpu, mem = totals[status.queue_id]
-        status.allocated_gpu = max(0.0, round(status.allocated_gpu - gpu, 6))
-        status.allocated_cpu = max(0.0, round(status.allocated_cpu - cpu, 6))
-        status.allocated_memory = max(0.0, status.allocated_memory - mem)
-        status.save(update_fields=["allocated_gpu", "allocated_cpu", "allocated_memory"])
+    if not chain:
+        return
+    alloc = allocation_by_queue(parents)
+    for status in QueueStatus.objects.select_for_update().filter(queue_id__in=chain):
+        gpu, cpu, mem = alloc.get(status.queue_id, (0.0, 0.0, 0.0))
+        status.allocated_gpu, status.allocated_cpu, status.allocated_memory = round(gpu, 6), round(cpu, 6), mem
+        status.updated_at = now
+        status.save(update_fields=["allocated_gpu", "allocated_cpu", "allocated_memory", "updated_at"])
 
 
 @transaction.atomic

@@ -56,13 +56,12 @@ from typing import Any, Iterable, Mapping
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from queues_app.choices import TaskState
 from queues_app.kube import dispatch as api
 from queues_app.models import (
-    KubeLease,
     KubeOutbox,
     KubeOutboxKind,
     KubeOutboxStatus,

@@ -39,7 +39,7 @@ from typing import Any, Iterable, Mapping
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max, Q, Sum
+from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -52,18 +52,17 @@ from queues_app.models import (
     KubeNode,
     KubeOutbox,
     KubeOutboxKind,
-    KubeOutboxStatus,
     KubePod,
     KubeSyncCursor,
     KubeWorkloadRef,
     Node,
     Queue,
-    QueueStatus,
     SchedulingEvent,
     Task,
     Workload,
 )
 from queues_app.services.common import validate
+from queues_app.services.cycle_cluster import restate_queue_allocation
 from queues_app.services.nodes import NODE_FIELDS, node_delete, node_upsert
 
 logger = logging.getLogger(__name__)
@@ -78,7 +77,6 @@ REASON_QUEUE_MISMATCH = "QueueMismatch"
 
 _RELEASING = (TaskState.RELEASING, TaskState.STUCK_RELEASING)
 _ON_NODE_HELD = (TaskState.RUNNING, TaskState.RELEASING, TaskState.STUCK_RELEASING)
-_ALLOCATED = (TaskState.RUNNING, TaskState.BINDING, TaskState.PIPELINED)
 _NAME_BAD_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -147,35 +145,6 @@ def _resolve_queue(info: translate.PodInfo) -> Queue:
                           "take workloads.", reason=REASON_INVALID_QUEUE,
                           extra={f"pod label {label}": [f"Queue {info.queue!r} is not a leaf."]})
     return queue
-
-
-def _restate_allocation(queue_id: int, *, now: datetime) -> None:
-    """After task rows were deleted, recompute ``QueueStatus.allocated_*`` of the queue and its
-    ancestors from the tasks that exist (Running / Binding / Pipelined in the subtree).
-
-    A deleted row leaves no ``updated_at`` behind that would tell readers and the invariant
-    checker (I5.allocation) that the status is older than the tasks, so the status is made
-    exact instead; the other status fields (fair share, counts) stay the cycle's."""
-    parents = dict(Queue.objects.values_list("id", "parent_id"))
-    chain, current = [], queue_id
-    while current is not None and len(chain) < 1000:
-        chain.append(current)
-        current = parents.get(current)
-    children: dict[int | None, list[int]] = {}
-    for qid, pid in parents.items():
-        children.setdefault(pid, []).append(qid)
-    for status in QueueStatus.objects.select_for_update().filter(queue_id__in=chain):
-        subtree, frontier = {status.queue_id}, [status.queue_id]
-        while frontier:
-            frontier = [c for q in frontier for c in children.get(q, ()) if c not in subtree]
-            subtree.update(frontier)
-        agg = Task.objects.filter(workload__queue_id__in=subtree, state__in=_ALLOCATED).aggregate(
-            gpu=Sum("gpu"), cpu=Sum("cpu_millis"), mem=Sum("memory_bytes"))
-        status.allocated_gpu = float(agg["gpu"] or 0)
-        status.allocated_cpu = (agg["cpu"] or 0) / 1000.0
-        status.allocated_memory = float(agg["mem"] or 0)
-        status.updated_at = now
-        status.save(update_fields=["allocated_gpu", "allocated_cpu", "allocated_memory", "updated_at"])
 
 
 def _refresh_workloads(workload_ids: Iterable[int], *, now: datetime) -> None:
@@ -355,7 +324,7 @@ def _pod_gone(kpod: KubePod) -> None:
         Workload.objects.filter(id=workload_id).delete()
     else:
         _refresh_workloads([workload_id], now=now)
-    _restate_allocation(queue_id, now=now)
+    restate_queue_allocation(queue_ids=[queue_id], now=now)
 
 
 @transaction.atomic
