@@ -352,13 +352,9 @@ class JobQueue:
         st = self.state
         if st.T == 0:
             return
-        pend = st.task_state == _PENDING
-        npend = np.bincount(st.task_job[pend], minlength=st.J)[ja]
-        nprio = np.bincount(st.task_job[~np.isnan(np.asarray(st.tasks.priority, dtype=float))], minlength=st.J)[ja]
-        cnt = st.job_count[ja]
         m = st.job_min_available[ja]
         m_eff = np.where(m <= 0, 1, m)
-        ok = (npend == cnt) & (nprio == 0) & (st.job_num_active_arr[ja] == 0) & (cnt >= m_eff) & (cnt > 0)
+        ok = st.untouched_jobs(ja)
         jo = ja[ok]
         if not jo.size:
             return

@@ -475,6 +475,20 @@ class CycleState:
     def job_num_active(self, j: int) -> int:
         return int(self.job_num_active_arr[j])
 
+    def untouched_jobs(self, jobs: np.ndarray) -> np.ndarray:
+        """Mask over ``jobs``: every task Pending, no task priority, nothing active, and at least
+        ``max(minAvailable, 1)`` tasks -- the jobs whose next tasks are simply their first
+        ``minAvailable`` tasks in input order, which the vectorised paths of the job queue
+        (first requests) and of allocate (gang grouping) rely on."""
+        pend = self.task_state == _PEND
+        npend = np.bincount(self.task_job[pend], minlength=self.J)[jobs]
+        nprio = np.bincount(self.task_job[~np.isnan(np.asarray(self.tasks.priority, dtype=float))],
+                            minlength=self.J)[jobs]
+        cnt = self.job_count[jobs]
+        m = self.job_min_available[jobs]
+        return ((npend == cnt) & (nprio == 0) & (self.job_num_active_arr[jobs] == 0)
+                & (cnt >= np.where(m <= 0, 1, m)))
+
     def node_idle_gpus(self) -> np.ndarray:
         return np.maximum((self.dev_free * self.dev_valid).sum(axis=1), 0.0) if self.G else np.zeros(self.N)
 

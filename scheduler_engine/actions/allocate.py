@@ -540,14 +540,10 @@ class Allocator:
         their signature is (queue, preemptibility, that many copies of the shape). Returns the
         candidates left for the per-job loop."""
         s = self.state
-        pend = s.task_state == _PEND
-        npend = np.bincount(s.task_job[pend], minlength=s.J)[cand]
-        nprio = np.bincount(s.task_job[~np.isnan(np.asarray(s.tasks.priority, dtype=float))], minlength=s.J)[cand]
         cnt = s.job_count[cand]
         m = s.job_min_available[cand]
         m_eff = np.where(m <= 0, 1, m)
-        ok = ((cnt > 1) & (npend == cnt) & (nprio == 0) & (s.job_num_active_arr[cand] == 0) & ~topo
-              & (cnt >= m_eff))
+        ok = (cnt > 1) & s.untouched_jobs(cand) & ~topo
         if not ok.any():
             return cand
         gj, m_eff = cand[ok], m_eff[ok]
