@@ -27,7 +27,9 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import OperationalError
 
-from queues_app.models import KubePod, Queue, SchedulingEvent, Task
+from queues_app import selectors
+from queues_app.choices import TaskState
+from queues_app.models import KubePod, Queue
 
 NAMESPACE = "ml"
 GRACE_SECONDS = 2
@@ -213,9 +215,9 @@ class Command(BaseCommand):
     # ------------------------------------------------------------------ output
 
     def _pending_reasons(self) -> None:
-        for task in Task.objects.filter(state="Pending").select_related("workload")[:20]:
-            event = SchedulingEvent.objects.filter(task=task).order_by("-id").first() or \
-                SchedulingEvent.objects.filter(workload=task.workload).order_by("-id").first()
+        for task in selectors.task_list(tenant=None, filters={"state": [TaskState.PENDING]})[:20]:
+            events = selectors.event_list(tenant=None, workload=task.workload)
+            event = events.filter(task=task).first() or events.first()
             self.say(f"  pending {task.name}: {event.message if event else 'no decision yet'}")
 
     def _describe(self) -> None:
