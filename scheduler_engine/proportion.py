@@ -373,6 +373,9 @@ class Verdict:
     reason: str = "ok"
     queue: int = -1  # the queue whose check failed (-1 when ok)
     resource: int = -1  # the resource column that failed, where one does
+    # the queue whose victims' release made the check fail (B* for a strategy refusal, the sibling S
+    # for a saturation refusal): more victims from under it can only lower its remaining share
+    taken_from: int = -1
 
     def __bool__(self) -> bool:
         return self.ok
@@ -430,7 +433,8 @@ def validate_reclaim(
                 allocatable_b=alloc_b,
             )
             if not ok:
-                return Verdict(False, f"strategy: queue {b_star} may not give up {v.tolist()}", queue=b_star)
+                return Verdict(False, f"strategy: queue {b_star} may not give up {v.tolist()}", queue=b_star,
+                               taken_from=b_star)
             for q in path_to_root(parent, victim_leaf):
                 if q not in remaining:
                     remaining[q] = shares.allocated[q].astype(np.float64).copy()
@@ -447,7 +451,8 @@ def validate_reclaim(
                 continue
             inv = involved.get(s, np.zeros(NRES, bool)) | req_involved
             if not saturation_lower(inv, x_alloc, shares.fair_share[x], remaining[s], shares.fair_share[s], multiplier):
-                return Verdict(False, f"saturation: queue {x} would be more saturated than sibling {s}", queue=x)
+                return Verdict(False, f"saturation: queue {x} would be more saturated than sibling {s}", queue=x,
+                               taken_from=s)
         if not reclaimer_preemptible:
             cmp = compare_quantities(shares.allocated_np[x] + req, shares.deserved[x])
             if np.any(cmp > 0):

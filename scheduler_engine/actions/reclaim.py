@@ -215,6 +215,7 @@ class Reclaim(EvictingAction):
             verdict = validate_reclaim(start, reclaimer_leaf=leaf, req=req, reclaimer_preemptible=preemptible,
                                        victims=victims, multiplier=self.multiplier)
             if not verdict:
+                sc.blocked = verdict.taken_from
                 return _verdict_text(s, verdict, start, leaf, req)
             return _min_runtime_elastic(s, sc, lambda v: reclaim_min_runtime(s, leaf, s.job_queue(v)))
 

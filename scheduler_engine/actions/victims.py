@@ -21,6 +21,23 @@ Spec sections c, d, g and i; the algorithm follows KAI's job solver:
   there (its old node keeps the resources as releasing). The beneficiary must fit entirely or the
   scenario fails. The first scenario that fits and passes the action's validator wins.
 
+Pruning (reclaim and preempt; issue #8; spec k.1 leaves the choice among possible victim sets
+open). Accumulating every victim tried so far made a solve quadratic: most failed scenarios were
+victims whose own queue the re-placement serves before the beneficiary, so they simply took
+their room back, and every later "all accumulated" scenario re-placed them again. After a
+failed scenario of a prefix, therefore:
+
+* a victim that was re-placed before the beneficiary's turn (back on its node or elsewhere)
+  leaves the accumulated set, and later candidates of its leaf are passed over: with its own
+  victims evicted that leaf is served before the beneficiary again;
+* when the validator refused because of what a queue gave up (the strategy check on B*, or the
+  sibling saturation check on S), the victims under that queue leave the set and later ones
+  under it are passed over: more victims from there only lower its remaining share.
+
+Victims recorded from the previous prefix are kept. Consolidation does not prune (moving victims
+is its point) but, as KAI's ``--max-consolidation-preemptees``, looks at no more than
+``config.max_consolidation_preemptees`` victim jobs (default 16) per pending job.
+
 Why the simulation instead of arithmetic: it exercises the same node order, device choice, GPU
 sharing, topology domains and queue capacity checks as a real placement, so the engine never
 evicts for a placement that would then not happen.
@@ -483,7 +500,6 @@ class VictimQueue:
         return rep[self._scan(tops)]
 
     def pop(self) -> tuple[int, list[int]] | None:
-        s = self.state
         if self._live is None:
             self._live = set(self._leaves())
         if not self._live:
@@ -721,6 +737,9 @@ class Scenario:
     kept: list[int]  # victims put back where they were (un-evicted, Running)
     orig_alloc: dict[int, np.ndarray]
     orig_node: dict[int, int]
+    # set by a validator that refuses: the queue whose released victims made it refuse (more
+    # victims from under it cannot help), or -1
+    blocked: int = -1
 
 
 @dataclass
@@ -745,13 +764,21 @@ class VictimSolver:
     """KAI's job solver + pod-accumulated scenario builder + by-pod simulation (module docstring)."""
 
     def __init__(self, state: CycleState, action: str, candidates: Candidates, validator: Validator | None,
-                 max_scenarios: int = 100000) -> None:
+                 max_scenarios: int = 100000, prune: bool = False, max_victim_jobs: int = -1) -> None:
         self.state = state
         self.action = action
         self.candidates = candidates
         self.validator = validator
         self.placer = Placer(state)
         self.max_scenarios = max_scenarios
+        # prune (reclaim, preempt): after a failed scenario, victims that took their place back
+        # before the beneficiary's turn, and victims under a queue the validator refused to take
+        # from, are no longer accumulated (module docstring, "Pruning")
+        self.prune = prune
+        # at most this many distinct victim jobs are accumulated per prefix (-1 = no limit)
+        self.max_victim_jobs = max_victim_jobs
+        self._kept_fail: list[int] = []
+        self._blocked_fail = -1
         self.last_reason = ""
         self.tried = 0
         self.refusals: list[str] = []
@@ -850,6 +877,9 @@ class VictimSolver:
         job_potential: dict[int, list[int]] = {}
         pos: dict[int, int] = {}
         tried: set[frozenset] = {frozenset(recorded)} if recorded else set()
+        dropped: set[int] = set()  # pruned potential victims (self.prune)
+        blocked: set[int] = set()  # queues whose subtree gives no more victims (self.prune)
+        retook: set[int] = set()  # leaves whose victims were served before the beneficiary (self.prune)
         while vq:
             if self.tried >= self.max_scenarios:
                 self.last_reason = f"gave up after {self.tried} scenarios"
@@ -858,6 +888,10 @@ class VictimSolver:
             if popped is None:
                 break
             vj, vtasks = popped
+            if retook or blocked:
+                vleaf = int(s.job_queue_arr[vj])
+                if vleaf in retook or not blocked.isdisjoint(s.queue_path_list[vleaf]):
+                    continue
             evict, more = tasks_to_evict(s, vtasks, int(s.job_min_available[vj]))
             if not evict:
                 continue
@@ -866,6 +900,8 @@ class VictimSolver:
                 if rest:
                     vq.push(vj, rest)
                 continue
+            if vj not in job_potential and 0 <= self.max_victim_jobs <= len(job_potential):
+                break  # the victim-job budget is spent
             if more:
                 ev = set(evict)
                 vq.push(vj, [t for t in vtasks if t not in ev])
@@ -890,15 +926,19 @@ class VictimSolver:
             emissions = []
             for n in sorted(hosts):
                 js = jobs_on_node[n]
-                local = sorted((t for x in js for t in job_potential[x]), key=pos.__getitem__)
+                local = sorted((t for x in js for t in job_potential[x] if t not in dropped), key=pos.__getitem__)
                 emissions.append(local)
-            emissions.append(list(potential))
+            emissions.append([t for t in potential if t not in dropped] if dropped else list(potential))
             for extra in emissions:
+                if dropped:  # an earlier emission of this round may have pruned some
+                    extra = [t for t in extra if t not in dropped]
+                if not extra:
+                    continue
                 key = frozenset(extra) | frozenset(recorded)
                 if key in tried:
                     continue
                 tried.add(key)
-                if extra is potential or len(extra) == len(potential):
+                if not dropped and len(extra) == len(potential):
                     gpu = all_gpu
                 else:
                     gpu = rec_gpu.copy()
@@ -907,9 +947,23 @@ class VictimSolver:
                             gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
                 if not self._may_fit(partial, base, gpu):
                     continue
+                self._kept_fail = []
+                self._blocked_fail = -1
                 res = self._try(j, partial, list(recorded) + extra)
                 if res is not None:
                     return res
+                if self.prune:
+                    own = int(s.job_queue_arr[j])
+                    kept = [t for t in self._kept_fail if t not in recorded_set]
+                    dropped.update(kept)
+                    # their leaves are served before the beneficiary's: the rest of their
+                    # candidates would take their own resources back just the same
+                    retook.update(q for q in (int(s.job_queue_arr[int(s.task_job[t])]) for t in kept) if q != own)
+                    b = self._blocked_fail
+                    if b >= 0:
+                        blocked.add(b)
+                        dropped.update(t for t in potential
+                                       if b in s.queue_path_list[int(s.job_queue_arr[int(s.task_job[t])])])
         return None
 
     # ---------------------------------------------------------------- cheap necessary condition
@@ -976,6 +1030,9 @@ class VictimSolver:
         victim_task_set = set(victims)
         ok = self._allocate_in_order(j, partial, victim_jobs, victim_task_set)
         if not ok:
+            if self.prune:
+                # re-placed before the beneficiary's turn (back on their node, or elsewhere)
+                self._kept_fail = [t for t in victims if s.task_state[t] in _ACTIVE]
             self.placer.rollback(cp)
             return None
         released, moved, kept = [], [], []
@@ -991,6 +1048,7 @@ class VictimSolver:
         if self.validator is not None:
             why = self.validator(scenario)
             if why:
+                self._blocked_fail = scenario.blocked
                 self.refusals.append(why)
                 self.placer.rollback(cp)
                 return None
@@ -1260,7 +1318,7 @@ def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction)
             reason = VictimSolver.failure_text(raw, 1, len(tasks), 0, ())
             s.add_event(j, action.refused, action.fail_text(j, leaf, reason))
             continue
-        solver = VictimSolver(s, action.name, cands, action.validator(j, tasks, leaf))
+        solver = VictimSolver(s, action.name, cands, action.validator(j, tasks, leaf), prune=True)
         sol = solver.solve(j, tasks)
         if sol is None:
             shapes.record(j)
