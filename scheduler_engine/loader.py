@@ -80,6 +80,7 @@ MAX_TASKS = 10_000_000
 MAX_MINUTES = MAX_DURATION / 60.0
 MAX_PRIORITY = 2**31 - 1
 MAX_ROUNDS = 10_000
+MAX_CONSOLIDATION_PREEMPTEES = 1_000_000
 MAX_GPU_MEMORY_MIB = 2**40
 MAX_PROBLEMS_SHOWN = 200
 
@@ -96,6 +97,7 @@ _CONFIG_KEYS = (
     "rounds",
     "stalenessGracePeriod",
     "stableRounds",
+    "maxConsolidationPreemptees",
 )
 _NODE_KEYS = ("name", "gpus", "gpuMemory", "cpu", "memory", "labels", "unschedulable", "ready", "reservedByOthers")
 _QUEUE_KEYS = (
@@ -475,6 +477,11 @@ class _Validator:
                               nullable=False)
             if g is not _BAD:
                 cfg.staleness_grace_period = g
+        if c.get("maxConsolidationPreemptees") is not None:
+            n = self.integer(c["maxConsolidationPreemptees"], "config.maxConsolidationPreemptees", minimum=-1,
+                             maximum=MAX_CONSOLIDATION_PREEMPTEES)
+            if n is not _BAD:
+                cfg.max_consolidation_preemptees = n
         return cfg
 
     def timestamp(self, x: Any, path: str) -> datetime | None | Any:
@@ -1194,6 +1201,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict:
         "reclaimerUtilizationMultiplier": _num(cfg.reclaimer_utilization_multiplier),
         "stalenessGracePeriod": format_duration(cfg.staleness_grace_period),
         "stableRounds": int(cfg.stable_rounds),
+        "maxConsolidationPreemptees": int(cfg.max_consolidation_preemptees),
     }
     if cfg.rounds_given or cfg.rounds != 1:
         config["rounds"] = int(cfg.rounds)

@@ -77,6 +77,9 @@ class Config:
     rounds: int = 1
     staleness_grace_period: float = 60.0  # seconds; negative = never
     stable_rounds: int = 0
+    # consolidation looks at most this many victim jobs per pending job, taken in victim order
+    # (KAI's --max-consolidation-preemptees, default 16); -1 = unlimited, 0 = consolidation off
+    max_consolidation_preemptees: int = 16
     # True when the scenario sets `rounds` (even `rounds: 1`): `expect` is then compared with the
     # snapshot rewritten after the last cycle (scenario-format "Rounds"), not with the raw result.
     rounds_given: bool = False

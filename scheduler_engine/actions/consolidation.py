@@ -23,8 +23,9 @@ def run(state: CycleState) -> None:
 
 
 def consolidation_enabled(state: CycleState) -> bool:
+    """Off with a ``spread`` placement strategy (packing is the point) or ``maxConsolidationPreemptees: 0``."""
     placement = state.config.placement or {}
-    return all(v != "spread" for v in placement.values())
+    return state.config.max_consolidation_preemptees != 0 and all(v != "spread" for v in placement.values())
 
 
 def enough_gpus(state: CycleState, tasks) -> tuple[bool, float, float]:
@@ -62,7 +63,8 @@ class Consolidation:
             if not ok:
                 shapes.record(j)
                 continue
-            solver = VictimSolver(s, "consolidation", self._candidates(j), _all_reallocated)
+            solver = VictimSolver(s, "consolidation", self._candidates(j), _all_reallocated,
+                                  max_victim_jobs=s.config.max_consolidation_preemptees)
             sol = solver.solve(j, tasks)
             if sol is None:
                 shapes.record(j)

@@ -116,3 +116,59 @@ def test_property_consolidation_never_loses_a_task(sc):
         j = s.jobs.index[b]
         assert all(int(s.task_state[t]) == int(TaskState.PIPELINED) for t in s.job_pending_tasks(j) + [
             t for t in s.job_task_range(j) if int(s.task_state[t]) == int(TaskState.PIPELINED)])
+
+
+# ---------------------------------------------------------------- maxConsolidationPreemptees
+def _two_moves_cluster(**config):
+    """p needs a whole 4-GPU node: consolidation must move both 1-GPU jobs of n0 (two victim
+    jobs) onto n1; the victim order tries the newest (b) first, then a."""
+    jobs = [job("a", "q0", [running("a-0", "n0")], age=4),
+            job("b", "q0", [running("b-0", "n0")], age=3),
+            job("c", "q0", [running("c-0", "n1")], age=6),
+            job("d", "q0", [running("d-0", "n1")], age=5),
+            job("p", "q0", [pending("p-0", gpu=4)], age=1)]
+    qs = [queue("top", age=2), queue("q0", "top", gpu=(8, 0, -1), age=1)]
+    return scenario([node("n0", 4), node("n1", 4)], qs, jobs, ["consolidation"], **config)
+
+
+def test_default_budget_is_kai_s_sixteen_victim_jobs():
+    from scheduler_engine.loader import load_dict
+
+    assert load_dict(_two_moves_cluster()).config.max_consolidation_preemptees == 16
+    s = run(_two_moves_cluster())
+    assert status(s, "p-0") == ("Pipelined", "n0")
+    assert status(s, "a-0") == ("Pipelined", "n1") and status(s, "b-0") == ("Pipelined", "n1")
+
+
+def test_a_budget_of_one_victim_job_cannot_make_a_two_move_consolidation():
+    s = run(_two_moves_cluster(maxConsolidationPreemptees=1))
+    assert status(s, "p-0")[0] == "Pending"
+    assert status(s, "a-0") == ("Running", "n0") and status(s, "b-0") == ("Running", "n0")
+    s = run(_two_moves_cluster(maxConsolidationPreemptees=2))
+    assert status(s, "p-0") == ("Pipelined", "n0")
+
+
+def test_budget_minus_one_is_unlimited_and_zero_turns_consolidation_off():
+    s = run(_two_moves_cluster(maxConsolidationPreemptees=-1))
+    assert status(s, "p-0") == ("Pipelined", "n0")
+    s = run(_two_moves_cluster(maxConsolidationPreemptees=0))
+    assert status(s, "p-0")[0] == "Pending" and not s.events
+
+
+def test_bad_budgets_are_refused_naming_the_field():
+    import pytest
+
+    from scheduler_engine.loader import ScenarioError, load_dict
+
+    for bad in (-2, 1.5, "many", True, 10**9):
+        with pytest.raises(ScenarioError) as exc:
+            load_dict(_two_moves_cluster(maxConsolidationPreemptees=bad))
+        assert "config.maxConsolidationPreemptees" in str(exc.value)
+
+
+def test_budget_survives_export_and_reload():
+    from scheduler_engine.loader import load_dict, snapshot_to_dict
+
+    snap = load_dict(_two_moves_cluster(maxConsolidationPreemptees=3))
+    again = load_dict(snapshot_to_dict(snap))
+    assert again.config.max_consolidation_preemptees == 3
