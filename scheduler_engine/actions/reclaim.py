@@ -34,6 +34,9 @@ from .victims import (EvictingAction, Scenario, is_elastic, job_ready, min_runti
                       protected_non_elastic_by, reclaim_min_runtime, run_evicting)
 
 
+_MAX_CANDIDATE_ARRAYS = 64
+
+
 def run(state: CycleState) -> None:
     Reclaim(state).run()
 
@@ -84,6 +87,7 @@ class Reclaim(EvictingAction):
         self._active: np.ndarray | None = None  # (J,) preemptible with an active task
         self._active_q: np.ndarray | None = None  # (Q,) leaves holding such a job
         self._set_keys: dict[bytes, int] = {}
+        self._set_jobs: dict[int, np.ndarray] = {}  # set key -> its candidate jobs (bounded)
         self._mr: dict[int, dict[int, float]] = {}  # reclaimer leaf -> victim leaf -> reclaimMinRuntime
         self._any_mr: bool | None = None
 
@@ -127,6 +131,7 @@ class Reclaim(EvictingAction):
         self._cands = {}
         self._active = None
         self._set_keys = {}
+        self._set_jobs = {}
 
     def candidates(self, j: int, tasks: list[int], leaf: int) -> tuple[Callable[[], np.ndarray], int]:
         """Preemptible jobs with an active task in other leaves that pass the victim filter.
@@ -155,17 +160,23 @@ class Reclaim(EvictingAction):
             mr_q = self._min_runtimes(leaf, np.flatnonzero(keep_q))
         ident = keep_q.tobytes() + (b"" if mr_q is None else mr_q.tobytes())
         set_key = self._set_keys.setdefault(ident, len(self._set_keys))
-        memo: list[np.ndarray] = []
         active = self._active
+        arrays = self._set_jobs
 
         def jobs() -> np.ndarray:
-            if not memo:
+            # one array per distinct set (O(jobs) each), a bounded number kept: at 10,000 nodes a
+            # per-(leaf, request) copy held gigabytes between two commits
+            out = arrays.get(set_key)
+            if out is None:
                 leaves = s.job_queue_arr
                 mask = active & keep_q[leaves]
                 if mr_q is not None:
                     mask &= ~protected_non_elastic_by(s, mr_q[leaves])
-                memo.append(np.flatnonzero(mask))
-            return memo[0]
+                out = np.flatnonzero(mask)
+                if len(arrays) >= _MAX_CANDIDATE_ARRAYS:
+                    arrays.clear()
+                arrays[set_key] = out
+            return out
 
         out = self._cands[key] = (jobs, set_key)
         return out

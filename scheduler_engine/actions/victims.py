@@ -455,9 +455,17 @@ class VictimQueue:
 
     def _scan(self, nodes: list[int]) -> int:
         b = nodes[0]
-        for c in nodes[1:]:
-            if self._first(c, b):
-                b = c
+        if _QueueProfile is None:
+            for c in nodes[1:]:
+                if self._first(c, b):
+                    b = c
+            return b
+        rep = self._rep
+        pb = self._profile(b, rep[b])
+        for c in nodes[1:]:  # same comparisons as _first, each node's profile looked up once
+            pc = self._profile(c, rep[c])
+            if not _profile_less(pc, pb):
+                b, pb = c, pc
         return b
 
     def _tournament(self, children: dict[int, list[int]], tops: list[int]) -> int:
@@ -880,6 +888,28 @@ class VictimSolver:
         dropped: set[int] = set()  # pruned potential victims (self.prune)
         blocked: set[int] = set()  # queues whose subtree gives no more victims (self.prune)
         retook: set[int] = set()  # leaves whose victims were served before the beneficiary (self.prune)
+        own = int(s.job_queue_arr[j])
+
+        def drop(ts: Iterable[int]) -> None:
+            for t in ts:
+                if t in pos and t not in dropped:
+                    dropped.add(t)
+                    n = int(s.task_node[t])
+                    if n >= 0:
+                        all_gpu[n] -= s.task_alloc[t, GPU]
+
+        def prune() -> None:
+            """After a failed scenario (module docstring, "Pruning")."""
+            kept = [t for t in self._kept_fail if t not in recorded_set]
+            drop(kept)
+            # their leaves are served before the beneficiary's: the rest of their candidates
+            # would take their own resources back just the same
+            retook.update(q for q in (int(s.job_queue_arr[int(s.task_job[t])]) for t in kept) if q != own)
+            b = self._blocked_fail
+            if b >= 0:
+                blocked.add(b)
+                drop([t for t in potential if b in s.queue_path_list[int(s.job_queue_arr[int(s.task_job[t])])]])
+
         while vq:
             if self.tried >= self.max_scenarios:
                 self.last_reason = f"gave up after {self.tried} scenarios"
@@ -923,47 +953,46 @@ class VictimSolver:
                         hosts.append(n)
             if single and best_all < need1 - 1e-9:
                 continue  # no node can hold the task yet, whatever subset is evicted
-            emissions = []
+            # node-local emissions (small), then all accumulated victims; the latter is only
+            # listed (O(accumulated)) once it passes the GPU-count filter, so a long run of
+            # victims that cannot help costs O(1) each, not O(accumulated) time and memory
+            live = len(potential) - len(dropped)
+            same_as_all = False
             for n in sorted(hosts):
-                js = jobs_on_node[n]
-                local = sorted((t for x in js for t in job_potential[x] if t not in dropped), key=pos.__getitem__)
-                emissions.append(local)
-            emissions.append([t for t in potential if t not in dropped] if dropped else list(potential))
-            for extra in emissions:
-                if dropped:  # an earlier emission of this round may have pruned some
-                    extra = [t for t in extra if t not in dropped]
-                if not extra:
+                local = sorted((t for x in jobs_on_node[n] for t in job_potential[x] if t not in dropped),
+                               key=pos.__getitem__)
+                if not local:
                     continue
-                key = frozenset(extra) | frozenset(recorded)
+                if len(local) == live:
+                    same_as_all = True
+                key = frozenset(local) | frozenset(recorded)
                 if key in tried:
                     continue
                 tried.add(key)
-                if not dropped and len(extra) == len(potential):
-                    gpu = all_gpu
-                else:
-                    gpu = rec_gpu.copy()
-                    for t in extra:
-                        if s.task_node[t] >= 0:
-                            gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
+                gpu = rec_gpu.copy()
+                for t in local:
+                    if s.task_node[t] >= 0:
+                        gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
                 if not self._may_fit(partial, base, gpu):
                     continue
-                self._kept_fail = []
-                self._blocked_fail = -1
-                res = self._try(j, partial, list(recorded) + extra)
+                res = self._try(j, partial, list(recorded) + local)
                 if res is not None:
                     return res
                 if self.prune:
-                    own = int(s.job_queue_arr[j])
-                    kept = [t for t in self._kept_fail if t not in recorded_set]
-                    dropped.update(kept)
-                    # their leaves are served before the beneficiary's: the rest of their
-                    # candidates would take their own resources back just the same
-                    retook.update(q for q in (int(s.job_queue_arr[int(s.task_job[t])]) for t in kept) if q != own)
-                    b = self._blocked_fail
-                    if b >= 0:
-                        blocked.add(b)
-                        dropped.update(t for t in potential
-                                       if b in s.queue_path_list[int(s.job_queue_arr[int(s.task_job[t])])])
+                    prune()
+                    live = len(potential) - len(dropped)
+            if same_as_all or live <= 0 or not self._may_fit(partial, base, all_gpu):
+                continue
+            extra = [t for t in potential if t not in dropped] if dropped else list(potential)
+            key = frozenset(extra) | frozenset(recorded)
+            if key in tried:
+                continue
+            tried.add(key)
+            res = self._try(j, partial, list(recorded) + extra)
+            if res is not None:
+                return res
+            if self.prune:
+                prune()
         return None
 
     # ---------------------------------------------------------------- cheap necessary condition
@@ -1013,6 +1042,8 @@ class VictimSolver:
     def _try(self, j: int, partial: list[int], victims: list[int]):
         s = self.state
         self.tried += 1
+        self._kept_fail = []
+        self._blocked_fail = -1
         cp = s.checkpoint()
         orig_alloc = {t: s.task_alloc[t].copy() for t in victims}
         orig_node = {t: int(s.task_node[t]) for t in victims}
