@@ -318,7 +318,7 @@ class VictimQueue:
         self.popped_alloc: dict[int, np.ndarray] = {}
         self._seq = 0
         self._ver: dict[int, int] = {}  # bumped when a leaf's head or popped victims change
-        self._cmp: dict[tuple, object] = {}  # queue profiles, valid while their leaf's version holds
+        self._cmp: dict[int, tuple] = {}  # queue -> (leaf, leaf version, profile): valid while both hold
         self._base: dict[int, object] = {}
         self._total = state.total.tolist()
         self._tree = None
@@ -354,8 +354,9 @@ class VictimQueue:
         q = int(self.state.job_queue_arr[j])
         heapq.heappush(self.heaps.setdefault(q, []), (self._key_of(j, n_act, self._seq), self._seq, rep))
         self.head_rep.pop(q, None)
-        if self._live is not None:
+        if self._live is not None and q not in self._live:
             self._live.add(q)
+            self._tree = None  # a leaf came back: rebuild the tree at the next pop
         self._ver[q] = self._ver.get(q, 0) + 1
         self._dirty.add(q)
 
@@ -403,9 +404,13 @@ class VictimQueue:
         base = self.popped_alloc.get(q)
         return nxt if base is None else base + nxt
 
-    def _tree_of(self, leaves: frozenset):
-        """Active queue tree (children lists, top-level nodes) over the non-empty leaves; cached."""
-        if self._tree is not None and self._tree[0] == leaves:
+    def _tree_of(self, leaves):
+        """Active queue tree (children lists, top-level nodes) over the non-empty leaves.
+
+        Built when first needed or after a leaf came back; an emptied leaf is taken out in place
+        (:meth:`_remove_leaf`), which leaves the others in the order a rebuild would give.
+        """
+        if self._tree is not None:
             return self._tree[1], self._tree[2]
         s = self.state
         children: dict[int, list[int]] = {}
@@ -418,8 +423,20 @@ class VictimQueue:
                     break
                 seen.add(child)
                 (children.setdefault(par, []) if par >= 0 else tops).append(child)
-        self._tree = (leaves, children, tops)
+        self._tree = (None, children, tops)
         return children, tops
+
+    def _remove_leaf(self, leaf: int) -> None:
+        if self._tree is None:
+            return
+        _, children, tops = self._tree
+        path = self.state.queue_path_list[leaf]
+        for child, par in zip(path, path[1:] + [-1]):
+            kids = tops if par < 0 else children.get(par)
+            kids.remove(child)
+            if kids or par < 0:
+                break
+            del children[par]  # the parent lost its last active child: remove it one level up
 
     def _profile(self, q: int, lq: int):
         """Victim-order profile of queue q represented by leaf lq's victims (popped + next).
@@ -427,10 +444,10 @@ class VictimQueue:
         Only rule 5 (dominant share with the victims subtracted) depends on the victims, and the
         queue state does not change while the queue is in use: the rest is computed once per queue.
         """
-        key = (q, lq, self._ver.get(lq, 0))
-        p = self._cmp.get(key)
-        if p is not None:
-            return p
+        ver = self._ver.get(lq, 0)
+        hit = self._cmp.get(q)  # one slot per queue: (leaf, its version, profile)
+        if hit is not None and hit[0] == lq and hit[1] == ver:
+            return hit[2]
         s = self.state
         v = self._leaf_victims(lq)
         if _dom is None:
@@ -442,7 +459,7 @@ class VictimQueue:
             a = s.queue_alloc[q]
             dom = _dom([float(a[0] - v[0]), float(a[1] - v[1]), float(a[2] - v[2])], base.allocatable, self._total)
             p = _LightProfile(base.key[:4] + (round(dom, 12),) + base.key[5:], base.allocatable, base.rank)
-        self._cmp[key] = p
+        self._cmp[q] = (lq, ver, p)
         return p
 
     def _first(self, c: int, b: int) -> bool:
@@ -515,7 +532,7 @@ class VictimQueue:
         if len(self._live) == 1:
             leaf = next(iter(self._live))
         else:
-            children, tops = self._tree_of(frozenset(self._live))
+            children, tops = self._tree_of(self._live)
             leaf = self._tournament(children, tops)
         where, rep = self._head(leaf)
         if where == "heap":
@@ -528,6 +545,7 @@ class VictimQueue:
         self.popped_alloc[leaf] = self.popped_alloc.get(leaf, np.zeros(NRES)) + rep.alloc
         if not self._nonempty(leaf):
             self._live.discard(leaf)
+            self._remove_leaf(leaf)
         return rep.job, rep.tasks
 
 
