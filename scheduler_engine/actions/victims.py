@@ -332,12 +332,15 @@ class VictimQueue:
             el = np.where(act < m, 0, np.where(act == m, 1, 2))
             created = np.asarray(s.jobs.created_minutes_ago, dtype=float)[jobs]
             nr = _name_rank(s)[jobs]
-            order = np.lexsort((-nr, created, -el, prio))
-            jobs = jobs[order]
             leaves = s.job_queue_arr[jobs]
-            for q in np.unique(leaves):
-                self.sorted[int(q)] = jobs[leaves == q]
-                self.ptr[int(q)] = 0
+            # victim order inside each leaf, leaves grouped: one sort, then split at leaf bounds
+            order = np.lexsort((-nr, created, -el, prio, leaves))
+            jobs, leaves = jobs[order], leaves[order]
+            cuts = np.flatnonzero(leaves[1:] != leaves[:-1]) + 1
+            for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, leaves.size].tolist()):
+                q = int(leaves[lo])
+                self.sorted[q] = jobs[lo:hi]
+                self.ptr[q] = 0
 
     def _key_of(self, j: int, n_active: int, seq: int) -> tuple:
         s = self.state
