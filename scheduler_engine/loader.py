@@ -81,6 +81,7 @@ MAX_MINUTES = MAX_DURATION / 60.0
 MAX_PRIORITY = 2**31 - 1
 MAX_ROUNDS = 10_000
 MAX_CONSOLIDATION_PREEMPTEES = 1_000_000
+MAX_SCENARIO_SEARCH_BUDGET = 100_000_000
 MAX_GPU_MEMORY_MIB = 2**40
 MAX_PROBLEMS_SHOWN = 200
 
@@ -98,6 +99,7 @@ _CONFIG_KEYS = (
     "stalenessGracePeriod",
     "stableRounds",
     "maxConsolidationPreemptees",
+    "scenarioSearchBudget",
 )
 _NODE_KEYS = ("name", "gpus", "gpuMemory", "cpu", "memory", "labels", "unschedulable", "ready", "reservedByOthers")
 _QUEUE_KEYS = (
@@ -482,6 +484,11 @@ class _Validator:
                              maximum=MAX_CONSOLIDATION_PREEMPTEES)
             if n is not _BAD:
                 cfg.max_consolidation_preemptees = n
+        if c.get("scenarioSearchBudget") is not None:
+            n = self.integer(c["scenarioSearchBudget"], "config.scenarioSearchBudget", minimum=-1,
+                             maximum=MAX_SCENARIO_SEARCH_BUDGET)
+            if n is not _BAD:
+                cfg.scenario_search_budget = n
         return cfg
 
     def timestamp(self, x: Any, path: str) -> datetime | None | Any:
@@ -1202,6 +1209,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict:
         "stalenessGracePeriod": format_duration(cfg.staleness_grace_period),
         "stableRounds": int(cfg.stable_rounds),
         "maxConsolidationPreemptees": int(cfg.max_consolidation_preemptees),
+        "scenarioSearchBudget": int(cfg.scenario_search_budget),
     }
     if cfg.rounds_given or cfg.rounds != 1:
         config["rounds"] = int(cfg.rounds)

@@ -80,6 +80,9 @@ class Config:
     # consolidation looks at most this many victim jobs per pending job, taken in victim order
     # (KAI's --max-consolidation-preemptees, default 16); -1 = unlimited, 0 = consolidation off
     max_consolidation_preemptees: int = 16
+    # reclaim / preempt: victims examined + victims simulated (summed over its scenarios) for one
+    # pending job before it is given up for this cycle; -1 = unlimited
+    scenario_search_budget: int = 5000
     # True when the scenario sets `rounds` (even `rounds: 1`): `expect` is then compared with the
     # snapshot rewritten after the last cycle (scenario-format "Rounds"), not with the raw result.
     rounds_given: bool = False

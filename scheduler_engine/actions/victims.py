@@ -793,13 +793,19 @@ class VictimSolver:
     """KAI's job solver + pod-accumulated scenario builder + by-pod simulation (module docstring)."""
 
     def __init__(self, state: CycleState, action: str, candidates: Candidates, validator: Validator | None,
-                 max_scenarios: int = 100000, prune: bool = False, max_victim_jobs: int = -1) -> None:
+                 max_scenarios: int = 100000, prune: bool = False, max_victim_jobs: int = -1,
+                 search_budget: int = -1) -> None:
         self.state = state
         self.action = action
         self.candidates = candidates
         self.validator = validator
         self.placer = Placer(state)
         self.max_scenarios = max_scenarios
+        # victims examined + victims simulated (summed over scenarios) for one job, all prefixes;
+        # -1 = no limit
+        # (config.scenarioSearchBudget; KAI bounds its scenario search the same way, by time)
+        self.search_budget = search_budget
+        self.steps = 0
         # prune (reclaim, preempt): after a failed scenario, victims that took their place back
         # before the beneficiary's turn, and victims under a queue the validator refused to take
         # from, are no longer accumulated (module docstring, "Pruning")
@@ -821,6 +827,7 @@ class VictimSolver:
         s = self.state
         tasks = list(tasks)
         self.tried = 0
+        self.steps = 0
         self.refusals = []
         self.last_reason = ""
         recorded: list[int] = []
@@ -934,6 +941,11 @@ class VictimSolver:
         while vq:
             if self.tried >= self.max_scenarios:
                 self.last_reason = f"gave up after {self.tried} scenarios"
+                return None
+            self.steps += 1
+            if 0 <= self.search_budget < self.steps:
+                self.last_reason = (f"search budget exhausted after {self.tried} scenarios (victims examined plus "
+                                    f"victims simulated > scenarioSearchBudget {self.search_budget})")
                 return None
             popped = vq.pop()
             if popped is None:
@@ -1063,6 +1075,7 @@ class VictimSolver:
     def _try(self, j: int, partial: list[int], victims: list[int]):
         s = self.state
         self.tried += 1
+        self.steps += len(victims)
         self._kept_fail = []
         self._blocked_fail = -1
         cp = s.checkpoint()
@@ -1370,7 +1383,8 @@ def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction)
             reason = VictimSolver.failure_text(raw, 1, len(tasks), 0, ())
             s.add_event(j, action.refused, action.fail_text(j, leaf, reason))
             continue
-        solver = VictimSolver(s, action.name, cands, action.validator(j, tasks, leaf), prune=True)
+        solver = VictimSolver(s, action.name, cands, action.validator(j, tasks, leaf), prune=True,
+                              search_budget=s.config.scenario_search_budget)
         sol = solver.solve(j, tasks)
         if sol is None:
             shapes.record(j)

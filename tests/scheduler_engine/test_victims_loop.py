@@ -210,3 +210,38 @@ def test_pruning_keeps_the_reclaims_and_simulates_far_fewer_victims(monkeypatch)
     n_new, sim_new = run(True)
     assert n_new >= n_old > 50
     assert sim_new * 3 < sim_old
+
+
+# ---------------------------------------------------------------- search budget
+def _budget_cluster(**config) -> dict:
+    """One 4-GPU job of a leaf deserving 4 GPUs; two 4-GPU nodes held by 1-GPU jobs of a zero-quota
+    queue: a solution needs the four victims of one node, found after at least four victims."""
+    doc = _cluster(1, 1, gpus=(4,))
+    doc["nodes"] = doc["nodes"][:2]
+    doc["jobs"] = [j for j in doc["jobs"] if not j["name"].startswith("hog-") or j["tasks"][0]["node"] in ("n0", "n1")]
+    doc["config"].update(config)
+    return doc
+
+
+def test_a_job_whose_search_exceeds_the_budget_is_given_up_with_a_reason():
+    from scheduler_engine.loader import load_dict as load
+
+    assert load(_budget_cluster()).config.scenario_search_budget == 5000
+    s = CycleState(load_dict(_budget_cluster(scenarioSearchBudget=3)))
+    get_action("reclaim")(s)
+    (ev,) = [e for e in s.events if e["job"] == "p0-0"]
+    assert ev["reason"] == "NotReclaiming"
+    assert "search budget exhausted" in ev["message"] and "scenarioSearchBudget 3" in ev["message"]
+    for budget in (-1, 5000):
+        s = CycleState(load_dict(_budget_cluster(scenarioSearchBudget=budget)))
+        get_action("reclaim")(s)
+        assert [e for e in s.events if e["job"] == "p0-0"][-1]["reason"] == "Reclaimed"
+
+
+def test_bad_search_budgets_are_refused_naming_the_field():
+    from scheduler_engine.loader import ScenarioError
+
+    for bad in (-2, 2.5, "x", False, 10**9):
+        with pytest.raises(ScenarioError) as exc:
+            load_dict(_budget_cluster(scenarioSearchBudget=bad))
+        assert "config.scenarioSearchBudget" in str(exc.value)
