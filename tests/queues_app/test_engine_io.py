@@ -134,3 +134,19 @@ class CorruptTreeTests:
         engine_input = build_engine_input(now=NOW, usage={})
         assert "child queues" in engine_input.excluded_workloads[w.pk]
         build_snapshot(now=NOW, usage={})  # the engine accepts the rest
+
+
+def test_kai_scheduler_config_reaches_the_engine(settings, queue_tree):
+    """Operators tune the engine's search limits through ``KAI_SCHEDULER_CONFIG`` (README,
+    Performance): the keys land in the snapshot's config, and bad values are refused by name."""
+    from scheduler_engine.loader import ScenarioError
+
+    NodeFactory()
+    snap = build_snapshot(now=NOW)
+    assert snap.config.scenario_search_budget == 5000 and snap.config.max_consolidation_preemptees == 16
+    settings.KAI_SCHEDULER_CONFIG = {"scenarioSearchBudget": 500, "maxConsolidationPreemptees": -1}
+    snap = build_snapshot(now=NOW)
+    assert snap.config.scenario_search_budget == 500 and snap.config.max_consolidation_preemptees == -1
+    settings.KAI_SCHEDULER_CONFIG = {"scenarioSearchBudget": -7}
+    with pytest.raises(ScenarioError, match="config.scenarioSearchBudget"):
+        build_snapshot(now=NOW)
