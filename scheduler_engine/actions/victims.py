@@ -812,7 +812,9 @@ class VictimSolver:
         self.prune = prune
         # at most this many distinct victim jobs are accumulated per prefix (-1 = no limit)
         self.max_victim_jobs = max_victim_jobs
-        self._kept_fail: list[int] = []
+        # set by the last failed _try: its victims re-placed before the beneficiary's turn, and the
+        # queue the validator refused to take from (-1)
+        self._served_first: list[int] = []
         self._blocked_fail = -1
         self.last_reason = ""
         self.tried = 0
@@ -928,7 +930,7 @@ class VictimSolver:
 
         def prune() -> None:
             """After a failed scenario (module docstring, "Pruning")."""
-            kept = [t for t in self._kept_fail if t not in recorded_set]
+            kept = [t for t in self._served_first if t not in recorded_set]
             drop(kept)
             # their leaves are served before the beneficiary's: the rest of their candidates
             # would take their own resources back just the same
@@ -1076,7 +1078,7 @@ class VictimSolver:
         s = self.state
         self.tried += 1
         self.steps += len(victims)
-        self._kept_fail = []
+        self._served_first = []
         self._blocked_fail = -1
         cp = s.checkpoint()
         orig_alloc = {t: s.task_alloc[t].copy() for t in victims}
@@ -1097,7 +1099,7 @@ class VictimSolver:
         if not ok:
             if self.prune:
                 # re-placed before the beneficiary's turn (back on their node, or elsewhere)
-                self._kept_fail = [t for t in victims if s.task_state[t] in _ACTIVE]
+                self._served_first = [t for t in victims if s.task_state[t] in _ACTIVE]
             self.placer.rollback(cp)
             return None
         released, moved, kept = [], [], []

@@ -120,10 +120,10 @@ def _record_scenarios(monkeypatch):
         return real_partial(self, j, part, recorded)
 
     def try_(self, j, part, vs):
-        self._kept_fail, self._blocked_fail = [], -1
+        self._served_first, self._blocked_fail = [], -1
         res = real_try(self, j, part, vs)
         log.append((cur["solve"], cur["prefix"], cur["recorded"], list(vs), res is not None,
-                    list(self._kept_fail), self._blocked_fail))
+                    list(self._served_first), self._blocked_fail))
         return res
 
     real_pop = victims.VictimQueue.pop
