@@ -117,7 +117,7 @@ def cluster_confirm_bound(*, task_ids: Iterable[int]) -> int:
     Task.objects.bulk_update(tasks, ["state", "version", "updated_at"])
     wids = {t.workload_id for t in tasks}
     Workload.objects.filter(id__in=wids, started_at__isnull=True).update(started_at=now)
-    _refresh_statuses(wids, now=now)
+    refresh_workload_statuses(wids, now=now)
     return len(tasks)
 
 
@@ -134,21 +134,36 @@ def cluster_confirm_released(*, task_ids: Iterable[int]) -> int:
         t.state = _released_state(status.get(t.workload_id))
         t.node, t.gpu_groups, t.version, t.updated_at = None, [], t.version + 1, now
     Task.objects.bulk_update(tasks, ["state", "node", "gpu_groups", "version", "updated_at"])
-    _refresh_statuses(set(status), now=now)
+    refresh_workload_statuses(set(status), now=now)
     return len(tasks)
 
 
-def _refresh_statuses(workload_ids: set[int], *, now) -> None:
-    """Workload status from its tasks after a confirmation (same rule as the cycle)."""
+def refresh_workload_statuses(workload_ids: Iterable[int], *, now, observed: bool = False) -> None:
+    """Workload status from its tasks after tasks changed outside a cycle (same rule as the cycle).
+
+    ``observed`` (the Kubernetes sync, which reports what the cluster did): a Succeeded / Failed
+    workload reopens when a pod comes back (a controller recreating it; Cancelled stays), and the
+    start / finish times are stamped. Confirmations of the cycle's own decisions only move the status.
+    """
     from queues_app.services.cycle_apply import workload_status_of
 
+    ids = set(workload_ids)
     states: dict[int, list[str]] = {}
-    for wid, st in Task.objects.filter(workload_id__in=workload_ids).values_list("workload_id", "state"):
+    for wid, st in Task.objects.filter(workload_id__in=ids).values_list("workload_id", "state"):
         states.setdefault(wid, []).append(st)
-    for wl in Workload.objects.filter(id__in=workload_ids):
-        new = workload_status_of(states.get(wl.id, []), wl.status)
+    finished = (WorkloadStatus.SUCCEEDED, WorkloadStatus.FAILED)
+    for wl in Workload.objects.filter(id__in=ids):
+        base = WorkloadStatus.PENDING if observed and wl.status in finished else wl.status
+        new = workload_status_of(states.get(wl.id, []), base)
+        fields: dict = {}
         if new != wl.status:
-            Workload.objects.filter(id=wl.id).update(status=new, version=wl.version + 1, updated_at=now)
+            fields["status"] = new
+            if observed:
+                fields["finished_at"] = now if new in finished else None
+        if observed and wl.started_at is None and TaskState.RUNNING in states.get(wl.id, []):
+            fields["started_at"] = now
+        if fields:
+            Workload.objects.filter(id=wl.id).update(version=wl.version + 1, updated_at=now, **fields)
 
 
 def ensure_mode(mode: str) -> None:
@@ -169,7 +184,7 @@ def cluster_bind_failed(*, task_ids: Iterable[int]) -> int:
     for t in tasks:
         t.state, t.node, t.gpu_groups, t.version, t.updated_at = TaskState.PENDING, None, [], t.version + 1, now
     Task.objects.bulk_update(tasks, ["state", "node", "gpu_groups", "version", "updated_at"])
-    _refresh_statuses({t.workload_id for t in tasks}, now=now)
+    refresh_workload_statuses({t.workload_id for t in tasks}, now=now)
     if tasks:
         restate_queue_allocation(queue_ids=set(Workload.objects.filter(
             id__in={t.workload_id for t in tasks}).values_list("queue_id", flat=True)), now=now)

@@ -73,7 +73,7 @@ from queues_app.models import (
 from queues_app.services.cycle_cluster import (
     RELEASING_STATES,
     _lock_tasks,
-    _refresh_statuses,
+    refresh_workload_statuses,
     cluster_bind_failed,
     cluster_mark_stuck_releasing,
 )
@@ -624,7 +624,7 @@ def kube_gang_rollback(*, task_ids: Iterable[int], now: datetime | None = None) 
                                        created_at=now,
                                        message=f"task {t.name}: another pod of the gang could not be bound; evicted")
     KubeOutbox.objects.bulk_create(rows)
-    _refresh_statuses({t.workload_id for t in tasks}, now=now)
+    refresh_workload_statuses({t.workload_id for t in tasks}, now=now)
     return len(tasks)
 
 

@@ -35,7 +35,7 @@ import re
 import socket
 import uuid
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from django.conf import settings
 from django.db import transaction
@@ -62,7 +62,7 @@ from queues_app.models import (
     Workload,
 )
 from queues_app.services.common import validate
-from queues_app.services.cycle_cluster import restate_queue_allocation
+from queues_app.services.cycle_cluster import refresh_workload_statuses, restate_queue_allocation
 from queues_app.services.nodes import NODE_FIELDS, node_delete, node_upsert
 
 logger = logging.getLogger(__name__)
@@ -145,28 +145,6 @@ def _resolve_queue(info: translate.PodInfo) -> Queue:
                           "take workloads.", reason=REASON_INVALID_QUEUE,
                           extra={f"pod label {label}": [f"Queue {info.queue!r} is not a leaf."]})
     return queue
-
-
-def _refresh_workloads(workload_ids: Iterable[int], *, now: datetime) -> None:
-    """Status from the tasks; kube workloads reopen from Succeeded / Failed when a pod comes
-    back (a controller recreating it), Cancelled stays."""
-    from queues_app.services.cycle_apply import workload_status_of
-
-    ids = set(workload_ids)
-    states: dict[int, list[str]] = {}
-    for wid, st in Task.objects.filter(workload_id__in=ids).values_list("workload_id", "state"):
-        states.setdefault(wid, []).append(st)
-    for wl in Workload.objects.filter(id__in=ids):
-        base = WorkloadStatus.PENDING if wl.status in (WorkloadStatus.SUCCEEDED, WorkloadStatus.FAILED) else wl.status
-        new = workload_status_of(states.get(wl.id, []), base)
-        fields: dict[str, Any] = {}
-        if new != wl.status:
-            fields["status"] = new
-            fields["finished_at"] = now if new in (WorkloadStatus.SUCCEEDED, WorkloadStatus.FAILED) else None
-        if wl.started_at is None and TaskState.RUNNING in states.get(wl.id, []):
-            fields["started_at"] = now
-        if fields:
-            Workload.objects.filter(id=wl.id).update(version=wl.version + 1, updated_at=now, **fields)
 
 
 def _lock_workload(workload_id: int) -> None:
@@ -286,7 +264,7 @@ def _create_pod(obj: Mapping[str, Any], *, owner: translate.OwnerInfo | None, no
                            phase=info.status.phase, deletion_timestamp=_parse_time(info.status.deletion_timestamp),
                            observed_at=now)
     _follow(task, info.status, now=now)
-    _refresh_workloads([workload.id], now=now)
+    refresh_workload_statuses([workload.id], now=now, observed=True)
     return task
 
 
@@ -310,7 +288,7 @@ def _update_pod(kpod: KubePod, obj: Mapping[str, Any], *, now: datetime) -> Task
         resource_version=rv, node_name=status.node_name, phase=status.phase,
         deletion_timestamp=_parse_time(status.deletion_timestamp), observed_at=now)
     if _follow(task, status, now=now):
-        _refresh_workloads([task.workload_id], now=now)
+        refresh_workload_statuses([task.workload_id], now=now, observed=True)
     return task
 
 
@@ -323,7 +301,7 @@ def _pod_gone(kpod: KubePod) -> None:
     if not Task.objects.filter(workload_id=workload_id).exists():
         Workload.objects.filter(id=workload_id).delete()
     else:
-        _refresh_workloads([workload_id], now=now)
+        refresh_workload_statuses([workload_id], now=now, observed=True)
     restate_queue_allocation(queue_ids=[queue_id], now=now)
 
 
@@ -415,7 +393,7 @@ def kube_node_observed(*, obj: Mapping[str, Any]) -> Node:
         task = Task.objects.select_for_update().get(pk=kpod.task_id)
         if _follow(task, _kpod_status(kpod), now=now):
             touched.add(task.workload_id)
-    _refresh_workloads(touched, now=now)
+    refresh_workload_statuses(touched, now=now, observed=True)
     return node
 
 
@@ -442,7 +420,7 @@ def kube_node_gone(*, name: str) -> None:
             SchedulingEvent.objects.create(workload_id=t.workload_id, task=t, reason=REASON_NODE_GONE,
                                            message=f"Node {name} was deleted: task {t.name} ({was}) is now {t.state}.")
     Task.objects.bulk_update(tasks, ["state", "node", "gpu_groups", "version", "updated_at"])
-    _refresh_workloads(wids, now=now)
+    refresh_workload_statuses(wids, now=now, observed=True)
     node_delete(node=node)
 
 
