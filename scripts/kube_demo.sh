@@ -4,11 +4,7 @@
 # mode on its own SQLite database (var/kube-demo). Extra arguments go to `manage.py kube_demo`
 # (--seconds, --interval, --port, --keep-running).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e .
+source "$(dirname "$0")/_venv.sh" ""
 export KAI_VAR_DIR="${KAI_VAR_DIR:-$PWD/var/kube-demo}"
 export KAI_CLUSTER_MODE=kubernetes
 export KAI_KUBECONFIG="$KAI_VAR_DIR/kubeconfig"

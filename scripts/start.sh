@@ -4,9 +4,5 @@
 # migrate, load the demo, web on http://127.0.0.1:8000 (admin/admin), worker with embedded beat.
 # Extra arguments go to `manage.py run_embedded` (--port, --host, --no-demo, --runserver).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e .
+source "$(dirname "$0")/_venv.sh" ""
 exec env PYTHON=.venv/bin/python sh scripts/run_embedded.sh "$@"
