@@ -36,7 +36,9 @@ failed scenario of a prefix, therefore:
 
 Victims recorded from the previous prefix are kept. Consolidation does not prune (moving victims
 is its point) but, as KAI's ``--max-consolidation-preemptees``, looks at no more than
-``config.max_consolidation_preemptees`` victim jobs (default 16) per pending job.
+``config.max_consolidation_preemptees`` victim jobs (default 16) per pending job. Reclaim and
+preempt give a job up for the cycle once its search took ``config.scenario_search_budget`` steps
+(victims examined plus victims simulated, default 5000), as KAI bounds its scenario search.
 
 Why the simulation instead of arithmetic: it exercises the same node order, device choice, GPU
 sharing, topology domains and queue capacity checks as a real placement, so the engine never
