@@ -82,6 +82,7 @@ try:
     from ..ordering import _dom
 except ImportError:  # pragma: no cover
     _dom = None
+from ..ordering import _alloc_part, _queue_key, _static, _weaker
 from ..snapshot import CPU, GPU, MEM, NRES, TaskState
 from ..state import EPS, CycleState, fmt_amount
 
@@ -278,10 +279,12 @@ class _Rep:
         self.job = job
         self.tasks = list(tasks)
         act = [t for t in self.tasks if state.task_state[t] in _ACTIVE]
+        # a tuple of Python floats: the victim order adds and compares it per pop, where numpy's
+        # per-call overhead on 3-element vectors dominated (same values: the sums are numpy's)
         if len(act) == 1:
-            self.alloc = state.task_alloc[act[0]].copy()
+            self.alloc = tuple(state.task_alloc[act[0]].tolist())
         else:
-            self.alloc = state.task_alloc[act].sum(axis=0) if act else np.zeros(NRES)
+            self.alloc = tuple(state.task_alloc[act].sum(axis=0).tolist()) if act else (0.0, 0.0, 0.0)
         self.seq = seq
 
 
@@ -297,6 +300,37 @@ def _name_rank(state: CycleState) -> np.ndarray:
     return r
 
 
+def _victim_tiebreaks(state: CycleState) -> list[int] | None:
+    """Rules 7-8 of the victim order as one integer per queue, or ``None`` if they are no total order.
+
+    Per parent (and the top level), the distinct allocatable vectors of its children must form a
+    chain under the "weaker" relation; then a tie on rules 1-6 goes to the stronger vector first,
+    then the younger queue (order rank reversed), as the reversed comparator decides. Queue ranks
+    are unique, so this is a strict total order. Static for the cycle: cached on the state.
+    """
+    hit = getattr(state, "_victims_tiebreaks", False)
+    if hit is not False:
+        return hit
+    static = _static(state)
+    parent = state.queues.parent
+    kids: dict[int, list[int]] = {}
+    for q in range(state.Q):
+        kids.setdefault(int(parent[q]) if int(parent[q]) >= 0 else -1, []).append(q)
+    nq = state.Q + 1
+    tb: list[int] | None = [0] * state.Q
+    for ks in kids.values():
+        vecs = sorted({tuple(static[c][2]) for c in ks},
+                      key=lambda v: tuple(math.inf if x == -1 else x for x in v))
+        if any(not _weaker(vecs[i], vecs[i + 1]) for i in range(len(vecs) - 1)):
+            tb = None
+            break
+        idx = {v: i for i, v in enumerate(vecs)}
+        for c in ks:
+            tb[c] = (len(vecs) - 1 - idx[tuple(static[c][2])]) * nq + (nq - 1 - static[c][5])
+    state._victims_tiebreaks = tb
+    return tb
+
+
 class VictimQueue:
     """Candidate victims in victim order (spec b, reversed), with push-back of elastic remainders.
 
@@ -306,6 +340,15 @@ class VictimQueue:
 
     The initial candidates of each leaf are sorted once with numpy (lazy: a representative object
     is only built for a leaf's head); pushed-back remainders live in a small heap per leaf.
+
+    Which leaf comes next: when the allocatable vectors of every parent's children form a chain
+    (:func:`_victim_tiebreaks`, the usual case) the comparator is a strict total order, so every
+    queue keeps its rules-1..6 key (negated: victim order) plus a static rules-7..8 integer in a
+    lazy heap of its parent, and a pop or push re-keys only the queues on that leaf's path:
+    O(depth x log children) per victim instead of rescanning every sibling on the path. The
+    winner is the one the sequential scan picks (with a strict total order the scan returns the
+    maximum). Otherwise the winners are kept per node and rescanned in children order
+    (:meth:`_tournament`), which resolves incomparable ties exactly as the comparator's scan.
     """
 
     def __init__(self, state: CycleState, jobs: Iterable[int]) -> None:
@@ -327,6 +370,19 @@ class VictimQueue:
         self._live: set[int] | None = None
         self._rep: dict[int, int] | None = None  # node -> leaf representing it in victim order
         self._dirty: set[int] = set()  # leaves popped from / pushed to since the winners were computed
+        # heap mode (class docstring): per queue its key entry in its parent's heap (root = -1)
+        self._tb = _victim_tiebreaks(state)
+        self._qheap: dict[int, list] | None = None
+        self._vrep: dict[int, int] = {}  # queue -> leaf it is represented by
+        self._qkey: dict[int, tuple] = {}
+        self._qstamp: dict[int, int] = {}
+        self._qlive: set[int] = set()
+        self._static = _static(state) if self._tb is not None else None
+        self._qver = state.queue_version
+        memo = getattr(state, "_victims_key_memo", None)
+        if memo is None or len(memo) != state.Q:
+            memo = state._victims_key_memo = [None] * state.Q
+        self._memo = memo
         if jobs.size:
             prio = np.asarray(s.jobs.priority)[jobs].astype(np.int64)
             act = s.job_num_active_arr[jobs]
@@ -364,6 +420,8 @@ class VictimQueue:
             self._tree = None  # a leaf came back: rebuild the tree at the next pop
         self._ver[q] = self._ver.get(q, 0) + 1
         self._dirty.add(q)
+        if self._qheap is not None:
+            self._rekey_path(q)
 
     def _head(self, q: int) -> tuple[str, _Rep] | None:
         """The leaf's next victim: ("heap", rep) or ("sorted", rep); cached until popped/pushed."""
@@ -376,7 +434,8 @@ class VictimQueue:
         cand_sorted = None
         if arr is not None and i < arr.size:
             j = int(arr[i])
-            cand_sorted = (self._key_of(j, self.state.job_num_active(j), 0), j)
+            # the order key is only needed against a pushed-back remainder
+            cand_sorted = (self._key_of(j, self.state.job_num_active(j), 0) if h else None, j)
         if h and (cand_sorted is None or h[0][0] < cand_sorted[0]):
             out = ("heap", h[0][2])
         elif cand_sorted is not None:
@@ -404,10 +463,11 @@ class VictimQueue:
             self._live = set(self._leaves())
         return bool(self._live)
 
-    def _leaf_victims(self, q: int) -> np.ndarray:
+    def _leaf_victims(self, q: int) -> tuple:
+        """What leaf q gives up in the victim order: its popped victims plus its next one."""
         nxt = self._head(q)[1].alloc
         base = self.popped_alloc.get(q)
-        return nxt if base is None else base + nxt
+        return nxt if base is None else (base[0] + nxt[0], base[1] + nxt[1], base[2] + nxt[2])
 
     def _tree_of(self, leaves):
         """Active queue tree (children lists, top-level nodes) over the non-empty leaves.
@@ -536,6 +596,10 @@ class VictimQueue:
             return None
         if len(self._live) == 1:
             leaf = next(iter(self._live))
+        elif self._tb is not None:
+            if self._qheap is None:
+                self._heap_build()
+            leaf = self._vrep[self._heap_best(-1)]
         else:
             children, tops = self._tree_of(self._live)
             leaf = self._tournament(children, tops)
@@ -547,11 +611,87 @@ class VictimQueue:
         self.head_rep.pop(leaf, None)
         self._ver[leaf] = self._ver.get(leaf, 0) + 1
         self._dirty.add(leaf)
-        self.popped_alloc[leaf] = self.popped_alloc.get(leaf, np.zeros(NRES)) + rep.alloc
+        base = self.popped_alloc.get(leaf)
+        a = rep.alloc
+        self.popped_alloc[leaf] = a if base is None else (base[0] + a[0], base[1] + a[1], base[2] + a[2])
         if not self._nonempty(leaf):
             self._live.discard(leaf)
             self._remove_leaf(leaf)
+        if self._qheap is not None:
+            self._rekey_path(leaf)
         return rep.job, rep.tasks
+
+    # ---------------------------------------------------------------- heap mode
+    def _heap_build(self) -> None:
+        """Key every queue above a live leaf, children before parents, into its parent's heap."""
+        paths = self.state.queue_path_list
+        self._qheap = {}
+        nodes: set[int] = set()
+        for lq in self._live:
+            nodes.update(paths[lq])
+        for q in sorted(nodes, key=lambda x: -len(paths[x])):
+            self._rekey(q)
+        self._dirty.clear()
+
+    def _rekey(self, q: int) -> None:
+        """Recompute queue q's representative and key; (re)enter it in its parent's heap if changed."""
+        paths = self.state.queue_path_list
+        if q in self.sorted or q in self.heaps:  # a leaf with candidates (empty or not)
+            lq = q if q in self._live else -1
+        else:
+            b = self._heap_best(q)
+            lq = self._vrep[b] if b >= 0 else -1
+        path = paths[q]
+        par = path[1] if len(path) > 1 else -1
+        if lq < 0:
+            self._vrep.pop(q, None)
+            if q in self._qlive:
+                self._qlive.discard(q)
+                self._qstamp[q] = self._qstamp.get(q, 0) + 1
+            return
+        self._vrep[q] = lq
+        # memo per queue on the state: (queue_version, allocation part, {request: key}); the
+        # version is monotonic (undo bumps it too), so equal versions mean equal allocations
+        ver = int(self._qver[q])
+        memo = self._memo[q]
+        if memo is None or memo[0] != ver:
+            apart = _alloc_part(self._static[q], self.state.queue_alloc[q].tolist())
+            memo = self._memo[q] = (ver, apart, {})
+        req = self._leaf_victims(lq)
+        key = memo[2].get(req)
+        if key is None:
+            key = memo[2][req] = _queue_key(self._static[q], memo[1], req, True)
+        if q in self._qlive and self._qkey.get(q) == key:
+            return
+        self._qkey[q] = key
+        self._qlive.add(q)
+        st = self._qstamp[q] = self._qstamp.get(q, 0) + 1
+        h = self._qheap.get(par)
+        if h is None:
+            h = self._qheap[par] = []
+        heapq.heappush(h, (key, self._tb[q], q, st))
+        if len(h) > 64 and len(h) > 4 * len(self._qlive):  # drop stale entries now and then
+            stamps, live = self._qstamp, self._qlive
+            h[:] = [e for e in h if e[2] in live and stamps[e[2]] == e[3]]
+            heapq.heapify(h)
+
+    def _heap_best(self, par: int) -> int:
+        """The child of ``par`` (-1: the top level) whose victims come first, or -1."""
+        h = self._qheap.get(par)
+        if not h:
+            return -1
+        stamps, live = self._qstamp, self._qlive
+        while h:
+            e = h[0]
+            if e[2] in live and stamps[e[2]] == e[3]:
+                return e[2]
+            heapq.heappop(h)
+        return -1
+
+    def _rekey_path(self, leaf: int) -> None:
+        for q in self.state.queue_path_list[leaf]:
+            self._rekey(q)
+        self._dirty.clear()
 
 
 class _LightProfile:
