@@ -275,9 +275,14 @@ class _Rep:
 
     __slots__ = ("job", "tasks", "alloc", "seq")
 
-    def __init__(self, state: CycleState, job: int, tasks: Sequence[int], seq: int) -> None:
+    def __init__(self, state: CycleState | None, job: int, tasks: Sequence[int], seq: int,
+                 alloc: tuple | None = None) -> None:
         self.job = job
         self.tasks = list(tasks)
+        if alloc is not None:  # known (every task given is active): see _whole_rep
+            self.alloc = alloc
+            self.seq = seq
+            return
         act = [t for t in self.tasks if state.task_state[t] in _ACTIVE]
         # a tuple of Python floats: the victim order adds and compares it per pop, where numpy's
         # per-call overhead on 3-element vectors dominated (same values: the sums are numpy's)
@@ -383,6 +388,10 @@ class VictimQueue:
         if memo is None or len(memo) != state.Q:
             memo = state._victims_key_memo = [None] * state.Q
         self._memo = memo
+        reps = getattr(state, "_victims_whole_reps", None)
+        if reps is None:
+            reps = state._victims_whole_reps = {}
+        self._reps = reps
         if jobs.size:
             prio = np.asarray(s.jobs.priority)[jobs].astype(np.int64)
             act = s.job_num_active_arr[jobs]
@@ -439,12 +448,27 @@ class VictimQueue:
         if h and (cand_sorted is None or h[0][0] < cand_sorted[0]):
             out = ("heap", h[0][2])
         elif cand_sorted is not None:
-            j = cand_sorted[1]
-            out = ("sorted", _Rep(self.state, j, _active_tasks(self.state, j), 0))
+            out = ("sorted", self._whole_rep(cand_sorted[1]))
         else:
             return None
         self.head_rep[q] = out
         return out
+
+    def _whole_rep(self, j: int) -> _Rep:
+        """A candidate's first representative: all its active tasks and what they hold.
+
+        The same jobs head their leaves in solve after solve; what they offer changes only with
+        the job (``job_version``, bumped by every change of its tasks, rollbacks included), so it
+        is kept on the state across victim queues.
+        """
+        s = self.state
+        cache = self._reps
+        ver = int(s.job_version[j])
+        hit = cache.get(j)
+        if hit is None or hit[0] != ver:
+            r = _Rep(s, j, _active_tasks(s, j), 0)
+            hit = cache[j] = (ver, r.tasks, r.alloc)
+        return _Rep(None, j, hit[1], 0, hit[2])
 
     def _leaves(self) -> list[int]:
         out = []
@@ -1050,6 +1074,17 @@ class VictimSolver:
         need1 = float(s.task_order_req[partial[0], GPU]) if single else 0.0
         cap_all = base + rec_gpu
         best_all = float(cap_all.max()) if cap_all.size else 0.0
+        # single whole task without a node selector: _may_fit is "some node has free + releasing +
+        # victims >= need". Kept incrementally instead of an O(nodes) pass per victim: the nodes
+        # where it holds with every (non-dropped) accumulated victim, and the best node with only
+        # the recorded victims (adding victims' GPUs never lowers a node's sum: rounding is monotone)
+        fast = single and need1 > EPS and s.N > 0
+        if fast:
+            thr = need1 - 1e-9
+            rec_best = best_all
+            base_l = base.tolist()
+            good_l = (cap_all >= thr).tolist()
+            n_good = sum(good_l)
         vq = VictimQueue(s, cands)
         potential: list[int] = []  # accumulated potential victim tasks, in order
         all_gpu = rec_gpu.copy()
@@ -1063,12 +1098,18 @@ class VictimSolver:
         own = int(s.job_queue_arr[j])
 
         def drop(ts: Iterable[int]) -> None:
+            nonlocal n_good
             for t in ts:
                 if t in pos and t not in dropped:
                     dropped.add(t)
                     n = int(s.task_node[t])
                     if n >= 0:
                         all_gpu[n] -= s.task_alloc[t, GPU]
+                        if fast:
+                            ok = base_l[n] + float(all_gpu[n]) >= thr
+                            if ok != good_l[n]:
+                                good_l[n] = ok
+                                n_good += 1 if ok else -1
 
         def prune() -> None:
             """After a failed scenario (module docstring, "Pruning")."""
@@ -1122,6 +1163,11 @@ class VictimSolver:
                 if n >= 0:
                     g = s.task_alloc[t, GPU]
                     all_gpu[n] += g
+                    if fast:
+                        ok = base_l[n] + float(all_gpu[n]) >= thr
+                        if ok != good_l[n]:
+                            good_l[n] = ok
+                            n_good += 1 if ok else -1
                     cap_all[n] += g
                     if cap_all[n] > best_all:
                         best_all = float(cap_all[n])
@@ -1146,19 +1192,32 @@ class VictimSolver:
                 if key in tried:
                     continue
                 tried.add(key)
-                gpu = rec_gpu.copy()
-                for t in local:
-                    if s.task_node[t] >= 0:
-                        gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
-                if not self._may_fit(partial, base, gpu):
-                    continue
+                if fast:
+                    # only the victims' nodes change: the same sums, in the same order, per node
+                    if rec_best < thr:
+                        touched: dict[int, float] = {}
+                        for t in local:
+                            tn = int(s.task_node[t])
+                            if tn >= 0:
+                                touched[tn] = touched.get(tn, float(rec_gpu[tn])) + float(s.task_alloc[t, GPU])
+                        if not any(base_l[tn] + v >= thr for tn, v in touched.items()):
+                            continue
+                else:
+                    gpu = rec_gpu.copy()
+                    for t in local:
+                        if s.task_node[t] >= 0:
+                            gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
+                    if not self._may_fit(partial, base, gpu):
+                        continue
                 res = self._try(j, partial, list(recorded) + local)
                 if res is not None:
                     return res
                 if self.prune:
                     prune()
                     live = len(potential) - len(dropped)
-            if same_as_all or live <= 0 or not self._may_fit(partial, base, all_gpu):
+            if same_as_all or live <= 0:
+                continue
+            if (n_good == 0) if fast else not self._may_fit(partial, base, all_gpu):
                 continue
             extra = [t for t in potential if t not in dropped] if dropped else list(potential)
             key = frozenset(extra) | frozenset(recorded)
