@@ -1257,9 +1257,16 @@ class VictimSolver:
                 cap = np.where(s.selector_mask(key), cap, 0.0)
             return float(cap.max()) >= need - 1e-9
         g = s.task_order_req[partial, GPU]
-        if not np.any(g > EPS):
+        pos_g = g > EPS
+        if not np.any(pos_g):
             return True
         cap = base + victim_gpu
+        # only nodes that could hold the smallest GPU task take part (the same choices: a node
+        # below that can never pass a task's test, and argmin's first index keeps index order)
+        idx = np.flatnonzero(cap >= float(g[pos_g].min()) - 1e-9)
+        if idx.size == 0:
+            return False
+        cap = cap[idx]
         for t in [partial[i] for i in np.argsort(-g, kind="stable")]:
             need = float(s.task_order_req[t, GPU])
             if need <= EPS:
@@ -1267,7 +1274,7 @@ class VictimSolver:
             ok = cap >= need - 1e-9
             key = s.task_selector_key[t]
             if key:
-                ok &= s.selector_mask(key)
+                ok &= s.selector_mask(key)[idx]
             if not ok.any():
                 return False
             n = int(np.argmin(np.where(ok, cap, np.inf)))
