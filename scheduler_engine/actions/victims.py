@@ -275,14 +275,9 @@ class _Rep:
 
     __slots__ = ("job", "tasks", "alloc", "seq")
 
-    def __init__(self, state: CycleState | None, job: int, tasks: Sequence[int], seq: int,
-                 alloc: tuple | None = None) -> None:
+    def __init__(self, state: CycleState, job: int, tasks: Sequence[int], seq: int) -> None:
         self.job = job
         self.tasks = list(tasks)
-        if alloc is not None:  # known (every task given is active): see _whole_rep
-            self.alloc = alloc
-            self.seq = seq
-            return
         act = [t for t in self.tasks if state.task_state[t] in _ACTIVE]
         # a tuple of Python floats: the victim order adds and compares it per pop, where numpy's
         # per-call overhead on 3-element vectors dominated (same values: the sums are numpy's)
@@ -336,6 +331,18 @@ def _victim_tiebreaks(state: CycleState) -> list[int] | None:
     return tb
 
 
+def _child_counts(state: CycleState) -> dict[int, int]:
+    """Children per queue in the queue tree (-1: the top level); cached on the state."""
+    hit = getattr(state, "_victims_child_counts", None)
+    if hit is None:
+        hit = {}
+        for p in state.queues.parent:
+            p = int(p) if int(p) >= 0 else -1
+            hit[p] = hit.get(p, 0) + 1
+        state._victims_child_counts = hit
+    return hit
+
+
 class VictimQueue:
     """Candidate victims in victim order (spec b, reversed), with push-back of elastic remainders.
 
@@ -383,6 +390,7 @@ class VictimQueue:
         self._qstamp: dict[int, int] = {}
         self._qlive: set[int] = set()
         self._static = _static(state) if self._tb is not None else None
+        self._nkids = _child_counts(state)
         self._qver = state.queue_version
         memo = getattr(state, "_victims_key_memo", None)
         if memo is None or len(memo) != state.Q:
@@ -466,9 +474,8 @@ class VictimQueue:
         ver = int(s.job_version[j])
         hit = cache.get(j)
         if hit is None or hit[0] != ver:
-            r = _Rep(s, j, _active_tasks(s, j), 0)
-            hit = cache[j] = (ver, r.tasks, r.alloc)
-        return _Rep(None, j, hit[1], 0, hit[2])
+            hit = cache[j] = (ver, _Rep(s, j, _active_tasks(s, j), 0))
+        return hit[1]  # shared: nobody mutates a representative (the solver only reads its tasks)
 
     def _leaves(self) -> list[int]:
         out = []
@@ -654,19 +661,18 @@ class VictimQueue:
         for lq in self._live:
             nodes.update(paths[lq])
         for q in sorted(nodes, key=lambda x: -len(paths[x])):
-            self._rekey(q)
+            path = paths[q]
+            if q in self.sorted or q in self.heaps:  # a leaf with candidates
+                lq = q if q in self._live else -1
+            else:
+                b = self._heap_best(q)
+                lq = self._vrep[b] if b >= 0 else -1
+            self._set_key(q, path[1] if len(path) > 1 else -1, lq, self._leaf_victims(lq) if lq >= 0 else None)
         self._dirty.clear()
 
-    def _rekey(self, q: int) -> None:
-        """Recompute queue q's representative and key; (re)enter it in its parent's heap if changed."""
-        paths = self.state.queue_path_list
-        if q in self.sorted or q in self.heaps:  # a leaf with candidates (empty or not)
-            lq = q if q in self._live else -1
-        else:
-            b = self._heap_best(q)
-            lq = self._vrep[b] if b >= 0 else -1
-        path = paths[q]
-        par = path[1] if len(path) > 1 else -1
+    def _set_key(self, q: int, par: int, lq: int, req: tuple | None) -> None:
+        """Queue q is represented by leaf ``lq`` (-1: none left) giving up ``req``: (re)enter its
+        key in its parent's heap if it changed."""
         if lq < 0:
             self._vrep.pop(q, None)
             if q in self._qlive:
@@ -679,24 +685,23 @@ class VictimQueue:
         ver = int(self._qver[q])
         memo = self._memo[q]
         if memo is None or memo[0] != ver:
-            apart = _alloc_part(self._static[q], self.state.queue_alloc[q].tolist())
-            memo = self._memo[q] = (ver, apart, {})
-        req = self._leaf_victims(lq)
+            memo = self._memo[q] = (ver, _alloc_part(self._static[q], self.state.queue_alloc[q].tolist()), {})
         key = memo[2].get(req)
         if key is None:
             key = memo[2][req] = _queue_key(self._static[q], memo[1], req, True)
-        if q in self._qlive and self._qkey.get(q) == key:
+        qlive = self._qlive
+        if q in qlive and self._qkey.get(q) == key:
             return
         self._qkey[q] = key
-        self._qlive.add(q)
+        qlive.add(q)
         st = self._qstamp[q] = self._qstamp.get(q, 0) + 1
         h = self._qheap.get(par)
         if h is None:
             h = self._qheap[par] = []
         heapq.heappush(h, (key, self._tb[q], q, st))
-        if len(h) > 64 and len(h) > 4 * len(self._qlive):  # drop stale entries now and then
-            stamps, live = self._qstamp, self._qlive
-            h[:] = [e for e in h if e[2] in live and stamps[e[2]] == e[3]]
+        if len(h) > 2 * self._nkids[par] + 8:  # drop stale entries now and then
+            stamps = self._qstamp
+            h[:] = [e for e in h if e[2] in qlive and stamps[e[2]] == e[3]]
             heapq.heapify(h)
 
     def _heap_best(self, par: int) -> int:
@@ -713,8 +718,19 @@ class VictimQueue:
         return -1
 
     def _rekey_path(self, leaf: int) -> None:
-        for q in self.state.queue_path_list[leaf]:
-            self._rekey(q)
+        """After a pop from / push to ``leaf``: re-key the queues on its path, bottom-up."""
+        path = self.state.queue_path_list[leaf]
+        lq = leaf if leaf in self._live else -1
+        req = self._leaf_victims(lq) if lq >= 0 else None
+        last = len(path) - 1
+        for i, q in enumerate(path):
+            if i:
+                b = self._heap_best(q)
+                nl = self._vrep[b] if b >= 0 else -1
+                if nl != lq:
+                    lq = nl
+                    req = self._leaf_victims(nl) if nl >= 0 else None
+            self._set_key(q, path[i + 1] if i < last else -1, lq, req)
         self._dirty.clear()
 
 
