@@ -124,6 +124,8 @@ def tasks_to_evict(state: CycleState, tasks: Sequence[int], min_available: int) 
     active = [t for t in tasks if state.task_state[t] in _ACTIVE]
     if not active:
         return [], False
+    if len(active) == 1:  # the usual single-task victim: task order of one is itself
+        return active, min_available < 1
     rev = list(reversed(task_order(state, active)))
     if min_available < len(rev):
         return [rev[0]], True
@@ -1101,6 +1103,10 @@ class VictimSolver:
             base_l = base.tolist()
             good_l = (cap_all >= thr).tolist()
             n_good = sum(good_l)
+        # per-node sums updated once per victim: Python floats (the same IEEE additions as numpy's
+        # scalars, without their per-element overhead)
+        cap_l = cap_all.tolist()
+        task_gpu = s.task_alloc[:, GPU]
         vq = VictimQueue(s, cands)
         potential: list[int] = []  # accumulated potential victim tasks, in order
         all_gpu = rec_gpu.copy()
@@ -1120,7 +1126,7 @@ class VictimSolver:
                     dropped.add(t)
                     n = int(s.task_node[t])
                     if n >= 0:
-                        all_gpu[n] -= s.task_alloc[t, GPU]
+                        all_gpu[n] -= task_gpu[t]
                         if fast:
                             ok = base_l[n] + float(all_gpu[n]) >= thr
                             if ok != good_l[n]:
@@ -1177,16 +1183,16 @@ class VictimSolver:
             for t in evict:
                 n = int(s.task_node[t])
                 if n >= 0:
-                    g = s.task_alloc[t, GPU]
+                    g = float(task_gpu[t])
                     all_gpu[n] += g
                     if fast:
                         ok = base_l[n] + float(all_gpu[n]) >= thr
                         if ok != good_l[n]:
                             good_l[n] = ok
                             n_good += 1 if ok else -1
-                    cap_all[n] += g
-                    if cap_all[n] > best_all:
-                        best_all = float(cap_all[n])
+                    c = cap_l[n] = cap_l[n] + g
+                    if c > best_all:
+                        best_all = c
                     jobs_on_node.setdefault(n, set()).add(vj)
                     if n not in hosts:
                         hosts.append(n)
