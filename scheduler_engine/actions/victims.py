@@ -345,6 +345,29 @@ def _child_counts(state: CycleState) -> dict[int, int]:
     return hit
 
 
+def _victim_static_ranks(state: CycleState) -> tuple[np.ndarray, np.ndarray]:
+    """Per job: dense rank of its (leaf, priority) pair, and its rank by (older first, name
+    descending) among all jobs. Both static for the cycle: cached on the state."""
+    hit = getattr(state, "_victims_static_ranks", None)
+    if hit is None:
+        s = state
+        prio = np.asarray(s.jobs.priority).astype(np.int64)
+        leaves = s.job_queue_arr.astype(np.int64)
+        created = np.asarray(s.jobs.created_minutes_ago, dtype=float)
+        nr = _name_rank(s)
+        order = np.lexsort((-nr, created))
+        rank = np.empty(s.J, dtype=np.int64)
+        rank[order] = np.arange(s.J)
+        pairs = np.lexsort((prio, leaves))
+        new = np.ones(s.J, dtype=bool)
+        if s.J:
+            new[1:] = (leaves[pairs][1:] != leaves[pairs][:-1]) | (prio[pairs][1:] != prio[pairs][:-1])
+        group = np.empty(s.J, dtype=np.int64)
+        group[pairs] = np.cumsum(new) - 1
+        hit = state._victims_static_ranks = (group, rank)
+    return hit
+
+
 class VictimQueue:
     """Candidate victims in victim order (spec b, reversed), with push-back of elastic remainders.
 
@@ -403,16 +426,17 @@ class VictimQueue:
             reps = state._victims_whole_reps = {}
         self._reps = reps
         if jobs.size:
-            prio = np.asarray(s.jobs.priority)[jobs].astype(np.int64)
             act = s.job_num_active_arr[jobs]
             m = s.job_min_available[jobs]
             el = np.where(act < m, 0, np.where(act == m, 1, 2))
-            created = np.asarray(s.jobs.created_minutes_ago, dtype=float)[jobs]
-            nr = _name_rank(s)[jobs]
+            # victim order inside each leaf, leaves grouped: one sort of one integer key, then
+            # split at leaf bounds. The key is (leaf, priority) group, elastic state descending,
+            # then the static (older first, name descending) rank: the lexsort of those five
+            # columns, with the static parts ranked once per cycle (_victim_static_ranks)
+            group, rank = _victim_static_ranks(s)
+            order = np.argsort((group[jobs] * 3 + (2 - el)) * s.J + rank[jobs], kind="stable")
+            jobs = jobs[order]
             leaves = s.job_queue_arr[jobs]
-            # victim order inside each leaf, leaves grouped: one sort, then split at leaf bounds
-            order = np.lexsort((-nr, created, -el, prio, leaves))
-            jobs, leaves = jobs[order], leaves[order]
             cuts = np.flatnonzero(leaves[1:] != leaves[:-1]) + 1
             for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, leaves.size].tolist()):
                 q = int(leaves[lo])
