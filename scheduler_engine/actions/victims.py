@@ -1651,7 +1651,11 @@ def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction)
         commit_events(s, sol, action.evicted, detail=action.detail(j, leaf))
         unsimulated.clear()
         action.committed()
-        jq.refresh_all()
+        # the commit changed the beneficiary's and the victims' jobs and the allocations on their
+        # queue paths only (failed scenarios were rolled back): re-order those paths, not all
+        # queues (JobQueue.refresh_all is O(queues) per commit)
+        for q in sorted({leaf} | {int(s.job_queue_arr[int(s.task_job[t])]) for t in sol.scenario.victims}):
+            jq.refresh(q)
 
 
 # ================================================================================ explanations

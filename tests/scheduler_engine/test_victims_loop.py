@@ -245,3 +245,31 @@ def test_bad_search_budgets_are_refused_naming_the_field():
         with pytest.raises(ScenarioError) as exc:
             load_dict(_budget_cluster(scenarioSearchBudget=bad))
         assert "config.scenarioSearchBudget" in str(exc.value)
+
+
+@pytest.mark.parametrize("shape,seed", [("one-gpu", 1), ("mixed", 2), ("mixed", 5)])
+def test_path_refresh_after_a_commit_orders_jobs_like_a_full_refresh(monkeypatch, shape, seed):
+    """After a commit only the beneficiary's and the victims' queue paths are re-ordered; the jobs
+    then come in the same order as with every queue re-ordered (same decisions and events)."""
+    from scheduler_engine import bench
+    from scheduler_engine.ordering import JobQueue
+
+    snap = bench.generate(nodes=40, jobs=300, queues=30, seed=seed, shape=shape)
+
+    def cycle():
+        state = CycleState(snap)
+        for a in ("allocate", "reclaim", "preempt"):
+            get_action(a)(state)
+        return state
+
+    fast = cycle()
+
+    class FullRefresh(JobQueue):
+        def refresh(self, leaf):
+            self.refresh_all()
+
+    monkeypatch.setattr(victims, "JobQueue", FullRefresh)
+    full = cycle()
+    assert fast.events == full.events
+    assert (fast.task_state == full.task_state).all() and (fast.task_node == full.task_node).all()
+    assert any(e["reason"] in ("Reclaimed", "Preempted") for e in fast.events)
