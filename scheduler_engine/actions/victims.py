@@ -93,6 +93,8 @@ _BIND = int(TaskState.BINDING)
 _PIPE = int(TaskState.PIPELINED)
 _SUCC = int(TaskState.SUCCEEDED)
 _ACTIVE = (_RUN, _BIND, _PIPE)
+_ACTIVE_LUT = np.zeros(max(int(x) for x in TaskState) + 1, dtype=bool)
+_ACTIVE_LUT[list(_ACTIVE)] = True
 
 
 # ================================================================================ job helpers
@@ -1105,9 +1107,12 @@ class VictimSolver:
         # bound: even evicting every candidate must leave room somewhere, else no scenario can fit
         is_cand = np.zeros(s.J, dtype=bool)
         is_cand[cands] = True
-        act = np.isin(s.task_state, _ACTIVE) & is_cand[s.task_job] & (s.task_node >= 0)
-        every = rec_gpu.copy()
-        np.add.at(every, s.task_node[act], s.task_alloc[act, GPU])
+        act = _ACTIVE_LUT[s.task_state] & is_cand[s.task_job] & (s.task_node >= 0)
+        if recorded:
+            every = rec_gpu.copy()
+            np.add.at(every, s.task_node[act], s.task_alloc[act, GPU])
+        else:  # the same per-node sums in the same (task) order, without add.at's overhead
+            every = np.bincount(s.task_node[act], weights=s.task_alloc[act, GPU], minlength=s.N).astype(float)
         if not self._may_fit(partial, base, every):
             self.last_reason = ("even evicting every eligible victim would not free enough GPUs on the nodes "
                                 f"({len(cands)} eligible jobs)")
