@@ -73,6 +73,10 @@ try:  # the allocate action's node order, so simulations place exactly as a real
     from .allocate import node_keys as _node_keys
 except ImportError:  # pragma: no cover
     _node_keys = None
+try:  # its incrementally maintained per-shape fit masks and node keys (first node in that order)
+    from .allocate import _ShapeIndex
+except ImportError:  # pragma: no cover
+    _ShapeIndex = None
 
 try:  # the comparator's parts, to cache one queue's profile across comparisons (same package)
     from ..ordering import _QueueProfile, _profile_less
@@ -621,6 +625,10 @@ class Placer:
         self.state = state
         self.placement = dict(state.config.placement or {})
         self.released: set[int] = set()  # tasks evicted from Running in the current scenario
+        # task signature -> its shape index (one dict per state, so per cycle), or None: no index
+        self._index_of: dict | None = None
+        if _ShapeIndex is not None:
+            self._index_of = state.__dict__.setdefault("_victims_shape_index", {})
 
     def fix_after_rollback(self) -> None:
         """Rolling back a ``_place_released`` restores the interim Pending state: make it Releasing."""
@@ -710,44 +718,72 @@ class Placer:
                 return False
         return True
 
+    def _shape_index(self, t: int):
+        """The per-shape node index of task t's shape (:class:`allocate._ShapeIndex`), shared by
+        every simulation of the cycle: kept on the state, it catches up through ``state.node_log``
+        with the nodes changed since its last query (placements, evictions and their rollbacks)."""
+        s = self.state
+        sig = s.task_signature(t)
+        idx = self._index_of.get(sig)
+        if idx is None:
+            cpu_only = s.task_request[t, GPU] <= EPS and s.task_gpu_memory[t] <= 0
+            col = CPU if cpu_only else GPU
+            spread = self.placement.get("cpu" if cpu_only else "gpu", "binpack") == "spread"
+            idx = self._index_of[sig] = _ShapeIndex(s, t, col, spread)
+        return idx
+
     def _place_one(self, j: int, t: int, within) -> bool:
         s = self.state
-        idle_ok, any_ok = s.fit_masks(t, within)
         released = s.task_state[t] == _REL
         old = int(s.task_node[t]) if released else -1
+        q = s.job_queue(j)
+        nonpre = not s.job_is_preemptible(j)
+        if within is None and self._index_of is not None:
+            # fast path: the first node in placement order from the shape index, which nearly
+            # always takes the task; if it does not, the full scan below walks the same order
+            # (it retries this node first: every check before a placement is side-effect free)
+            idx = self._shape_index(t)
+            n = idx.query()
+            if released and old >= 0 and not idx.any_ok[old]:
+                pass  # the old node is a candidate outside the fit mask: full scan
+            elif n < 0:
+                return False
+            elif self._try_node(t, n, released, old, q, nonpre):
+                return True
+        idle_ok, any_ok = s.fit_masks(t, within)
         if released and old >= 0:
             any_ok = any_ok.copy()
             any_ok[old] = bool(s.node_schedulable[old]) and (within is None or bool(within[old]))
         if not any_ok.any():
             return False
-        q = s.job_queue(j)
-        nonpre = not s.job_is_preemptible(j)
         for n in self.node_order(t, any_ok, idle_ok):
-            if s.task_is_mem[t] and s.queue_over_capacity(q, s.task_request_on_node(t, n), nonpre):
-                continue
-            if released and n == old:
-                if s.task_is_shared[t]:
-                    devs = s.choose_devices(t, n, pipelined=True)
-                    if devs is None:
-                        continue
-                    if list(devs) == list(s.task_devices[t]):
-                        if _unevict(s, t):
-                            return True
-                        continue
-                    _place_released(s, t, n, devs)  # moved to another device of the same node
-                    return True
-                if _unevict(s, t):
-                    return True
-                continue
-            devs = s.choose_devices(t, n, pipelined=True)
-            if devs is None:
-                continue
-            if released:
-                _place_released(s, t, n, devs)
-            else:
-                s.place(t, n, pipelined=True, devices=devs)
-            return True
+            if self._try_node(t, n, released, old, q, nonpre):
+                return True
         return False
+
+    def _try_node(self, t: int, n: int, released: bool, old: int, q: int, nonpre: bool) -> bool:
+        """Place task t on node n if it can go there (True); no state change otherwise."""
+        s = self.state
+        if s.task_is_mem[t] and s.queue_over_capacity(q, s.task_request_on_node(t, n), nonpre):
+            return False
+        if released and n == old:
+            if s.task_is_shared[t]:
+                devs = s.choose_devices(t, n, pipelined=True)
+                if devs is None:
+                    return False
+                if list(devs) == list(s.task_devices[t]):
+                    return _unevict(s, t)
+                _place_released(s, t, n, devs)  # moved to another device of the same node
+                return True
+            return _unevict(s, t)
+        devs = s.choose_devices(t, n, pipelined=True)
+        if devs is None:
+            return False
+        if released:
+            _place_released(s, t, n, devs)
+        else:
+            s.place(t, n, pipelined=True, devices=devs)
+        return True
 
 
 def place_job_pipelined(state: CycleState, j: int, tasks: Sequence[int]) -> bool:
