@@ -1246,6 +1246,10 @@ class VictimSolver:
         return k
 
 
+_PROFILE_CACHE_GET = dict.get
+_PROFILE_CACHE_MAX = 200_000  # (queue, allocation, request) -> profile entries kept per cycle
+
+
 class _LeafTournament:
     """Which leaf places next during a re-placement run: the queue order's winner, kept per node.
 
@@ -1262,6 +1266,7 @@ class _LeafTournament:
         self.reqs = reqs
         self.rep: dict[int, int] = {}  # node -> leaf its winning subtree is represented by
         self.prof: dict[int, object] = {}  # node -> its queue profile with its representative's job
+        self.cache: dict[tuple, object] = solver.state.__dict__.setdefault("_victims_leaf_profiles", {})
         self.children, self.tops = solver._tree(by_leaf)
         self.dirty: list[int] | None = None
         self.root = -1
@@ -1281,7 +1286,19 @@ class _LeafTournament:
         # valid until q's path is placed on (changed() drops the popped leaf's path)
         p = self.prof.get(q)
         if p is None:
-            p = self.prof[q] = _QueueProfile(self.state, q, list(self.reqs[self.by_leaf[self.rep[q]][-1]]), False)
+            # a profile is a function of the queue's allocation and the request only (the rest is
+            # fixed for the cycle): shared by value across scenarios and solves, which roll the
+            # state back to the same allocations over and over
+            req = self.reqs[self.by_leaf[self.rep[q]][-1]]
+            a0, a1, a2 = self.state.queue_alloc[q].tolist()
+            key = (q, a0, a1, a2, req[0], req[1], req[2])
+            p = _PROFILE_CACHE_GET(self.cache, key)
+            if p is None:
+                cache = self.cache
+                if len(cache) >= _PROFILE_CACHE_MAX:
+                    cache.clear()
+                p = cache[key] = _QueueProfile(self.state, q, list(req), False)
+            self.prof[q] = p
         return p
 
     def _scan(self, nodes: list[int]) -> int:
