@@ -74,9 +74,9 @@ try:  # the allocate action's node order, so simulations place exactly as a real
 except ImportError:  # pragma: no cover
     _node_keys = None
 try:  # its incrementally maintained per-shape fit masks and node keys (first node in that order)
-    from .allocate import _ShapeIndex
+    from .allocate import _ShapeIndex, _node_key_one
 except ImportError:  # pragma: no cover
-    _ShapeIndex = None
+    _ShapeIndex = _node_key_one = None
 
 try:  # the comparator's parts, to cache one queue's profile across comparisons (same package)
     from ..ordering import _QueueProfile, _profile_less
@@ -744,8 +744,17 @@ class Placer:
             # (it retries this node first: every check before a placement is side-effect free)
             idx = self._shape_index(t)
             n = idx.query()
-            if released and old >= 0 and not idx.any_ok[old]:
-                pass  # the old node is a candidate outside the fit mask: full scan
+            if released and old >= 0 and not idx.any_ok[old] and s.node_schedulable[old]:
+                # the old node is a candidate outside the fit mask (key as node_keys gives it)
+                ko = _node_key_one(s, t, old, False, idx.col, idx.spread)
+                if n < 0 or ko < idx.key[n] or (ko == idx.key[n] and old < n):
+                    if self._try_node(t, old, released, old, q, nonpre):
+                        return True
+                    if n < 0:
+                        return False  # the old node was the only candidate
+                    # n is the next candidate in order
+                if self._try_node(t, n, released, old, q, nonpre):
+                    return True
             elif n < 0:
                 return False
             elif self._try_node(t, n, released, old, q, nonpre):
