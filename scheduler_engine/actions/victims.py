@@ -96,6 +96,8 @@ _BIND = int(TaskState.BINDING)
 _PIPE = int(TaskState.PIPELINED)
 _SUCC = int(TaskState.SUCCEEDED)
 _ACTIVE = (_RUN, _BIND, _PIPE)
+_ZERO_REQ = np.zeros(NRES)
+_ZERO_REQ.flags.writeable = False
 
 
 # ================================================================================ job helpers
@@ -669,10 +671,15 @@ class Placer:
         s = self.state
         if not tasks:
             return True
-        q = s.job_queue(j)
-        if s.queue_over_capacity(q, s.task_quota_req[list(tasks)].sum(axis=0), not s.job_is_preemptible(j)):
-            return False
-        tasks = task_order(s, tasks)
+        q = int(s.job_queue_arr[j])
+        if len(tasks) == 1:  # (one row: the same values as the one-row sum; nothing to order)
+            if s.queue_over_capacity(q, s.task_quota_req[tasks[0]], not s.job_preemptible_arr[j]):
+                return False
+            tasks = list(tasks)
+        else:
+            if s.queue_over_capacity(q, s.task_quota_req[list(tasks)].sum(axis=0), not s.job_preemptible_arr[j]):
+                return False
+            tasks = task_order(s, tasks)
         required = s.jobs.topology_required[j]
         preferred = s.jobs.topology_preferred[j]
         if required:
@@ -1171,11 +1178,18 @@ class VictimSolver:
     def _victim_tasks_to_allocate(self, vj: int, evicted: set[int]) -> list[int]:
         """Tasks a victim job would re-allocate: its pending and just-evicted tasks (gang or one)."""
         s = self.state
-        cand = [t for t in s.job_task_range(vj)
-                if (s.task_state[t] == _PEND) or (t in evicted and s.task_state[t] == _REL)]
+        st = s.task_state
+        t0 = int(s.job_start[vj])
+        cnt = int(s.job_count[vj])
+        if cnt == 1:  # single-task job: nothing to order
+            x = st[t0]
+            cand = [t0] if (x == _PEND or (x == _REL and t0 in evicted)) else []
+        else:
+            cand = [t for t in range(t0, t0 + cnt) if (st[t] == _PEND) or (t in evicted and st[t] == _REL)]
+            if len(cand) > 1:
+                cand = task_order(s, cand)
         if not cand:
             return []
-        cand = task_order(s, cand)
         missing = int(s.job_min_available[vj]) - s.job_num_active(vj)
         if missing > 0:
             return cand[:missing] if len(cand) >= missing else []
@@ -1193,12 +1207,17 @@ class VictimSolver:
         for vj in victim_jobs:
             if vj != j:
                 tasks_of[vj] = self._victim_tasks_to_allocate(vj, evicted)
-        reqs = {jj: (s.task_order_req[ts].sum(axis=0) if ts else np.zeros(NRES)) for jj, ts in tasks_of.items()}
+        order_req = s.task_order_req
+        # (a one-task job's request is its row: the same values as the one-row sum)
+        reqs = {jj: (order_req[ts[0]] if len(ts) == 1 else order_req[ts].sum(axis=0) if ts else _ZERO_REQ)
+                for jj, ts in tasks_of.items()}
         by_leaf: dict[int, list[int]] = {}
+        jq = s.job_queue_arr
         for jj in tasks_of:
-            by_leaf.setdefault(int(s.job_queue_arr[jj]), []).append(jj)
+            by_leaf.setdefault(int(jq[jj]), []).append(jj)
         for q, lst in by_leaf.items():
-            lst.sort(key=lambda jj: self._job_key(jj, j), reverse=True)  # pop() from the end = best
+            if len(lst) > 1:
+                lst.sort(key=lambda jj: self._job_key(jj, j), reverse=True)  # pop() from the end = best
         placed_beneficiary = False
         tour = None
         while by_leaf:
