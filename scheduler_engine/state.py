@@ -236,6 +236,14 @@ class CycleState:
         # plain-Python views for the journal's hot path (jobs never change queue within a cycle)
         self._task_job_list: list[int] = self.task_job.tolist()
         self._job_path = [self.queue_path[q] for q in self.job_queue_arr.tolist()]
+        # per leaf: (path list, flat indices of its path's rows in ``_queue_alloc_both``); the
+        # journal copies / restores the path's allocations through the flat view (a fancy-indexed
+        # row copy and assignment on the (Q, 2, 3) array cost several times more)
+        self._qab_flat = self._queue_alloc_both.reshape(-1)
+        six = np.arange(2 * NRES, dtype=np.int64)
+        self._path_info = [(pl, (np.asarray(pl, dtype=np.int64)[:, None] * (2 * NRES) + six).ravel())
+                           for pl in self.queue_path_list]
+        self._job_path_info = [self._path_info[q] for q in self.job_queue_arr.tolist()]
         self._journal = []
 
     # ------------------------------------------------------------------ construction helpers
@@ -704,8 +712,10 @@ class CycleState:
                     if gmap:
                         row[[d for d in gmap if d < self.G]] = True
             self.node_log.append(n)
-        self._queue_alloc_both[qpath] = qa
-        self.queue_version[qpath] += 1
+        self._qab_flat[qpath[1]] = qa
+        qv = self.queue_version
+        for q in qpath[0]:
+            qv[q] += 1
         self.job_num_active_arr[j] = nact
         self.job_version[j] += 1
 
@@ -723,9 +733,11 @@ class CycleState:
         if self._journal is None:
             return
         j = self._task_job_list[t]
-        path = self._job_path[j]
+        path = self._job_path_info[j]  # (path list, flat indices)
         self.job_version[j] += 1
-        self.queue_version[path] += 1
+        qv = self.queue_version
+        for q in path[0]:
+            qv[q] += 1
         state = int(self.task_state[t])
         node = int(self.task_node[t])
         if state == _PEND and node >= 0 and self._input_state[t] == _RUN:
@@ -742,7 +754,7 @@ class CycleState:
         self._journal.append((
             t, j, state, node, self.task_devices[t], self.task_gpu_groups[t], self.task_alloc[t].copy(),
             self.task_rel_take[t].copy(), self.task_dev_take[t], n, node_rows, dev_rows, gmap,
-            path, self._queue_alloc_both[path], int(self.job_num_active_arr[j]),
+            path, self._qab_flat.take(path[1]), int(self.job_num_active_arr[j]),
         ))
 
     # ------------------------------------------------------------------ mutations
@@ -801,10 +813,11 @@ class CycleState:
         self.task_state[t] = _PIPE if pipelined else _BIND
         self.task_node[t] = n
         j = int(self.task_job[t])
-        path = self.queue_path[int(self.job_queue_arr[j])]
-        self.queue_alloc[path] += self.task_alloc[t]
-        if not self.job_preemptible_arr[j]:
-            self.queue_alloc_np[path] += self.task_alloc[t]
+        # row by row (a path has no repeated queue): the same sums as one fancy-indexed update
+        alloc = self.task_alloc[t]
+        qa = self.queue_alloc if self.job_preemptible_arr[j] else self._queue_alloc_both  # np: both rows
+        for q in self._job_path_info[j][0]:
+            qa[q] += alloc
         self.job_num_active_arr[j] += 1
 
     def mark_pipelined(self, t: int) -> None:
@@ -869,10 +882,9 @@ class CycleState:
                 self.task_gpu_groups[t] = []
                 self.task_alloc[t] = 0.0
         j = int(self.task_job[t])
-        path = self.queue_path[int(self.job_queue_arr[j])]
-        self.queue_alloc[path] -= alloc
-        if not self.job_preemptible_arr[j]:
-            self.queue_alloc_np[path] -= alloc
+        qa = self.queue_alloc if self.job_preemptible_arr[j] else self._queue_alloc_both  # np: both rows
+        for q in self._job_path_info[j][0]:
+            qa[q] -= alloc
         self.job_num_active_arr[j] -= 1
         self.resources_freed += 1
         if for_job is not None or message is not None:

@@ -593,10 +593,10 @@ def _unevict(state: CycleState, t: int) -> bool:
         state.dev_rel[n, d] -= per
     state.task_state[t] = _RUN
     j = int(state.task_job[t])
-    path = state.queue_path[int(state.job_queue_arr[j])]
-    state.queue_alloc[path] += alloc
-    if not state.job_preemptible_arr[j]:
-        state.queue_alloc_np[path] += alloc
+    # row by row (as CycleState.place): non-preemptible jobs add to both allocation rows at once
+    qa = state.queue_alloc if state.job_preemptible_arr[j] else state._queue_alloc_both
+    for q in state.queue_path_list[int(state.job_queue_arr[j])]:
+        qa[q] += alloc
     state.job_num_active_arr[j] += 1
     return True
 
