@@ -81,6 +81,7 @@ in the input, and per device ``dev_free + dev_rel <= 1``. ``queue_limit``, ``que
 from __future__ import annotations
 
 import logging
+import math
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -637,39 +638,42 @@ class CycleState:
         nd = int(self.node_devices[n])
         if nd == 0:
             return [] if (not self.task_is_shared[t] and self.task_whole[t] == 0) else None
-        free = self.dev_free[n, :nd]
-        rel = self.dev_rel[n, :nd]
+        # plain Python on the node's few devices (same sums and comparisons as numpy, elementwise)
+        free = self.dev_free[n, :nd].tolist()
         if spread is None:
             spread = self.config.placement.get("gpu", "binpack") == "spread"
         if self.task_is_shared[t]:
             f = self._shared_fraction(t, n)
-            if not np.isfinite(f) or f > 1 + EPS:
+            if not math.isfinite(f) or f > 1 + EPS:
                 return None
-            room = free + rel if pipelined else free
-            ok = np.flatnonzero(room >= f - EPS)
-            if ok.size == 0:
-                return None
-            occupied = 1.0 - free  # releasing load counts as occupied
-            if spread:
-                order = sorted(ok, key=lambda d: (occupied[d], d))
+            lo = f - EPS
+            if pipelined:
+                rel = self.dev_rel[n, :nd].tolist()
+                ok = [d for d in range(nd) if free[d] + rel[d] >= lo]
             else:
-                order = sorted(ok, key=lambda d: (-occupied[d], d))
-            if not pipelined:
-                return [int(order[0])]
-            # pipelined mode: the device choice precedes the bind/pipeline decision
-            return [int(order[0])]
+                ok = [d for d in range(nd) if free[d] >= lo]
+            if not ok:
+                return None
+            # releasing load counts as occupied (occupied = 1 - free); the first in
+            # (occupied, device) order for spread, (-occupied, device) for binpack. The device
+            # choice precedes the bind/pipeline decision in pipelined mode too.
+            if spread:
+                return [min(ok, key=lambda d: (1.0 - free[d], d))]
+            return [min(ok, key=lambda d: (-(1.0 - free[d]), d))]
         k = int(self.task_whole[t])
         if k == 0:
             return []
+        one = 1 - EPS
         if pipelined:
-            ok = np.flatnonzero(free + rel >= 1 - EPS)
+            rel = self.dev_rel[n, :nd].tolist()
+            ok = [d for d in range(nd) if free[d] + rel[d] >= one]
             # prefer fully free devices, then those being released
-            ok = sorted(ok, key=lambda d: (free[d] < 1 - EPS, d))
+            ok = [d for d in ok if not free[d] < one] + [d for d in ok if free[d] < one]
         else:
-            ok = [d for d, x in enumerate(free.tolist()) if x >= 1 - EPS]
+            ok = [d for d, x in enumerate(free) if x >= one]
         if len(ok) < k:
             return None
-        return [int(d) for d in ok[:k]]
+        return ok[:k]
 
     # ------------------------------------------------------------------ journal
     def checkpoint(self) -> tuple[int, int]:
