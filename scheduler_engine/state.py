@@ -779,16 +779,17 @@ class CycleState:
         self.task_dev_take[t] = []
         if devs:
             per = self._shared_fraction(t, n) if self.task_is_shared[t] else 1.0
+            drel, dfree = self.dev_rel[n], self.dev_free[n]  # row views: cheaper element access
             for d in devs:
                 if pipelined:
-                    take = min(max(self.dev_rel[n, d], 0.0), per)
-                    self.dev_rel[n, d] -= take
-                    self.dev_free[n, d] -= per - take
+                    take = min(max(drel[d], 0.0), per)
+                    drel[d] -= take
+                    dfree[d] -= per - take
                     self.task_dev_take[t].append(take)
                 else:
-                    self.dev_free[n, d] -= per
+                    dfree[d] -= per
                     if releasing:
-                        self.dev_rel[n, d] += per
+                        drel[d] += per
         self.task_devices[t] = list(devs)
 
     def place(self, t: int, n: int, pipelined: bool = False, devices: Sequence[int] | None = None) -> None:
@@ -852,22 +853,26 @@ class CycleState:
         per = (alloc[GPU] if self.task_is_shared[t] else 1.0)
         if s == _RUN:
             self.node_releasing[n] += alloc
-            for d in devs:
-                self.dev_rel[n, d] += per
+            if devs:
+                drel = self.dev_rel[n]  # row view: cheaper element access
+                for d in devs:
+                    drel[d] += per
             self.task_state[t] = _REL
         else:
             # undo a placement made in this cycle: return what it took
             if s == _BIND:
                 self.node_idle[n] += alloc
+                dfree = self.dev_free[n]
                 for d in devs:
-                    self.dev_free[n, d] += per
+                    dfree[d] += per
             else:  # pipelined: give back exactly what it took from releasing and from free
                 take = self.task_rel_take[t]
                 self.node_releasing[n] += take
                 self.node_idle[n] += alloc - take
+                drel, dfree = self.dev_rel[n], self.dev_free[n]
                 for d, dt in zip(devs, self.task_dev_take[t]):
-                    self.dev_rel[n, d] += dt
-                    self.dev_free[n, d] += per - dt
+                    drel[d] += dt
+                    dfree[d] += per - dt
                 self.task_rel_take[t] = 0.0
                 self.task_dev_take[t] = []
             if s == _PIPE and self._input_state[t] == _RUN and self._input_node[t] >= 0:

@@ -581,16 +581,19 @@ def _unevict(state: CycleState, t: int) -> bool:
         return False
     n = int(state.task_node[t])
     alloc = state.task_alloc[t]
-    if np.any(state.node_releasing[n] < alloc - EPS):
+    r0, r1, r2 = state.node_releasing[n].tolist()
+    a0, a1, a2 = alloc.tolist()
+    if r0 < a0 - EPS or r1 < a1 - EPS or r2 < a2 - EPS:
         return False
     devs = state.task_devices[t]
     per = float(alloc[GPU]) if state.task_is_shared[t] else 1.0
-    if any(state.dev_rel[n, d] < per - EPS for d in devs):
+    drel = state.dev_rel[n]  # row view (element access is cheaper than [n, d])
+    if any(drel[d] < per - EPS for d in devs):
         return False
     state._record(t, n)
     state.node_releasing[n] -= alloc
     for d in devs:
-        state.dev_rel[n, d] -= per
+        drel[d] -= per
     state.task_state[t] = _RUN
     j = int(state.task_job[t])
     # row by row (as CycleState.place): non-preemptible jobs add to both allocation rows at once
@@ -1143,11 +1146,7 @@ class VictimSolver:
                 released_running.add(t)
             s.evict(t)
         self.placer.released = released_running
-        victim_jobs: list[int] = []
-        for t in victims:
-            vj = int(s.task_job[t])
-            if vj not in victim_jobs:
-                victim_jobs.append(vj)
+        victim_jobs = list(dict.fromkeys(s.task_job[victims].tolist()))  # distinct, first-seen order
         victim_task_set = set(victims)
         ok = self._allocate_in_order(j, partial, victim_jobs, victim_task_set)
         if not ok:
