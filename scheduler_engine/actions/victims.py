@@ -1330,6 +1330,8 @@ class _LeafTournament:
 
     def _scan(self, nodes: list[int]) -> int:
         b = nodes[0]
+        if len(nodes) == 1:
+            return b  # nothing to compare (profiles are computed lazily, from the same state)
         if _QueueProfile is None:
             s, reqs, by_leaf, rep = self.state, self.reqs, self.by_leaf, self.rep
             for c in nodes[1:]:
