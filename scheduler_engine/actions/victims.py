@@ -880,6 +880,9 @@ class VictimSolver:
         self.unsimulated_failure: str | None = None
         # leaves with jobs to place -> (children, tops) of their queue tree (queue paths are fixed)
         self._tree_cache: dict[frozenset, tuple] = {}
+        # (id of a cached tree, leaf emptied) -> the tree without that leaf (cached trees live as
+        # long as the solver, so their ids are stable): no leaf set to rebuild after every pop
+        self._tree_next: dict[tuple[int, int], tuple] = {}
 
     # ---------------------------------------------------------------- driver
     def solve(self, j: int, tasks: Sequence[int]) -> Solution | None:
@@ -1294,7 +1297,8 @@ class _LeafTournament:
         self.rep: dict[int, int] = {}  # node -> leaf its winning subtree is represented by
         self.prof: dict[int, object] = {}  # node -> its queue profile with its representative's job
         self.cache: dict[tuple, object] = solver.state.__dict__.setdefault("_victims_leaf_profiles", {})
-        self.children, self.tops = solver._tree(by_leaf)
+        self.tree = solver._tree(by_leaf)
+        self.children, self.tops = self.tree
         self.dirty: list[int] | None = None
         self.root = -1
         for leaf in by_leaf:
@@ -1348,7 +1352,12 @@ class _LeafTournament:
     def changed(self, leaf: int, emptied: bool) -> None:
         """``leaf``'s head was popped (and it is gone if ``emptied``); recompute at the next best()."""
         if emptied:
-            self.children, self.tops = self.solver._tree(self.by_leaf)
+            k = (id(self.tree), leaf)
+            tree = self.solver._tree_next.get(k)
+            if tree is None:
+                tree = self.solver._tree_next[k] = self.solver._tree(self.by_leaf)
+            self.tree = tree
+            self.children, self.tops = tree
             self.rep.pop(leaf, None)
         path = self.dirty = self.state.queue_path_list[leaf]
         prof = self.prof
