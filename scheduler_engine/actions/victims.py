@@ -1141,8 +1141,10 @@ class VictimSolver:
         self._served_first = []
         self._blocked_fail = -1
         cp = s.checkpoint()
-        orig_alloc = {t: s.task_alloc[t].copy() for t in victims}
-        orig_node = {t: int(s.task_node[t]) for t in victims}
+        # what the victims held before (one gather each; the per-task dicts are built only for a
+        # scenario that places, most do not)
+        orig_allocs = s.task_alloc[victims]
+        orig_nodes = s.task_node[victims].tolist()
         released_running = set()
         for t in victims:
             if s.task_state[t] == _RUN:
@@ -1167,6 +1169,8 @@ class VictimSolver:
                 moved.append(t)
             else:
                 released.append(t)
+        orig_alloc = dict(zip(victims, orig_allocs))  # rows of the gathered copy
+        orig_node = dict(zip(victims, orig_nodes))
         scenario = Scenario(j, list(partial), list(victims), released, moved, kept, orig_alloc, orig_node)
         if self.validator is not None:
             why = self.validator(scenario)
