@@ -917,7 +917,7 @@ class CycleState:
     # ------------------------------------------------------------------ queue capacity (spec a.7)
     def queue_over_capacity(self, q: int, req: np.ndarray, nonpreemptible: bool) -> str | None:
         """``None`` if ``req`` may be added to leaf q, else why not (limit / non-preemptible quota)."""
-        r0, r1, r2 = (float(x) for x in req)
+        r0, r1, r2 = req.tolist() if isinstance(req, np.ndarray) else (float(x) for x in req)
         asked = (r0 > EPS, r1 > EPS, r2 > EPS)
         if not (asked[0] or asked[1] or asked[2]):
             return None
