@@ -236,11 +236,10 @@ class _ShapeIndex:
         if col == CPU and nd == 0:
             tier += 10.0
         kk = base - tier * width
-        if not (self.any_ok[n] and self.key[n] == kk):  # else its live entry (kk, n) is in the heap
-            heapq.heappush(self.heap, (kk, n))
         self.idle_ok[n] = fi
         self.any_ok[n] = True
         self.key[n] = kk
+        heapq.heappush(self.heap, (kk, n))
 
     def _update_shared(self, n: int) -> None:
         """``fit_one`` + ``_node_key_one`` for one node and a shared-GPU task (a fraction or GPU
@@ -276,15 +275,12 @@ class _ShapeIndex:
         if any(h and a < 1 - EPS and a + b >= f - EPS for h, a, b in zip(sh, fr, rl)):
             tier += 10000.0
         kk = base - tier * width
-        if not (self.any_ok[n] and self.key[n] == kk):  # else its live entry (kk, n) is in the heap
-            heapq.heappush(self.heap, (kk, n))
         self.idle_ok[n] = fi
         self.any_ok[n] = True
         self.key[n] = kk
+        heapq.heappush(self.heap, (kk, n))
 
     def _update(self, n: int) -> None:
-        # (invariant: every node with any_ok has an entry (key, node) in the heap; query only
-        # pops entries that are stale, so an unchanged fitting node needs no new entry)
         if self._fast is not None:
             if self._shared:
                 self._update_shared(n)
