@@ -81,6 +81,7 @@ in the input, and per device ``dev_free + dev_rel <= 1``. ``queue_limit``, ``que
 from __future__ import annotations
 
 import logging
+import math
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -236,6 +237,14 @@ class CycleState:
         # plain-Python views for the journal's hot path (jobs never change queue within a cycle)
         self._task_job_list: list[int] = self.task_job.tolist()
         self._job_path = [self.queue_path[q] for q in self.job_queue_arr.tolist()]
+        # per leaf: (path list, flat indices of its path's rows in ``_queue_alloc_both``); the
+        # journal copies / restores the path's allocations through the flat view (a fancy-indexed
+        # row copy and assignment on the (Q, 2, 3) array cost several times more)
+        self._qab_flat = self._queue_alloc_both.reshape(-1)
+        six = np.arange(2 * NRES, dtype=np.int64)
+        self._path_info = [(pl, (np.asarray(pl, dtype=np.int64)[:, None] * (2 * NRES) + six).ravel())
+                           for pl in self.queue_path_list]
+        self._job_path_info = [self._path_info[q] for q in self.job_queue_arr.tolist()]
         self._journal = []
 
     # ------------------------------------------------------------------ construction helpers
@@ -629,39 +638,42 @@ class CycleState:
         nd = int(self.node_devices[n])
         if nd == 0:
             return [] if (not self.task_is_shared[t] and self.task_whole[t] == 0) else None
-        free = self.dev_free[n, :nd]
-        rel = self.dev_rel[n, :nd]
+        # plain Python on the node's few devices (same sums and comparisons as numpy, elementwise)
+        free = self.dev_free[n, :nd].tolist()
         if spread is None:
             spread = self.config.placement.get("gpu", "binpack") == "spread"
         if self.task_is_shared[t]:
             f = self._shared_fraction(t, n)
-            if not np.isfinite(f) or f > 1 + EPS:
+            if not math.isfinite(f) or f > 1 + EPS:
                 return None
-            room = free + rel if pipelined else free
-            ok = np.flatnonzero(room >= f - EPS)
-            if ok.size == 0:
-                return None
-            occupied = 1.0 - free  # releasing load counts as occupied
-            if spread:
-                order = sorted(ok, key=lambda d: (occupied[d], d))
+            lo = f - EPS
+            if pipelined:
+                rel = self.dev_rel[n, :nd].tolist()
+                ok = [d for d in range(nd) if free[d] + rel[d] >= lo]
             else:
-                order = sorted(ok, key=lambda d: (-occupied[d], d))
-            if not pipelined:
-                return [int(order[0])]
-            # pipelined mode: the device choice precedes the bind/pipeline decision
-            return [int(order[0])]
+                ok = [d for d in range(nd) if free[d] >= lo]
+            if not ok:
+                return None
+            # releasing load counts as occupied (occupied = 1 - free); the first in
+            # (occupied, device) order for spread, (-occupied, device) for binpack. The device
+            # choice precedes the bind/pipeline decision in pipelined mode too.
+            if spread:
+                return [min(ok, key=lambda d: (1.0 - free[d], d))]
+            return [min(ok, key=lambda d: (-(1.0 - free[d]), d))]
         k = int(self.task_whole[t])
         if k == 0:
             return []
+        one = 1 - EPS
         if pipelined:
-            ok = np.flatnonzero(free + rel >= 1 - EPS)
+            rel = self.dev_rel[n, :nd].tolist()
+            ok = [d for d in range(nd) if free[d] + rel[d] >= one]
             # prefer fully free devices, then those being released
-            ok = sorted(ok, key=lambda d: (free[d] < 1 - EPS, d))
+            ok = [d for d in ok if not free[d] < one] + [d for d in ok if free[d] < one]
         else:
-            ok = [d for d, x in enumerate(free.tolist()) if x >= 1 - EPS]
+            ok = [d for d, x in enumerate(free) if x >= one]
         if len(ok) < k:
             return None
-        return [int(d) for d in ok[:k]]
+        return ok[:k]
 
     # ------------------------------------------------------------------ journal
     def checkpoint(self) -> tuple[int, int]:
@@ -704,8 +716,10 @@ class CycleState:
                     if gmap:
                         row[[d for d in gmap if d < self.G]] = True
             self.node_log.append(n)
-        self._queue_alloc_both[qpath] = qa
-        self.queue_version[qpath] += 1
+        self._qab_flat[qpath[1]] = qa
+        qv = self.queue_version
+        for q in qpath[0]:
+            qv[q] += 1
         self.job_num_active_arr[j] = nact
         self.job_version[j] += 1
 
@@ -723,9 +737,11 @@ class CycleState:
         if self._journal is None:
             return
         j = self._task_job_list[t]
-        path = self._job_path[j]
+        path = self._job_path_info[j]  # (path list, flat indices)
         self.job_version[j] += 1
-        self.queue_version[path] += 1
+        qv = self.queue_version
+        for q in path[0]:
+            qv[q] += 1
         state = int(self.task_state[t])
         node = int(self.task_node[t])
         if state == _PEND and node >= 0 and self._input_state[t] == _RUN:
@@ -742,7 +758,7 @@ class CycleState:
         self._journal.append((
             t, j, state, node, self.task_devices[t], self.task_gpu_groups[t], self.task_alloc[t].copy(),
             self.task_rel_take[t].copy(), self.task_dev_take[t], n, node_rows, dev_rows, gmap,
-            path, self._queue_alloc_both[path], int(self.job_num_active_arr[j]),
+            path, self._qab_flat.take(path[1]), int(self.job_num_active_arr[j]),
         ))
 
     # ------------------------------------------------------------------ mutations
@@ -763,16 +779,17 @@ class CycleState:
         self.task_dev_take[t] = []
         if devs:
             per = self._shared_fraction(t, n) if self.task_is_shared[t] else 1.0
+            drel, dfree = self.dev_rel[n], self.dev_free[n]  # row views: cheaper element access
             for d in devs:
                 if pipelined:
-                    take = min(max(self.dev_rel[n, d], 0.0), per)
-                    self.dev_rel[n, d] -= take
-                    self.dev_free[n, d] -= per - take
+                    take = min(max(drel[d], 0.0), per)
+                    drel[d] -= take
+                    dfree[d] -= per - take
                     self.task_dev_take[t].append(take)
                 else:
-                    self.dev_free[n, d] -= per
+                    dfree[d] -= per
                     if releasing:
-                        self.dev_rel[n, d] += per
+                        drel[d] += per
         self.task_devices[t] = list(devs)
 
     def place(self, t: int, n: int, pipelined: bool = False, devices: Sequence[int] | None = None) -> None:
@@ -801,10 +818,11 @@ class CycleState:
         self.task_state[t] = _PIPE if pipelined else _BIND
         self.task_node[t] = n
         j = int(self.task_job[t])
-        path = self.queue_path[int(self.job_queue_arr[j])]
-        self.queue_alloc[path] += self.task_alloc[t]
-        if not self.job_preemptible_arr[j]:
-            self.queue_alloc_np[path] += self.task_alloc[t]
+        # row by row (a path has no repeated queue): the same sums as one fancy-indexed update
+        alloc = self.task_alloc[t]
+        qa = self.queue_alloc if self.job_preemptible_arr[j] else self._queue_alloc_both  # np: both rows
+        for q in self._job_path_info[j][0]:
+            qa[q] += alloc
         self.job_num_active_arr[j] += 1
 
     def mark_pipelined(self, t: int) -> None:
@@ -835,22 +853,26 @@ class CycleState:
         per = (alloc[GPU] if self.task_is_shared[t] else 1.0)
         if s == _RUN:
             self.node_releasing[n] += alloc
-            for d in devs:
-                self.dev_rel[n, d] += per
+            if devs:
+                drel = self.dev_rel[n]  # row view: cheaper element access
+                for d in devs:
+                    drel[d] += per
             self.task_state[t] = _REL
         else:
             # undo a placement made in this cycle: return what it took
             if s == _BIND:
                 self.node_idle[n] += alloc
+                dfree = self.dev_free[n]
                 for d in devs:
-                    self.dev_free[n, d] += per
+                    dfree[d] += per
             else:  # pipelined: give back exactly what it took from releasing and from free
                 take = self.task_rel_take[t]
                 self.node_releasing[n] += take
                 self.node_idle[n] += alloc - take
+                drel, dfree = self.dev_rel[n], self.dev_free[n]
                 for d, dt in zip(devs, self.task_dev_take[t]):
-                    self.dev_rel[n, d] += dt
-                    self.dev_free[n, d] += per - dt
+                    drel[d] += dt
+                    dfree[d] += per - dt
                 self.task_rel_take[t] = 0.0
                 self.task_dev_take[t] = []
             if s == _PIPE and self._input_state[t] == _RUN and self._input_node[t] >= 0:
@@ -869,10 +891,9 @@ class CycleState:
                 self.task_gpu_groups[t] = []
                 self.task_alloc[t] = 0.0
         j = int(self.task_job[t])
-        path = self.queue_path[int(self.job_queue_arr[j])]
-        self.queue_alloc[path] -= alloc
-        if not self.job_preemptible_arr[j]:
-            self.queue_alloc_np[path] -= alloc
+        qa = self.queue_alloc if self.job_preemptible_arr[j] else self._queue_alloc_both  # np: both rows
+        for q in self._job_path_info[j][0]:
+            qa[q] -= alloc
         self.job_num_active_arr[j] -= 1
         self.resources_freed += 1
         if for_job is not None or message is not None:
@@ -896,7 +917,7 @@ class CycleState:
     # ------------------------------------------------------------------ queue capacity (spec a.7)
     def queue_over_capacity(self, q: int, req: np.ndarray, nonpreemptible: bool) -> str | None:
         """``None`` if ``req`` may be added to leaf q, else why not (limit / non-preemptible quota)."""
-        r0, r1, r2 = (float(x) for x in req)
+        r0, r1, r2 = req.tolist() if isinstance(req, np.ndarray) else (float(x) for x in req)
         asked = (r0 > EPS, r1 > EPS, r2 > EPS)
         if not (asked[0] or asked[1] or asked[2]):
             return None

@@ -205,8 +205,7 @@ class _ShapeIndex:
             self.any_ok[n] = self.idle_ok[n] = False
             return
         s = self.state
-        idle = s.node_idle[n].tolist()
-        rel = s.node_releasing[n].tolist()
+        idle, rel = s._node_both[n].tolist()  # (free, releasing) rows of node n
         ic, im, lc, lm = idle[CPU], idle[MEM], rel[CPU], rel[MEM]
         fi = ic >= rc - EPS and im >= rm - EPS
         fa = ic + lc >= rc - EPS and im + lm >= rm - EPS
@@ -250,8 +249,7 @@ class _ShapeIndex:
             self.any_ok[n] = self.idle_ok[n] = False
             return
         s = self.state
-        idle = s.node_idle[n].tolist()
-        rel = s.node_releasing[n].tolist()
+        idle, rel = s._node_both[n].tolist()  # (free, releasing) rows of node n
         fi = idle[CPU] >= rc - EPS and idle[MEM] >= rm - EPS
         fa = idle[CPU] + rel[CPU] >= rc - EPS and idle[MEM] + rel[MEM] >= rm - EPS
         nd = ndev[n]
@@ -313,13 +311,15 @@ class _ShapeIndex:
                         seen.add(n)
                         self._update(n)
             else:
-                changed = np.unique(np.asarray(delta, dtype=np.int64))
-                if changed.size * 8 > s.N:
+                # (the order nodes are re-evaluated in does not matter: each one's entries are
+                # recomputed from the current state and the heap orders by (key, node))
+                changed = set(delta)
+                if len(changed) * 8 > s.N:
                     self._full()
-                elif changed.size > 48:
-                    self._batch(changed)
+                elif len(changed) > 48:
+                    self._batch(np.fromiter(sorted(changed), dtype=np.int64, count=len(changed)))
                 else:
-                    for n in changed.tolist():
+                    for n in changed:
                         self._update(n)
         heap = self.heap
         any_ok, key = self.any_ok, self.key

@@ -73,6 +73,10 @@ try:  # the allocate action's node order, so simulations place exactly as a real
     from .allocate import node_keys as _node_keys
 except ImportError:  # pragma: no cover
     _node_keys = None
+try:  # its incrementally maintained per-shape fit masks and node keys (first node in that order)
+    from .allocate import _ShapeIndex, _node_key_one
+except ImportError:  # pragma: no cover
+    _ShapeIndex = _node_key_one = None
 
 try:  # the comparator's parts, to cache one queue's profile across comparisons (same package)
     from ..ordering import _QueueProfile, _profile_less
@@ -95,6 +99,8 @@ _SUCC = int(TaskState.SUCCEEDED)
 _ACTIVE = (_RUN, _BIND, _PIPE)
 _ACTIVE_LUT = np.zeros(max(int(x) for x in TaskState) + 1, dtype=bool)
 _ACTIVE_LUT[list(_ACTIVE)] = True
+_ZERO_REQ = np.zeros(NRES)
+_ZERO_REQ.flags.writeable = False
 
 
 # ================================================================================ job helpers
@@ -783,22 +789,25 @@ def _unevict(state: CycleState, t: int) -> bool:
         return False
     n = int(state.task_node[t])
     alloc = state.task_alloc[t]
-    if np.any(state.node_releasing[n] < alloc - EPS):
+    r0, r1, r2 = state.node_releasing[n].tolist()
+    a0, a1, a2 = alloc.tolist()
+    if r0 < a0 - EPS or r1 < a1 - EPS or r2 < a2 - EPS:
         return False
     devs = state.task_devices[t]
     per = float(alloc[GPU]) if state.task_is_shared[t] else 1.0
-    if any(state.dev_rel[n, d] < per - EPS for d in devs):
+    drel = state.dev_rel[n]  # row view (element access is cheaper than [n, d])
+    if any(drel[d] < per - EPS for d in devs):
         return False
     state._record(t, n)
     state.node_releasing[n] -= alloc
     for d in devs:
-        state.dev_rel[n, d] -= per
+        drel[d] -= per
     state.task_state[t] = _RUN
     j = int(state.task_job[t])
-    path = state.queue_path[int(state.job_queue_arr[j])]
-    state.queue_alloc[path] += alloc
-    if not state.job_preemptible_arr[j]:
-        state.queue_alloc_np[path] += alloc
+    # row by row (as CycleState.place): non-preemptible jobs add to both allocation rows at once
+    qa = state.queue_alloc if state.job_preemptible_arr[j] else state._queue_alloc_both
+    for q in state.queue_path_list[int(state.job_queue_arr[j])]:
+        qa[q] += alloc
     state.job_num_active_arr[j] += 1
     return True
 
@@ -829,6 +838,10 @@ class Placer:
         self.state = state
         self.placement = dict(state.config.placement or {})
         self.released: set[int] = set()  # tasks evicted from Running in the current scenario
+        # task signature -> its shape index (one dict per state, so per cycle), or None: no index
+        self._index_of: dict | None = None
+        if _ShapeIndex is not None:
+            self._index_of = state.__dict__.setdefault("_victims_shape_index", {})
 
     def fix_after_rollback(self) -> None:
         """Rolling back a ``_place_released`` restores the interim Pending state: make it Releasing."""
@@ -869,10 +882,15 @@ class Placer:
         s = self.state
         if not tasks:
             return True
-        q = s.job_queue(j)
-        if s.queue_over_capacity(q, s.task_quota_req[list(tasks)].sum(axis=0), not s.job_is_preemptible(j)):
-            return False
-        tasks = task_order(s, tasks)
+        q = int(s.job_queue_arr[j])
+        if len(tasks) == 1:  # (one row: the same values as the one-row sum; nothing to order)
+            if s.queue_over_capacity(q, s.task_quota_req[tasks[0]], not s.job_preemptible_arr[j]):
+                return False
+            tasks = list(tasks)
+        else:
+            if s.queue_over_capacity(q, s.task_quota_req[list(tasks)].sum(axis=0), not s.job_preemptible_arr[j]):
+                return False
+            tasks = task_order(s, tasks)
         required = s.jobs.topology_required[j]
         preferred = s.jobs.topology_preferred[j]
         if required:
@@ -918,44 +936,81 @@ class Placer:
                 return False
         return True
 
+    def _shape_index(self, t: int):
+        """The per-shape node index of task t's shape (:class:`allocate._ShapeIndex`), shared by
+        every simulation of the cycle: kept on the state, it catches up through ``state.node_log``
+        with the nodes changed since its last query (placements, evictions and their rollbacks)."""
+        s = self.state
+        sig = s.task_signature(t)
+        idx = self._index_of.get(sig)
+        if idx is None:
+            cpu_only = s.task_request[t, GPU] <= EPS and s.task_gpu_memory[t] <= 0
+            col = CPU if cpu_only else GPU
+            spread = self.placement.get("cpu" if cpu_only else "gpu", "binpack") == "spread"
+            idx = self._index_of[sig] = _ShapeIndex(s, t, col, spread)
+        return idx
+
     def _place_one(self, j: int, t: int, within) -> bool:
         s = self.state
-        idle_ok, any_ok = s.fit_masks(t, within)
         released = s.task_state[t] == _REL
         old = int(s.task_node[t]) if released else -1
+        q = s.job_queue(j)
+        nonpre = not s.job_is_preemptible(j)
+        if within is None and self._index_of is not None:
+            # fast path: the first node in placement order from the shape index, which nearly
+            # always takes the task; if it does not, the full scan below walks the same order
+            # (it retries this node first: every check before a placement is side-effect free)
+            idx = self._shape_index(t)
+            n = idx.query()
+            if released and old >= 0 and not idx.any_ok[old] and s.node_schedulable[old]:
+                # the old node is a candidate outside the fit mask (key as node_keys gives it)
+                ko = _node_key_one(s, t, old, False, idx.col, idx.spread)
+                if n < 0 or ko < idx.key[n] or (ko == idx.key[n] and old < n):
+                    if self._try_node(t, old, released, old, q, nonpre):
+                        return True
+                    if n < 0:
+                        return False  # the old node was the only candidate
+                    # n is the next candidate in order
+                if self._try_node(t, n, released, old, q, nonpre):
+                    return True
+            elif n < 0:
+                return False
+            elif self._try_node(t, n, released, old, q, nonpre):
+                return True
+        idle_ok, any_ok = s.fit_masks(t, within)
         if released and old >= 0:
             any_ok = any_ok.copy()
             any_ok[old] = bool(s.node_schedulable[old]) and (within is None or bool(within[old]))
         if not any_ok.any():
             return False
-        q = s.job_queue(j)
-        nonpre = not s.job_is_preemptible(j)
         for n in self.node_order(t, any_ok, idle_ok):
-            if s.task_is_mem[t] and s.queue_over_capacity(q, s.task_request_on_node(t, n), nonpre):
-                continue
-            if released and n == old:
-                if s.task_is_shared[t]:
-                    devs = s.choose_devices(t, n, pipelined=True)
-                    if devs is None:
-                        continue
-                    if list(devs) == list(s.task_devices[t]):
-                        if _unevict(s, t):
-                            return True
-                        continue
-                    _place_released(s, t, n, devs)  # moved to another device of the same node
-                    return True
-                if _unevict(s, t):
-                    return True
-                continue
-            devs = s.choose_devices(t, n, pipelined=True)
-            if devs is None:
-                continue
-            if released:
-                _place_released(s, t, n, devs)
-            else:
-                s.place(t, n, pipelined=True, devices=devs)
-            return True
+            if self._try_node(t, n, released, old, q, nonpre):
+                return True
         return False
+
+    def _try_node(self, t: int, n: int, released: bool, old: int, q: int, nonpre: bool) -> bool:
+        """Place task t on node n if it can go there (True); no state change otherwise."""
+        s = self.state
+        if s.task_is_mem[t] and s.queue_over_capacity(q, s.task_request_on_node(t, n), nonpre):
+            return False
+        if released and n == old:
+            if s.task_is_shared[t]:
+                devs = s.choose_devices(t, n, pipelined=True)
+                if devs is None:
+                    return False
+                if list(devs) == list(s.task_devices[t]):
+                    return _unevict(s, t)
+                _place_released(s, t, n, devs)  # moved to another device of the same node
+                return True
+            return _unevict(s, t)
+        devs = s.choose_devices(t, n, pipelined=True)
+        if devs is None:
+            return False
+        if released:
+            _place_released(s, t, n, devs)
+        else:
+            s.place(t, n, pipelined=True, devices=devs)
+        return True
 
 
 def place_job_pipelined(state: CycleState, j: int, tasks: Sequence[int]) -> bool:
@@ -1033,6 +1088,9 @@ class VictimSolver:
         self.unsimulated_failure: str | None = None
         # leaves with jobs to place -> (children, tops) of their queue tree (queue paths are fixed)
         self._tree_cache: dict[frozenset, tuple] = {}
+        # (id of a cached tree, leaf emptied) -> the tree without that leaf (cached trees live as
+        # long as the solver, so their ids are stable): no leaf set to rebuild after every pop
+        self._tree_next: dict[tuple[int, int], tuple] = {}
 
     # ---------------------------------------------------------------- driver
     def solve(self, j: int, tasks: Sequence[int]) -> Solution | None:
@@ -1340,19 +1398,17 @@ class VictimSolver:
         self._served_first = []
         self._blocked_fail = -1
         cp = s.checkpoint()
-        orig_alloc = {t: s.task_alloc[t].copy() for t in victims}
-        orig_node = {t: int(s.task_node[t]) for t in victims}
+        # what the victims held before (one gather each; the per-task dicts are built only for a
+        # scenario that places, most do not)
+        orig_allocs = s.task_alloc[victims]
+        orig_nodes = s.task_node[victims].tolist()
         released_running = set()
         for t in victims:
             if s.task_state[t] == _RUN:
                 released_running.add(t)
             s.evict(t)
         self.placer.released = released_running
-        victim_jobs: list[int] = []
-        for t in victims:
-            vj = int(s.task_job[t])
-            if vj not in victim_jobs:
-                victim_jobs.append(vj)
+        victim_jobs = list(dict.fromkeys(s.task_job[victims].tolist()))  # distinct, first-seen order
         victim_task_set = set(victims)
         ok = self._allocate_in_order(j, partial, victim_jobs, victim_task_set)
         if not ok:
@@ -1370,6 +1426,8 @@ class VictimSolver:
                 moved.append(t)
             else:
                 released.append(t)
+        orig_alloc = dict(zip(victims, orig_allocs))  # rows of the gathered copy
+        orig_node = dict(zip(victims, orig_nodes))
         scenario = Scenario(j, list(partial), list(victims), released, moved, kept, orig_alloc, orig_node)
         if self.validator is not None:
             why = self.validator(scenario)
@@ -1383,11 +1441,18 @@ class VictimSolver:
     def _victim_tasks_to_allocate(self, vj: int, evicted: set[int]) -> list[int]:
         """Tasks a victim job would re-allocate: its pending and just-evicted tasks (gang or one)."""
         s = self.state
-        cand = [t for t in s.job_task_range(vj)
-                if (s.task_state[t] == _PEND) or (t in evicted and s.task_state[t] == _REL)]
+        st = s.task_state
+        t0 = int(s.job_start[vj])
+        cnt = int(s.job_count[vj])
+        if cnt == 1:  # single-task job: nothing to order
+            x = st[t0]
+            cand = [t0] if (x == _PEND or (x == _REL and t0 in evicted)) else []
+        else:
+            cand = [t for t in range(t0, t0 + cnt) if (st[t] == _PEND) or (t in evicted and st[t] == _REL)]
+            if len(cand) > 1:
+                cand = task_order(s, cand)
         if not cand:
             return []
-        cand = task_order(s, cand)
         missing = int(s.job_min_available[vj]) - s.job_num_active(vj)
         if missing > 0:
             return cand[:missing] if len(cand) >= missing else []
@@ -1405,12 +1470,17 @@ class VictimSolver:
         for vj in victim_jobs:
             if vj != j:
                 tasks_of[vj] = self._victim_tasks_to_allocate(vj, evicted)
-        reqs = {jj: (s.task_order_req[ts].sum(axis=0) if ts else np.zeros(NRES)) for jj, ts in tasks_of.items()}
+        order_req = s.task_order_req
+        # (a one-task job's request is its row: the same values as the one-row sum)
+        reqs = {jj: (order_req[ts[0]] if len(ts) == 1 else order_req[ts].sum(axis=0) if ts else _ZERO_REQ)
+                for jj, ts in tasks_of.items()}
         by_leaf: dict[int, list[int]] = {}
+        jq = s.job_queue_arr
         for jj in tasks_of:
-            by_leaf.setdefault(int(s.job_queue_arr[jj]), []).append(jj)
+            by_leaf.setdefault(int(jq[jj]), []).append(jj)
         for q, lst in by_leaf.items():
-            lst.sort(key=lambda jj: self._job_key(jj, j), reverse=True)  # pop() from the end = best
+            if len(lst) > 1:
+                lst.sort(key=lambda jj: self._job_key(jj, j), reverse=True)  # pop() from the end = best
         placed_beneficiary = False
         tour = None
         while by_leaf:
@@ -1467,6 +1537,10 @@ class VictimSolver:
         return k
 
 
+_PROFILE_CACHE_GET = dict.get
+_PROFILE_CACHE_MAX = 200_000  # (queue, allocation, request) -> profile entries kept per cycle
+
+
 class _LeafTournament:
     """Which leaf places next during a re-placement run: the queue order's winner, kept per node.
 
@@ -1483,7 +1557,9 @@ class _LeafTournament:
         self.reqs = reqs
         self.rep: dict[int, int] = {}  # node -> leaf its winning subtree is represented by
         self.prof: dict[int, object] = {}  # node -> its queue profile with its representative's job
-        self.children, self.tops = solver._tree(by_leaf)
+        self.cache: dict[tuple, object] = solver.state.__dict__.setdefault("_victims_leaf_profiles", {})
+        self.tree = solver._tree(by_leaf)
+        self.children, self.tops = self.tree
         self.dirty: list[int] | None = None
         self.root = -1
         for leaf in by_leaf:
@@ -1502,11 +1578,25 @@ class _LeafTournament:
         # valid until q's path is placed on (changed() drops the popped leaf's path)
         p = self.prof.get(q)
         if p is None:
-            p = self.prof[q] = _QueueProfile(self.state, q, list(self.reqs[self.by_leaf[self.rep[q]][-1]]), False)
+            # a profile is a function of the queue's allocation and the request only (the rest is
+            # fixed for the cycle): shared by value across scenarios and solves, which roll the
+            # state back to the same allocations over and over
+            req = self.reqs[self.by_leaf[self.rep[q]][-1]]
+            a0, a1, a2 = self.state.queue_alloc[q].tolist()
+            key = (q, a0, a1, a2, req[0], req[1], req[2])
+            p = _PROFILE_CACHE_GET(self.cache, key)
+            if p is None:
+                cache = self.cache
+                if len(cache) >= _PROFILE_CACHE_MAX:
+                    cache.clear()
+                p = cache[key] = _QueueProfile(self.state, q, list(req), False)
+            self.prof[q] = p
         return p
 
     def _scan(self, nodes: list[int]) -> int:
         b = nodes[0]
+        if len(nodes) == 1:
+            return b  # nothing to compare (profiles are computed lazily, from the same state)
         if _QueueProfile is None:
             s, reqs, by_leaf, rep = self.state, self.reqs, self.by_leaf, self.rep
             for c in nodes[1:]:
@@ -1523,7 +1613,12 @@ class _LeafTournament:
     def changed(self, leaf: int, emptied: bool) -> None:
         """``leaf``'s head was popped (and it is gone if ``emptied``); recompute at the next best()."""
         if emptied:
-            self.children, self.tops = self.solver._tree(self.by_leaf)
+            k = (id(self.tree), leaf)
+            tree = self.solver._tree_next.get(k)
+            if tree is None:
+                tree = self.solver._tree_next[k] = self.solver._tree(self.by_leaf)
+            self.tree = tree
+            self.children, self.tops = tree
             self.rep.pop(leaf, None)
         path = self.dirty = self.state.queue_path_list[leaf]
         prof = self.prof
