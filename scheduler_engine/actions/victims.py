@@ -732,6 +732,10 @@ class VictimQueue:
         h = self._qheap.get(par)
         if h is None:
             h = self._qheap[par] = []
+        if h and h[0][2] == q:
+            # q's previous entry is on top (after a pop q was its parent's winner): replace it
+            heapq.heapreplace(h, (key, self._tb[q], q, st))
+            return
         heapq.heappush(h, (key, self._tb[q], q, st))
         if len(h) > 2 * self._nkids[par] + 8:  # drop stale entries now and then
             stamps = self._qstamp
