@@ -1194,6 +1194,14 @@ class VictimSolver:
             base_l = base.tolist()
             good_l = (cap_all >= thr).tolist()
             n_good = sum(good_l)
+        # several tasks (or a node selector): the all-accumulated filter packs on the nodes that
+        # could hold the smallest GPU task, kept incrementally as the accumulated victims change
+        gneed = s.task_order_req[partial, GPU]
+        multi = not fast and len(partial) > 1 and bool(np.any(gneed > EPS)) and s.N > 0
+        if multi:
+            mthr = float(gneed[gneed > EPS].min()) - 1e-9
+            base_l = base.tolist()
+            mgood = set(np.flatnonzero(cap_all >= mthr).tolist())
         # per-node sums updated once per victim: Python floats (the same IEEE additions as numpy's
         # scalars, without their per-element overhead)
         cap_l = cap_all.tolist()
@@ -1223,6 +1231,11 @@ class VictimSolver:
                             if ok != good_l[n]:
                                 good_l[n] = ok
                                 n_good += 1 if ok else -1
+                        elif multi:
+                            if base_l[n] + float(all_gpu[n]) >= mthr:
+                                mgood.add(n)
+                            else:
+                                mgood.discard(n)
 
         def prune() -> None:
             """After a failed scenario (module docstring, "Pruning")."""
@@ -1281,6 +1294,8 @@ class VictimSolver:
                         if ok != good_l[n]:
                             good_l[n] = ok
                             n_good += 1 if ok else -1
+                    elif multi and base_l[n] + float(all_gpu[n]) >= mthr:
+                        mgood.add(n)
                     c = cap_l[n] = cap_l[n] + g
                     if c > best_all:
                         best_all = c
@@ -1330,7 +1345,14 @@ class VictimSolver:
                     live = len(potential) - len(dropped)
             if same_as_all or live <= 0:
                 continue
-            if (n_good == 0) if fast else not self._may_fit(partial, base, all_gpu):
+            if fast:
+                if n_good == 0:
+                    continue
+            elif multi:
+                idx = np.fromiter(sorted(mgood), dtype=np.int64, count=len(mgood))
+                if not self._pack(partial, idx, base[idx] + all_gpu[idx]):
+                    continue
+            elif not self._may_fit(partial, base, all_gpu):
                 continue
             extra = [t for t in potential if t not in dropped] if dropped else list(potential)
             key = frozenset(extra) | frozenset(recorded)
@@ -1377,9 +1399,15 @@ class VictimSolver:
         # only nodes that could hold the smallest GPU task take part (the same choices: a node
         # below that can never pass a task's test, and argmin's first index keeps index order)
         idx = np.flatnonzero(cap >= float(g[pos_g].min()) - 1e-9)
+        return self._pack(partial, idx, cap[idx])
+
+    def _pack(self, partial: list[int], idx: np.ndarray, cap: np.ndarray) -> bool:
+        """:meth:`_may_fit`'s best-fit packing of several tasks on nodes ``idx`` (ascending: the
+        nodes that could hold the smallest GPU task) with per-node GPUs ``cap`` (consumed)."""
+        s = self.state
         if idx.size == 0:
             return False
-        cap = cap[idx]
+        g = s.task_order_req[partial, GPU]
         for t in [partial[i] for i in np.argsort(-g, kind="stable")]:
             need = float(s.task_order_req[t, GPU])
             if need <= EPS:
