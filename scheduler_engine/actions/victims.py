@@ -1570,7 +1570,7 @@ class VictimSolver:
 
 
 _PROFILE_CACHE_GET = dict.get
-_PROFILE_CACHE_MAX = 200_000  # (queue, allocation, request) -> profile entries kept per cycle
+_PROFILE_CACHE_MAX = 50_000  # (queue, allocation, request) -> profile entries kept per cycle (~0.5 KB each)
 
 
 class _LeafTournament:
