@@ -24,7 +24,9 @@ construction), ``open`` (the rest of the state construction), ``allocate``, ``co
 hierarchical job queue (:class:`scheduler_engine.ordering.JobQueue` construction, pops, pushes and
 refreshes) *included in* the action times.  Also the peak resident memory of the process
 (``ru_maxrss``: after generating the cluster, and at the end of every phase) and the decisions
-(binds, pipelines, evictions, events), in total and added by each action.
+(binds, pipelines, evictions, events), in total and added by each action, and a ``digest`` of them
+(:func:`decision_digest`): a change meant only to make the engine faster must print the same digest
+for the same command before and after.
 
 ``--compare-reference`` also runs the allocate action alone with the numpy engine and with the
 plain-Python reference (:mod:`scheduler_engine.reference`), checks they decide the same, and prints
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import math
 import resource
@@ -50,7 +53,7 @@ from .snapshot import (
     ACTION_NAMES, CPU, GPU, MEM, NRES, Config, Jobs, Nodes, Queues, Snapshot, TaskState, Tasks,
 )
 
-__all__ = ["generate", "run_bench", "main", "queue_tree_sizes"]
+__all__ = ["generate", "run_bench", "main", "queue_tree_sizes", "decision_digest"]
 
 GI = 1024.0 ** 3
 _NODE_TYPES = (  # (gpu memory MiB, cores, memory bytes, weight)
@@ -360,9 +363,23 @@ def timed_cycle(snap: Snapshot, actions: Sequence[str] | None = None) -> tuple[A
         timings["ordering"] = otimer.seconds
         memory["result"] = _peak_rss_bytes()
     decisions = _decisions(state, init, len(result.events))
+    decisions["digest"] = decision_digest(state)
     decisions["per_phase"] = per_phase
     decisions["peak_rss_bytes_after"] = memory
     return state, timings, decisions
+
+
+def decision_digest(state: Any) -> str:
+    """SHA-256 (first 16 hex digits) of what a cycle decided: every task's final state and node, and
+    every event in order (job, reason, message, task, victim). A speed-up that keeps the scheduler's
+    semantics must keep this digest: compare it before and after a change on the same cluster."""
+    h = hashlib.sha256()
+    h.update(np.asarray(state.task_state, dtype=np.int64).tobytes())
+    h.update(np.asarray(state.task_node, dtype=np.int64).tobytes())
+    for ev in state.events:
+        h.update(json.dumps(ev, sort_keys=True, default=str).encode())
+        h.update(b"\n")
+    return h.hexdigest()[:16]
 
 
 def _decisions(state: Any, init: np.ndarray, events: int) -> dict[str, int]:
@@ -492,7 +509,7 @@ def format_text(rep: dict[str, Any]) -> str:
             lines.append(f"  {ph:<18} {t[ph] * 1000:10.1f} ms")
     lines.append(f"  {'(ordering)':<18} {t['ordering'] * 1000:10.1f} ms  (inside the actions above)")
     lines.append(f"decisions: {d['binding']} binding, {d['pipelined']} pipelined, {d['evicted']} evicted, "
-                 f"{d['events']} events")
+                 f"{d['events']} events; digest {d.get('digest', '-')}")
     mem = d.get("peak_rss_bytes_after", {})
     per = d.get("per_phase", {})
     if per:

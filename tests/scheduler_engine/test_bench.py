@@ -132,3 +132,25 @@ def test_target_summary_and_exit_status(capsys):
     assert cli.main([*base, "--target-seconds", "1e-9", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["target"]["seconds_ok"] is False and out["target"]["memory_ok"] is True
+
+
+def test_decision_digest_is_stable_and_tells_decisions_apart(capsys):
+    """The digest is how a speed-up is checked to decide the same: equal for the same cluster on
+    every run, different once one decision differs."""
+    from scheduler_engine.actions import get_action
+    from scheduler_engine.bench import decision_digest
+
+    a = run_bench(nodes=30, jobs=200, queues=12, seed=3)["decisions"]["digest"]
+    b = run_bench(nodes=30, jobs=200, queues=12, seed=3, repeat=2)["decisions"]["digest"]
+    c = run_bench(nodes=30, jobs=200, queues=12, seed=4)["decisions"]["digest"]
+    assert a == b and a != c and len(a) == 16
+
+    snap = generate(nodes=20, jobs=80, queues=9, seed=5)
+    state = CycleState(snap)
+    get_action("allocate")(state)
+    before = decision_digest(state)
+    state.events[-1] = dict(state.events[-1], message=state.events[-1]["message"] + ".")
+    assert decision_digest(state) != before  # an event text is part of what was decided
+
+    assert cli.main(["bench", "--nodes", "12", "--jobs", "40", "--queues", "9"]) == 0
+    assert "digest " in capsys.readouterr().out
