@@ -688,20 +688,48 @@ class VictimQueue:
 
     # ---------------------------------------------------------------- heap mode
     def _heap_build(self) -> None:
-        """Key every queue above a live leaf, children before parents, into its parent's heap."""
-        paths = self.state.queue_path_list
-        self._qheap = {}
-        nodes: set[int] = set()
+        """Key every queue above a live leaf, level by level from the leaves up, into its parent's
+        heap (each heap built once with heapify: a fresh build has no stale entries)."""
+        s = self.state
+        paths = s.queue_path_list
+        heaps: dict[int, list] = {}
+        self._qheap = heaps
+        levels: dict[int, set[int]] = {}
         for lq in self._live:
-            nodes.update(paths[lq])
-        for q in sorted(nodes, key=lambda x: -len(paths[x])):
-            path = paths[q]
-            if q in self.sorted or q in self.heaps:  # a leaf with candidates
-                lq = q if q in self._live else -1
-            else:
-                b = self._heap_best(q)
-                lq = self._vrep[b] if b >= 0 else -1
-            self._set_key(q, path[1] if len(path) > 1 else -1, lq, self._leaf_victims(lq) if lq >= 0 else None)
+            for q in paths[lq]:
+                levels.setdefault(len(paths[q]), set()).add(q)
+        vrep, qkey, qstamp, qlive, memo_all, tb = self._vrep, self._qkey, self._qstamp, self._qlive, self._memo, self._tb
+        qver, static, alloc = self._qver, self._static, s.queue_alloc
+        for depth in sorted(levels, reverse=True):
+            touched: list[list] = []
+            for q in sorted(levels[depth]):
+                h = heaps.get(q)
+                if h:  # an inner queue: its children's heap is complete (deeper level)
+                    lq = vrep[h[0][2]]
+                elif q in self._live:
+                    lq = q
+                else:
+                    continue
+                req = self._leaf_victims(lq)
+                vrep[q] = lq
+                ver = int(qver[q])
+                memo = memo_all[q]
+                if memo is None or memo[0] != ver:
+                    memo = memo_all[q] = (ver, _alloc_part(static[q], alloc[q].tolist()), {})
+                key = memo[2].get(req)
+                if key is None:
+                    key = memo[2][req] = _queue_key(static[q], memo[1], req, True)
+                qkey[q] = key
+                qlive.add(q)
+                st = qstamp[q] = qstamp.get(q, 0) + 1
+                par = paths[q][1] if depth > 1 else -1
+                ph = heaps.get(par)
+                if ph is None:
+                    ph = heaps[par] = []
+                    touched.append(ph)
+                ph.append((key, tb[q], q, st))
+            for ph in touched:
+                heapq.heapify(ph)
         self._dirty.clear()
 
     def _set_key(self, q: int, par: int, lq: int, req: tuple | None) -> None:
