@@ -1376,9 +1376,12 @@ class VictimSolver:
             if fast:
                 if n_good == 0:
                     continue
-            elif multi:
+            elif multi and len(mgood) <= 64:  # few candidate nodes: pack on them only
                 idx = np.fromiter(sorted(mgood), dtype=np.int64, count=len(mgood))
                 if not self._pack(partial, idx, base[idx] + all_gpu[idx]):
+                    continue
+            elif multi:  # many: one vectorised pass finds the same nodes
+                if not self._may_fit(partial, base, all_gpu):
                     continue
             elif not self._may_fit(partial, base, all_gpu):
                 continue
