@@ -111,3 +111,17 @@ def test_incomparable_siblings_fall_back_to_the_scan():
                 assert vq._qheap is None  # the scan decided
                 return
     pytest.fail("no generated cluster had incomparable siblings")
+
+
+@pytest.mark.parametrize("queues", [12, 100, 1000])
+def test_bench_trees_take_the_heap_path(queues):
+    """The generated 3-level trees (quotas on GPUs only) have comparable siblings everywhere, so the
+    victim order runs in heap mode: a change that made it fall back would only show as lost speed."""
+    from scheduler_engine import bench
+
+    state = CycleState(bench.generate(nodes=20, jobs=40, queues=queues, seed=1))
+    assert victims._victim_tiebreaks(state) is not None
+    vq = victims.VictimQueue(state, [j for j in range(state.J) if state.job_num_active(j) > 0])
+    assert len(vq._leaves()) > 1
+    vq.pop()
+    assert vq._qheap is not None
