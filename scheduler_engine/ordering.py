@@ -255,6 +255,29 @@ def _queue_key(static_q, apart: tuple, req, victim: bool) -> tuple:
     return (over, not starved, -prio, violates, dw, dwo)
 
 
+def chain_tiebreaks(static: list, kids: list[int], victim: bool, n_queues: int) -> dict[int, int] | None:
+    """Rules 7-8 as one integer per child of one parent, if they are a total order on ``kids``.
+
+    ``static`` is :func:`_static`. When the distinct allocatable vectors of ``kids`` form a chain
+    under :func:`_weaker`, "weaker vector first, then older" (reversed for victims; children order
+    last) is what a sequential scan over tied children picks, so it can go into a heap entry;
+    otherwise ``None`` (ties must then be compared in children order).
+    """
+    vecs = sorted({tuple(static[c][2]) for c in kids},
+                  key=lambda v: tuple(_INF if x == UNLIMITED else x for x in v))
+    if any(not _weaker(vecs[i], vecs[i + 1]) for i in range(len(vecs) - 1)):
+        return None
+    idx = {v: i for i, v in enumerate(vecs)}
+    nq, nk = n_queues + 1, len(kids) + 1
+    out = {}
+    for pos, c in enumerate(kids):
+        ci, rk = idx[tuple(static[c][2])], static[c][5]
+        if victim:
+            ci, rk = len(vecs) - 1 - ci, nq - 1 - rk
+        out[c] = (ci * nq + rk) * nk + pos
+    return out
+
+
 class JobQueue:
     """Hierarchical priority queue of jobs (spec b): pop the best job of the best leaf.
 
@@ -370,24 +393,12 @@ class JobQueue:
             cache[j] = (v, tuple(r))
 
     def _tiebreaks(self, kids: list[int]) -> bool:
-        """Rules 7-8 as one integer per child if they are a total order on ``kids``.
-
-        True (and ``self._tb`` set) when the distinct allocatable vectors form a chain under
-        :func:`_weaker`: then "weaker vector first, then older" (reversed for victims; children
-        order last) is what a sequential scan over tied children picks.
-        """
-        st = self._static
-        vecs = sorted({tuple(st[c][2]) for c in kids},
-                      key=lambda v: tuple(_INF if x == UNLIMITED else x for x in v))
-        if any(not _weaker(vecs[i], vecs[i + 1]) for i in range(len(vecs) - 1)):
+        """Rules 7-8 for ``kids`` (:func:`chain_tiebreaks`): True and ``self._tb`` set if a total order."""
+        tb = chain_tiebreaks(self._static, kids, self.victim, self.state.Q)
+        if tb is None:
             return False
-        idx = {v: i for i, v in enumerate(vecs)}
-        nq, nk = self.state.Q + 1, len(kids) + 1
-        for pos, c in enumerate(kids):
-            ci, rk = idx[tuple(st[c][2])], st[c][5]
-            if self.victim:
-                ci, rk = len(vecs) - 1 - ci, nq - 1 - rk
-            self._tb[c] = (ci * nq + rk) * nk + pos
+        for c, v in tb.items():
+            self._tb[c] = v
         return True
 
     # -- jobs inside a leaf

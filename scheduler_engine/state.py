@@ -236,7 +236,6 @@ class CycleState:
         self._input_groups = list(self.task_gpu_groups)
         # plain-Python views for the journal's hot path (jobs never change queue within a cycle)
         self._task_job_list: list[int] = self.task_job.tolist()
-        self._job_path = [self.queue_path[q] for q in self.job_queue_arr.tolist()]
         # per leaf: (path list, flat indices of its path's rows in ``_queue_alloc_both``); the
         # journal copies / restores the path's allocations through the flat view (a fancy-indexed
         # row copy and assignment on the (Q, 2, 3) array cost several times more)
@@ -818,12 +817,20 @@ class CycleState:
         self.task_state[t] = _PIPE if pipelined else _BIND
         self.task_node[t] = n
         j = int(self.task_job[t])
-        # row by row (a path has no repeated queue): the same sums as one fancy-indexed update
-        alloc = self.task_alloc[t]
-        qa = self.queue_alloc if self.job_preemptible_arr[j] else self._queue_alloc_both  # np: both rows
-        for q in self._job_path_info[j][0]:
-            qa[q] += alloc
+        self._queues_add(j, self.task_alloc[t], 1)
         self.job_num_active_arr[j] += 1
+
+    def _queues_add(self, j: int, alloc: np.ndarray, sign: int) -> None:
+        """Add (``sign`` 1) or take back (-1) ``alloc`` on job j's queue path, non-preemptible jobs
+        on both allocation rows in one op. Row by row: a path has no repeated queue, so these are
+        the same sums as one fancy-indexed update, at a fraction of its cost."""
+        qa = self.queue_alloc if self.job_preemptible_arr[j] else self._queue_alloc_both
+        if sign > 0:
+            for q in self._job_path_info[j][0]:
+                qa[q] += alloc
+        else:
+            for q in self._job_path_info[j][0]:
+                qa[q] -= alloc
 
     def mark_pipelined(self, t: int) -> None:
         """Binding -> Pipelined without moving resources (KAI pipelines a whole job once one of its
@@ -891,9 +898,7 @@ class CycleState:
                 self.task_gpu_groups[t] = []
                 self.task_alloc[t] = 0.0
         j = int(self.task_job[t])
-        qa = self.queue_alloc if self.job_preemptible_arr[j] else self._queue_alloc_both  # np: both rows
-        for q in self._job_path_info[j][0]:
-            qa[q] -= alloc
+        self._queues_add(j, alloc, -1)
         self.job_num_active_arr[j] -= 1
         self.resources_freed += 1
         if for_job is not None or message is not None:

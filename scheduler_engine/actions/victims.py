@@ -86,7 +86,7 @@ try:
     from ..ordering import _dom
 except ImportError:  # pragma: no cover
     _dom = None
-from ..ordering import _alloc_part, _queue_key, _static, _weaker
+from ..ordering import _alloc_part, _queue_key, _static, chain_tiebreaks
 from ..snapshot import CPU, GPU, MEM, NRES, TaskState
 from ..state import EPS, CycleState, fmt_amount
 
@@ -310,47 +310,38 @@ def _name_rank(state: CycleState) -> np.ndarray:
     return r
 
 
+def _queue_kids(state: CycleState) -> dict[int, list[int]]:
+    """Children of every queue with children (-1: the top level), in queue order; cached on the state."""
+    hit = getattr(state, "_victims_queue_kids", None)
+    if hit is None:
+        hit = {}
+        for q, p in enumerate(state.queues.parent):
+            hit.setdefault(int(p) if int(p) >= 0 else -1, []).append(q)
+        state._victims_queue_kids = hit
+    return hit
+
+
 def _victim_tiebreaks(state: CycleState) -> list[int] | None:
     """Rules 7-8 of the victim order as one integer per queue, or ``None`` if they are no total order.
 
-    Per parent (and the top level), the distinct allocatable vectors of its children must form a
-    chain under the "weaker" relation; then a tie on rules 1-6 goes to the stronger vector first,
-    then the younger queue (order rank reversed), as the reversed comparator decides. Queue ranks
-    are unique, so this is a strict total order. Static for the cycle: cached on the state.
+    Every parent's (and the top level's) children must pass :func:`ordering.chain_tiebreaks`
+    (allocatable vectors form a chain); then, queue ranks being unique, the reversed comparator is
+    a strict total order. Static for the cycle: cached on the state.
     """
     hit = getattr(state, "_victims_tiebreaks", False)
     if hit is not False:
         return hit
     static = _static(state)
-    parent = state.queues.parent
-    kids: dict[int, list[int]] = {}
-    for q in range(state.Q):
-        kids.setdefault(int(parent[q]) if int(parent[q]) >= 0 else -1, []).append(q)
-    nq = state.Q + 1
     tb: list[int] | None = [0] * state.Q
-    for ks in kids.values():
-        vecs = sorted({tuple(static[c][2]) for c in ks},
-                      key=lambda v: tuple(math.inf if x == -1 else x for x in v))
-        if any(not _weaker(vecs[i], vecs[i + 1]) for i in range(len(vecs) - 1)):
+    for ks in _queue_kids(state).values():
+        part = chain_tiebreaks(static, ks, True, state.Q)
+        if part is None:
             tb = None
             break
-        idx = {v: i for i, v in enumerate(vecs)}
-        for c in ks:
-            tb[c] = (len(vecs) - 1 - idx[tuple(static[c][2])]) * nq + (nq - 1 - static[c][5])
+        for c, v in part.items():
+            tb[c] = v
     state._victims_tiebreaks = tb
     return tb
-
-
-def _child_counts(state: CycleState) -> dict[int, int]:
-    """Children per queue in the queue tree (-1: the top level); cached on the state."""
-    hit = getattr(state, "_victims_child_counts", None)
-    if hit is None:
-        hit = {}
-        for p in state.queues.parent:
-            p = int(p) if int(p) >= 0 else -1
-            hit[p] = hit.get(p, 0) + 1
-        state._victims_child_counts = hit
-    return hit
 
 
 def _victim_static_ranks(state: CycleState) -> tuple[np.ndarray, np.ndarray]:
@@ -423,7 +414,7 @@ class VictimQueue:
         self._qstamp: dict[int, int] = {}
         self._qlive: set[int] = set()
         self._static = _static(state) if self._tb is not None else None
-        self._nkids = _child_counts(state)
+        self._kids = _queue_kids(state)
         self._qver = state.queue_version
         memo = getattr(state, "_victims_key_memo", None)
         if memo is None or len(memo) != state.Q:
@@ -698,8 +689,7 @@ class VictimQueue:
         for lq in self._live:
             for q in paths[lq]:
                 levels.setdefault(len(paths[q]), set()).add(q)
-        vrep, qkey, qstamp, qlive, memo_all, tb = self._vrep, self._qkey, self._qstamp, self._qlive, self._memo, self._tb
-        qver, static, alloc = self._qver, self._static, s.queue_alloc
+        vrep, qkey, qstamp, qlive, tb = self._vrep, self._qkey, self._qstamp, self._qlive, self._tb
         for depth in sorted(levels, reverse=True):
             touched: list[list] = []
             for q in sorted(levels[depth]):
@@ -710,16 +700,8 @@ class VictimQueue:
                     lq = q
                 else:
                     continue
-                req = self._leaf_victims(lq)
                 vrep[q] = lq
-                ver = int(qver[q])
-                memo = memo_all[q]
-                if memo is None or memo[0] != ver:
-                    memo = memo_all[q] = (ver, _alloc_part(static[q], alloc[q].tolist()), {})
-                key = memo[2].get(req)
-                if key is None:
-                    key = memo[2][req] = _queue_key(static[q], memo[1], req, True)
-                qkey[q] = key
+                key = qkey[q] = self._key(q, self._leaf_victims(lq))
                 qlive.add(q)
                 st = qstamp[q] = qstamp.get(q, 0) + 1
                 par = paths[q][1] if depth > 1 else -1
@@ -732,6 +714,21 @@ class VictimQueue:
                 heapq.heapify(ph)
         self._dirty.clear()
 
+    def _key(self, q: int, req: tuple) -> tuple:
+        """Queue q's victim-order key (rules 1-6, negated) when it gives up ``req``.
+
+        Memoised per queue on the state: (queue_version, allocation part, {request: key}); the
+        version only grows (undo bumps it too), so equal versions mean equal allocations.
+        """
+        ver = int(self._qver[q])
+        memo = self._memo[q]
+        if memo is None or memo[0] != ver:
+            memo = self._memo[q] = (ver, _alloc_part(self._static[q], self.state.queue_alloc[q].tolist()), {})
+        key = memo[2].get(req)
+        if key is None:
+            key = memo[2][req] = _queue_key(self._static[q], memo[1], req, True)
+        return key
+
     def _set_key(self, q: int, par: int, lq: int, req: tuple | None) -> None:
         """Queue q is represented by leaf ``lq`` (-1: none left) giving up ``req``: (re)enter its
         key in its parent's heap if it changed."""
@@ -742,15 +739,7 @@ class VictimQueue:
                 self._qstamp[q] = self._qstamp.get(q, 0) + 1
             return
         self._vrep[q] = lq
-        # memo per queue on the state: (queue_version, allocation part, {request: key}); the
-        # version is monotonic (undo bumps it too), so equal versions mean equal allocations
-        ver = int(self._qver[q])
-        memo = self._memo[q]
-        if memo is None or memo[0] != ver:
-            memo = self._memo[q] = (ver, _alloc_part(self._static[q], self.state.queue_alloc[q].tolist()), {})
-        key = memo[2].get(req)
-        if key is None:
-            key = memo[2][req] = _queue_key(self._static[q], memo[1], req, True)
+        key = self._key(q, req)
         qlive = self._qlive
         if q in qlive and self._qkey.get(q) == key:
             return
@@ -765,7 +754,7 @@ class VictimQueue:
             heapq.heapreplace(h, (key, self._tb[q], q, st))
             return
         heapq.heappush(h, (key, self._tb[q], q, st))
-        if len(h) > 2 * self._nkids[par] + 8:  # drop stale entries now and then
+        if len(h) > 2 * len(self._kids[par]) + 8:  # drop stale entries now and then
             stamps = self._qstamp
             h[:] = [e for e in h if e[2] in qlive and stamps[e[2]] == e[3]]
             heapq.heapify(h)
@@ -836,10 +825,7 @@ def _unevict(state: CycleState, t: int) -> bool:
         drel[d] -= per
     state.task_state[t] = _RUN
     j = int(state.task_job[t])
-    # row by row (as CycleState.place): non-preemptible jobs add to both allocation rows at once
-    qa = state.queue_alloc if state.job_preemptible_arr[j] else state._queue_alloc_both
-    for q in state.queue_path_list[int(state.job_queue_arr[j])]:
-        qa[q] += alloc
+    state._queues_add(j, alloc, 1)
     state.job_num_active_arr[j] += 1
     return True
 
@@ -1246,24 +1232,29 @@ class VictimSolver:
         retook: set[int] = set()  # leaves whose victims were served before the beneficiary (self.prune)
         own = int(s.job_queue_arr[j])
 
-        def drop(ts: Iterable[int]) -> None:
+        def track(n: int) -> None:
+            """Node n's accumulated victims changed: update the incremental GPU-count filter."""
             nonlocal n_good
+            v = base_l[n] + float(all_gpu[n])
+            if fast:
+                ok = v >= thr
+                if ok != good_l[n]:
+                    good_l[n] = ok
+                    n_good += 1 if ok else -1
+            elif v >= mthr:
+                mgood.add(n)
+            else:
+                mgood.discard(n)
+
+        def drop(ts: Iterable[int]) -> None:
             for t in ts:
                 if t in pos and t not in dropped:
                     dropped.add(t)
                     n = int(s.task_node[t])
                     if n >= 0:
                         all_gpu[n] -= task_gpu[t]
-                        if fast:
-                            ok = base_l[n] + float(all_gpu[n]) >= thr
-                            if ok != good_l[n]:
-                                good_l[n] = ok
-                                n_good += 1 if ok else -1
-                        elif multi:
-                            if base_l[n] + float(all_gpu[n]) >= mthr:
-                                mgood.add(n)
-                            else:
-                                mgood.discard(n)
+                        if fast or multi:
+                            track(n)
 
         def prune() -> None:
             """After a failed scenario (module docstring, "Pruning")."""
@@ -1317,13 +1308,8 @@ class VictimSolver:
                 if n >= 0:
                     g = float(task_gpu[t])
                     all_gpu[n] += g
-                    if fast:
-                        ok = base_l[n] + float(all_gpu[n]) >= thr
-                        if ok != good_l[n]:
-                            good_l[n] = ok
-                            n_good += 1 if ok else -1
-                    elif multi and base_l[n] + float(all_gpu[n]) >= mthr:
-                        mgood.add(n)
+                    if fast or multi:
+                        track(n)
                     c = cap_l[n] = cap_l[n] + g
                     if c > best_all:
                         best_all = c
@@ -1380,10 +1366,7 @@ class VictimSolver:
                 idx = np.fromiter(sorted(mgood), dtype=np.int64, count=len(mgood))
                 if not self._pack(partial, idx, base[idx] + all_gpu[idx]):
                     continue
-            elif multi:  # many: one vectorised pass finds the same nodes
-                if not self._may_fit(partial, base, all_gpu):
-                    continue
-            elif not self._may_fit(partial, base, all_gpu):
+            elif not self._may_fit(partial, base, all_gpu):  # (many: one vectorised pass finds them)
                 continue
             extra = [t for t in potential if t not in dropped] if dropped else list(potential)
             key = frozenset(extra) | frozenset(recorded)
@@ -1600,7 +1583,6 @@ class VictimSolver:
         return k
 
 
-_PROFILE_CACHE_GET = dict.get
 _PROFILE_CACHE_MAX = 50_000  # (queue, allocation, request) -> profile entries kept per cycle (~0.5 KB each)
 
 
@@ -1647,7 +1629,7 @@ class _LeafTournament:
             req = self.reqs[self.by_leaf[self.rep[q]][-1]]
             a0, a1, a2 = self.state.queue_alloc[q].tolist()
             key = (q, a0, a1, a2, req[0], req[1], req[2])
-            p = _PROFILE_CACHE_GET(self.cache, key)
+            p = self.cache.get(key)
             if p is None:
                 cache = self.cache
                 if len(cache) >= _PROFILE_CACHE_MAX:
