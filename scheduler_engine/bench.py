@@ -369,6 +369,9 @@ def timed_cycle(snap: Snapshot, actions: Sequence[str] | None = None) -> tuple[A
     return state, timings, decisions
 
 
+_DIGEST_EVENT_KEYS = ("job", "reason", "message", "task", "victimOf")
+
+
 def decision_digest(state: Any) -> str:
     """SHA-256 (first 16 hex digits) of what a cycle decided: every task's final state and node, and
     every event in order (job, reason, message, task, victim). A speed-up that keeps the scheduler's
@@ -377,6 +380,8 @@ def decision_digest(state: Any) -> str:
     h.update(np.asarray(state.task_state, dtype=np.int64).tobytes())
     h.update(np.asarray(state.task_node, dtype=np.int64).tobytes())
     for ev in state.events:
+        # the explanation's category is derived from what is hashed here (not a decision of its own)
+        ev = {k: v for k, v in ev.items() if k in _DIGEST_EVENT_KEYS}
         h.update(json.dumps(ev, sort_keys=True, default=str).encode())
         h.update(b"\n")
     return h.hexdigest()[:16]

@@ -19,7 +19,67 @@ import numpy as np
 
 from .snapshot import CPU, RESOURCES, Snapshot, TaskState
 
-__all__ = ["CycleResult", "build_result", "job_status", "to_scenario_units"]
+__all__ = [
+    "CycleResult",
+    "PENDING_CAPACITY",
+    "PENDING_CATEGORIES",
+    "PENDING_GANG",
+    "PENDING_LIMIT",
+    "PENDING_QUOTA",
+    "Reason",
+    "build_result",
+    "job_status",
+    "reason_category",
+    "to_scenario_units",
+]
+
+# ----------------------------------------------------------------------------- why a job is Pending
+#
+# Every ``Unschedulable`` event carries ``"category"``: what kind of obstacle kept the job Pending,
+# so consumers (the Kubernetes PodScheduled condition, the tenant ``why``, cluster autoscaling)
+# never parse the English message.  Only ``capacity`` can be fixed by adding nodes: the queue
+# admission checks (spec a.7: limit, non-preemptible quota) and a gang short of pods hold whatever
+# the cluster's size.  Fair share never refuses an allocation (spec a.7), so a job whose queue is
+# past its fair share on a full cluster waits for capacity (its reclaim refusal is a second event).
+
+#: no node (or topology domain) has room for the job's next tasks; more nodes of a matching shape
+#: would let it start.
+PENDING_CAPACITY = "capacity"
+#: a non-preemptible job would put its queue (or an ancestor) over its deserved quota.
+PENDING_QUOTA = "quota"
+#: the job would put its queue (or an ancestor) over its limit.
+PENDING_LIMIT = "limit"
+#: a gang has fewer tasks (running + pending) than its minAvailable: it waits for its pods.
+PENDING_GANG = "gang"
+PENDING_CATEGORIES = (PENDING_CAPACITY, PENDING_QUOTA, PENDING_LIMIT, PENDING_GANG)
+
+
+class Reason(str):
+    """An explanation text that knows its category (one of :data:`PENDING_CATEGORIES`).
+
+    A ``str`` so that every place that builds, caches or compares explanation texts keeps
+    working unchanged; code that wraps a text in a longer one keeps the category with
+    :meth:`wrap`.  A plain ``str`` explanation is a placement failure (:data:`PENDING_CAPACITY`).
+    """
+
+    category: str
+
+    def __new__(cls, message: str, category: str) -> "Reason":
+        if category not in PENDING_CATEGORIES:
+            raise ValueError(f"unknown pending category {category!r}")
+        obj = super().__new__(cls, message)
+        obj.category = category
+        return obj
+
+    @staticmethod
+    def wrap(text: str, inner: str) -> "Reason":
+        """``text`` (which quotes ``inner``) with ``inner``'s category."""
+        return Reason(text, reason_category(inner))
+
+
+def reason_category(message: str) -> str:
+    """The category of an explanation: its own for a :class:`Reason`, else ``capacity``."""
+    return getattr(message, "category", PENDING_CAPACITY)
 
 
 def _num(x: float) -> int | float:
@@ -56,7 +116,8 @@ class CycleResult:
     ``jobs``: job -> ``{"status", "tasks": [{"name", "status", "node", "gpuGroups"}]}``;
     ``tasks``: task -> ``{"status", "node"}``; ``queues``: queue -> ``{"fairShare", "allocated"}``
     (each ``{"gpu", "cpu", "memory"}`` in scenario units); ``nodes``: node ->
-    ``{"idleGpus", "releasingGpus"}``; ``events``: list of ``{"job", "reason", "message", ...}``;
+    ``{"idleGpus", "releasingGpus"}``; ``events``: list of ``{"job", "reason", "message", ...}``
+    (``Unschedulable`` events also carry ``"category"``, one of :data:`PENDING_CATEGORIES`);
     ``timings``: phase -> seconds (not part of the JSON contract; for benchmarks).
     """
 
@@ -89,6 +150,19 @@ class CycleResult:
             if n is not None and n not in seen:
                 seen.append(n)
         return seen
+
+    def pending_categories(self) -> dict[str, str]:
+        """Job -> why it is (still partly) Pending after this cycle, one of
+        :data:`PENDING_CATEGORIES`: the category of its last ``Unschedulable`` event, for jobs
+        that still have a Pending task (a job pipelined by reclaim after allocate failed is not
+        Pending)."""
+        out: dict[str, str] = {}
+        for e in self.events:
+            if e.get("reason") == "Unschedulable" and e.get("category"):
+                job = self.jobs.get(e.get("job"))
+                if job is not None and any(t["status"] == "Pending" for t in job["tasks"]):
+                    out[e["job"]] = e["category"]
+        return out
 
     def status_counts(self) -> dict[str, int]:
         """Tasks per status label (for the text summary)."""

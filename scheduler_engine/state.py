@@ -62,7 +62,8 @@ Primitives:
   bumps ``resources_freed`` (the cached failure may no longer hold).
 * ``queue_over_capacity(q, req, nonpreemptible)`` -> ``None`` or a message: spec a.7 limit check on
   the leaf and every ancestor (per resource requested > 0) and, for non-preemptible jobs, the
-  deserved-quota check on ``queue_alloc_np``.
+  deserved-quota check on ``queue_alloc_np``; the message is a ``result.Reason`` of category
+  ``limit`` or ``quota``.
 * Job helpers: ``job_active_tasks(j)`` (Running/Binding/Pipelined), ``job_pending_tasks(j)``,
   ``job_num_active(j)``, ``job_is_preemptible(j)``, ``job_queue(j)``.
 * ``job_signature(j, tasks)``: hashable key of a job's scheduling shape (used for failure caches);
@@ -86,6 +87,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .result import PENDING_LIMIT, PENDING_QUOTA, Reason
 from .snapshot import CPU, GPU, MEM, NRES, UNLIMITED, Snapshot, TaskState
 
 log = logging.getLogger(__name__)
@@ -939,18 +941,19 @@ class CycleState:
                 alloc = self.queue_alloc[a].tolist()
                 for r in range(NRES):
                     if asked[r] and alloc[r] + rq[r] > la[r] + EPS:
-                        return (f"queue {self.queues.names[a]} is over its limit for {RES_NAMES[r]}: "
-                                f"{fmt_amount(r, alloc[r])} used + {fmt_amount(r, rq[r])} requested > "
-                                f"{fmt_amount(r, la[r])}")
+                        return Reason(f"queue {self.queues.names[a]} is over its limit for {RES_NAMES[r]}: "
+                                      f"{fmt_amount(r, alloc[r])} used + {fmt_amount(r, rq[r])} requested > "
+                                      f"{fmt_amount(r, la[r])}", PENDING_LIMIT)
             if nonpreemptible:
                 da = inf_des[a]
                 if da[0] != np.inf or da[1] != np.inf or da[2] != np.inf:
                     anp = self.queue_alloc_np[a].tolist()
                     for r in range(NRES):
                         if asked[r] and anp[r] + rq[r] > da[r] + EPS:
-                            return (f"queue {self.queues.names[a]} quota for non-preemptible jobs exceeded for "
-                                    f"{RES_NAMES[r]}: {fmt_amount(r, anp[r])} used + {fmt_amount(r, rq[r])} "
-                                    f"requested > {fmt_amount(r, da[r])} deserved")
+                            return Reason(f"queue {self.queues.names[a]} quota for non-preemptible jobs exceeded "
+                                          f"for {RES_NAMES[r]}: {fmt_amount(r, anp[r])} used + "
+                                          f"{fmt_amount(r, rq[r])} requested > {fmt_amount(r, da[r])} deserved",
+                                          PENDING_QUOTA)
         return None
 
     def _path_limit(self, q: int) -> np.ndarray:

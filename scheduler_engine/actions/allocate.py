@@ -9,7 +9,9 @@ task of a job is pipelined the whole job is pipelined, as KAI does (its later el
 Queue limits and the non-preemptible quota are checked per attempt and per task per node (spec a.7).
 
 Every job that stays Pending gets an ``Unschedulable`` event naming the blocking reason with
-numbers. Identical job shapes that failed are not retried against the cluster in the same cycle
+numbers, and its ``category`` (``result.PENDING_CATEGORIES``: capacity, quota, limit, gang): the
+queue checks and the gang check answer ``result.Reason`` texts of their category, every wrapper
+keeps the category of what it wraps, and a plain placement failure text is ``capacity``. Identical job shapes that failed are not retried against the cluster in the same cycle
 until resources are freed (failure cache keyed by ``CycleState.job_signature``). A task shape that
 fits no node at all is remembered across queues too (``Allocator.nofit``, keyed by
 ``CycleState.task_signature``): within one allocate pass resources only shrink until
@@ -25,6 +27,7 @@ import heapq
 import numpy as np
 
 from ..ordering import JobQueue, next_tasks_to_allocate, task_order
+from ..result import PENDING_GANG, Reason, reason_category
 from ..snapshot import CPU, GPU, MEM, TaskState
 from ..state import EPS, CycleState, fmt_amount
 
@@ -452,8 +455,8 @@ class Allocator:
         s = self.state
         if s.job_num_active(j) < int(s.job_min_available[j]):
             n_pend = len(s.job_pending_tasks(j))
-            return (f"gang needs minAvailable={int(s.job_min_available[j])} tasks but only "
-                    f"{s.job_num_active(j)} are running and {n_pend} pending")
+            return Reason(f"gang needs minAvailable={int(s.job_min_available[j])} tasks but only "
+                          f"{s.job_num_active(j)} are running and {n_pend} pending", PENDING_GANG)
         return None
 
     def _emit(self, placed_any) -> None:
@@ -464,8 +467,9 @@ class Allocator:
             if j in placed_any:
                 if not s.job_pending_tasks(j):
                     continue
-                msg = f"elastic growth stopped: {msg}"
-            events.append({"job": names[j], "reason": "Unschedulable", "message": msg})
+                msg = Reason.wrap(f"elastic growth stopped: {msg}", msg)
+            events.append({"job": names[j], "reason": "Unschedulable", "message": str(msg),
+                           "category": reason_category(msg)})
 
     def _initial_signatures(self, jobs: list[int]) -> tuple[np.ndarray, list[tuple], list[int]]:
         """Group candidate jobs by the signature of their first attempt.
@@ -691,6 +695,7 @@ class Allocator:
         if not candidates:
             raise _Fail(why_none)
         last = None
+        last_msg = ""
         for desc, mask in candidates:
             cp = s.checkpoint()
             try:
@@ -698,9 +703,10 @@ class Allocator:
                 return
             except _Fail as f:
                 s.rollback(cp)
-                last = f"{desc}: {f.message}"
+                last, last_msg = f"{desc}: {f.message}", f.message
         label = required or preferred
-        raise _Fail(f"topology: no domain of {label} can hold all {len(tasks)} tasks (last tried {last})")
+        raise _Fail(Reason.wrap(f"topology: no domain of {label} can hold all {len(tasks)} tasks (last tried {last})",
+                                last_msg))
 
     def _topology_candidates(self, j: int, tasks: list[int], required: str | None,
                              preferred: str | None) -> tuple[list[tuple[str, np.ndarray | None]], str]:
@@ -775,8 +781,8 @@ class Allocator:
                 self.place_task(j, t, within, check_queue=gang)
             except _Fail as f:
                 if gang:
-                    raise _Fail(f"gang of {len(tasks)} needs {len(tasks)} tasks placed together; "
-                                f"only {i} fit: {f.message}") from None
+                    raise _Fail(Reason.wrap(f"gang of {len(tasks)} needs {len(tasks)} tasks placed together; "
+                                            f"only {i} fit: {f.message}", f.message)) from None
                 raise
 
     def node_order(self, t: int, cand: np.ndarray, idle_ok: np.ndarray) -> np.ndarray:
@@ -841,7 +847,7 @@ class Allocator:
             if self._put(t, n, bool(idle_ok[n])):
                 return
         if node_quota_msg:
-            raise _Fail(node_quota_msg + " on every node where it fits")
+            raise _Fail(Reason.wrap(node_quota_msg + " on every node where it fits", node_quota_msg))
         raise _Fail(self.explain(t, within))
 
     def _put(self, t: int, n: int, fits_idle: bool) -> bool:
