@@ -19,6 +19,7 @@ import numpy as np
 from .actions import get_action
 from .result import CycleResult, build_result
 from .snapshot import Snapshot, TaskState
+from .state import CycleState
 
 __all__ = ["run_cycle", "run_cycle_with_state", "run_rounds", "rewrite_snapshot", "observe", "RoundsResult",
            "uses_rounds"]
@@ -30,17 +31,11 @@ _BIND = int(TaskState.BINDING)
 _PIPE = int(TaskState.PIPELINED)
 
 
-def _state_class():
-    from .state import CycleState  # imported late: state.py is heavy and optional for I/O-only use
-
-    return CycleState
-
-
 def run_cycle_with_state(snapshot: Snapshot, actions: tuple[str, ...] | None = None):
     """One cycle; returns ``(state, result)`` (the state is needed to rewrite the snapshot)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    state = _state_class()(snapshot)
+    state = CycleState(snapshot)
     t1 = time.perf_counter()
     timings["open"] = t1 - t0
     for name in snapshot.config.actions if actions is None else actions:

@@ -72,7 +72,7 @@ Primitives:
   changed, rollbacks included), ``job_version`` (J,) and ``queue_version`` (Q,) counters bumped
   whenever a job's tasks / a queue's allocation change. ``fit_rows(t, rows)`` = ``fit_masks`` on a
   subset of nodes. Code outside this module that mutates tasks/nodes/queues directly must call
-  ``_record(t, n)`` first (journal + trackers), as ``actions/victims.py`` does.
+  ``_record(t, n)`` first (journal + trackers), as ``solvers/simulation.py`` does.
 
 Units and invariants: internal units (gpu devices, cpu millicores, memory bytes). After every
 primitive ``node_idle >= 0`` and ``node_releasing >= 0`` on every node that was not over-committed
@@ -81,16 +81,14 @@ in the input, and per device ``dev_free + dev_rel <= 1``. ``queue_limit``, ``que
 """
 from __future__ import annotations
 
-import logging
 import math
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from .fairshare import compute_fair_share
 from .result import PENDING_LIMIT, PENDING_QUOTA, Reason
 from .snapshot import CPU, GPU, MEM, NRES, UNLIMITED, Snapshot, TaskState
-
-log = logging.getLogger(__name__)
 
 EPS = 1e-9
 _PEND = int(TaskState.PENDING)
@@ -257,11 +255,6 @@ class CycleState:
         return out
 
     def _compute_fair_share(self) -> np.ndarray:
-        try:
-            from .fairshare import compute_fair_share
-        except ImportError:  # pragma: no cover - the module lands with engine-fairshare
-            log.warning("scheduler_engine.fairshare missing: fair share left at 0")
-            return np.zeros((self.Q, NRES))
         q = self.queues
         k = self.config.k_value
         return np.asarray(
@@ -747,7 +740,7 @@ class CycleState:
         node = int(self.task_node[t])
         if state == _PEND and node >= 0 and self._input_state[t] == _RUN:
             # a Releasing input-Running task momentarily Pending while it is pipelined elsewhere
-            # (victims._place_released): undoing that placement makes it Releasing again
+            # (solvers.simulation.place_released): undoing that placement makes it Releasing again
             state = _REL
         if n >= 0:
             self.node_log.append(n)

@@ -1,26 +1,27 @@
-"""Scheduling actions. Each module exposes ``run(state) -> None`` mutating a ``CycleState``.
+"""Scheduling actions (KAI ``pkg/scheduler/actions``): one module per action, each exposing
+``run(state) -> None`` that mutates a ``CycleState``; :mod:`.common` holds what they share.
 
-Modules are imported lazily by name so that the cycle driver only pays for the actions a
-scenario configures.
+The rules they apply live in :mod:`scheduler_engine.plugins`, the victim search of the evicting
+actions in :mod:`scheduler_engine.solvers`.
 """
 from __future__ import annotations
 
-import importlib
 from typing import Callable
 
-_MODULES = {
-    "allocate": "allocate",
-    "consolidation": "consolidation",
-    "reclaim": "reclaim",
-    "preempt": "preempt",
-    "stalegangeviction": "stalegang",
+from . import allocate, consolidation, preempt, reclaim, stalegang
+
+_ACTIONS: dict[str, Callable] = {
+    "allocate": allocate.run,
+    "consolidation": consolidation.run,
+    "reclaim": reclaim.run,
+    "preempt": preempt.run,
+    "stalegangeviction": stalegang.run,
 }
 
 
 def get_action(name: str) -> Callable:
     """Return the ``run(state)`` function of the action called ``name`` (a scenario action name)."""
     try:
-        module = _MODULES[name]
+        return _ACTIONS[name]
     except KeyError:
-        raise ValueError(f"unknown action {name!r}; known: {', '.join(_MODULES)}") from None
-    return importlib.import_module(f"{__name__}.{module}").run
+        raise ValueError(f"unknown action {name!r}; known: {', '.join(_ACTIONS)}") from None

@@ -22,11 +22,12 @@ the explanation computed when the shape first failed (the same convention as the
 from __future__ import annotations
 
 import gc
-import heapq
 
 import numpy as np
 
 from ..ordering import JobQueue, next_tasks_to_allocate, task_order
+from ..plugins.nodeplacement import ShapeIndex, node_keys, placement_strategy
+from ..plugins.topology import allocation_domains
 from ..result import PENDING_GANG, Reason, reason_category
 from ..snapshot import CPU, GPU, MEM, TaskState
 from ..state import EPS, CycleState, fmt_amount
@@ -34,10 +35,6 @@ from ..state import EPS, CycleState, fmt_amount
 _PEND = int(TaskState.PENDING)
 _BIND = int(TaskState.BINDING)
 _PIPE = int(TaskState.PIPELINED)
-
-
-def _fmt_vec(v) -> str:
-    return f"gpu={fmt_amount(GPU, v[GPU])}, cpu={fmt_amount(CPU, v[CPU])}, memory={fmt_amount(MEM, v[MEM])}"
 
 
 class _Fail(Exception):
@@ -59,281 +56,6 @@ def run(state: CycleState) -> None:
             gc.enable()
 
 
-def node_keys(state: CycleState, t: int, rows, idle_ok_rows: np.ndarray, col: int, spread: bool) -> np.ndarray:
-    """Placement order of nodes ``rows`` for task t as one float key per node, smaller first.
-
-    KAI sums node-order scores whose magnitudes never overlap, so the order is lexicographic:
-    a shared-GPU task that fits a GPU group already in shared use (gpusharingorder, 10000), then
-    nodes where the task fits on free resources (nodeavailability, 1000), then a CPU-only task on
-    a node without GPUs (resourcetype, 10), then binpack (least non-allocated first) or spread
-    (largest non-allocated share first) on GPU for GPU tasks and on CPU otherwise (nodeplacement,
-    non-allocated = free + releasing; GPU counted in devices with nothing but releasing load).
-    """
-    s = state
-    if not isinstance(rows, slice) and len(rows) <= 4:
-        return np.fromiter((_node_key_one(s, t, int(n), bool(i), col, spread) for n, i in zip(rows, idle_ok_rows)),
-                           float, len(rows))
-    if col == GPU:
-        if s.G:
-            whole = ((s.dev_free[rows] + s.dev_rel[rows] >= 1 - EPS) & s.dev_valid[rows]).sum(axis=1).astype(float)
-        else:
-            whole = np.zeros(len(idle_ok_rows))
-        free, overall, top = whole, s.node_devices[rows].astype(float), float(max(s.G, 1))
-    else:
-        free = s.node_idle[rows, col] + s.node_releasing[rows, col]
-        overall = s.node_capacity[rows, col]
-        top = float(s.node_capacity[:, col].max()) if s.N else 1.0
-    has = overall > 0
-    if spread:
-        base = np.where(has, -free / np.where(has, overall, 1.0), 0.0)
-        width = 3.0
-    else:
-        base = np.where(has, free, top + 1.0)
-        width = 2.0 * top + 3.0
-    tier = 1000.0 * idle_ok_rows
-    if s.task_is_shared[t] and s.G:
-        if s.task_is_mem[t]:
-            gm = s.node_gpu_memory[rows]
-            f = np.where(gm > 0, s.task_gpu_memory[t] / np.where(gm > 0, gm, 1.0), np.inf)[:, None]
-        else:
-            f = float(s.task_request[t, GPU])
-        used = s.dev_shared[rows] & (s.dev_free[rows] < 1 - EPS) & s.dev_valid[rows]
-        fits = used & (s.dev_free[rows] + s.dev_rel[rows] >= f - EPS)
-        tier = tier + 10000.0 * fits.any(axis=1)
-    elif col == CPU:
-        tier = tier + 10.0 * (s.node_devices[rows] == 0)
-    return base - tier * width
-
-
-def _node_key_one(s: CycleState, t: int, n: int, idle_ok: bool, col: int, spread: bool) -> float:
-    """:func:`node_keys` for one node in plain Python (same formula)."""
-    nd = int(s.node_devices[n])
-    if col == GPU:
-        fr = s.dev_free[n, :nd].tolist() if nd else []
-        rl = s.dev_rel[n, :nd].tolist() if nd else []
-        free = float(sum(1 for a, b in zip(fr, rl) if a + b >= 1 - EPS))
-        overall, top = float(nd), float(max(s.G, 1))
-    else:
-        free = float(s.node_idle[n, col] + s.node_releasing[n, col])
-        overall = float(s.node_capacity[n, col])
-        top = float(s.node_capacity[:, col].max())
-    if spread:
-        base, width = (-free / overall if overall > 0 else 0.0), 3.0
-    else:
-        base, width = (free if overall > 0 else top + 1.0), 2.0 * top + 3.0
-    tier = 1000.0 if idle_ok else 0.0
-    if s.task_is_shared[t] and nd:
-        f = s._shared_fraction(t, n)
-        sh = s.dev_shared[n, :nd].tolist()
-        fr = s.dev_free[n, :nd].tolist()
-        rl = s.dev_rel[n, :nd].tolist()
-        if any(h and a < 1 - EPS and a + b >= f - EPS for h, a, b in zip(sh, fr, rl)):
-            tier += 10000.0
-    elif col == CPU and nd == 0:
-        tier += 10.0
-    return base - tier * width
-
-
-class _ShapeIndex:
-    """Incrementally maintained fit masks and placement keys of one task shape over all nodes.
-
-    Identical tasks (same request, GPU memory and nodeSelector) share one index. After a
-    placement only the nodes in ``state.node_log`` since the last query are re-evaluated; the
-    fitting nodes sit in a lazy heap of ``(key, node)`` so the best node (smallest key, then
-    smallest index) costs O(changed nodes * log N) instead of a scan of the cluster.
-    """
-
-    __slots__ = ("state", "t", "col", "spread", "idle_ok", "any_ok", "key", "pos", "heap", "_fast", "_shared")
-
-    def __init__(self, state: CycleState, t: int, col: int, spread: bool) -> None:
-        self.state, self.t, self.col, self.spread = state, t, col, spread
-        s = state
-        # constants of the fused single-node updates (tasks without / with a shared GPU)
-        self._fast = None
-        self._shared = bool(s.task_is_shared[t])
-        if not s.task_is_shared[t]:
-            key = s.task_selector_key[t]
-            req = s.task_request[t]
-            if col == GPU:
-                top = float(max(s.G, 1))
-                cap = None
-            else:
-                top = float(s.node_capacity[:, col].max()) if s.N else 1.0
-                cap = s.node_capacity[:, col].tolist()
-            self._fast = (s.node_schedulable.tolist(), s.selector_mask(key).tolist() if key else None,
-                          float(req[CPU]), float(req[MEM]), int(s.task_whole[t]), s.node_devices.tolist(), top, cap)
-        elif col == GPU and s.G:
-            key = s.task_selector_key[t]
-            req = s.task_request[t]
-            if s.task_is_mem[t]:
-                gm = s.node_gpu_memory
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    frac = np.where(gm > 0, s.task_gpu_memory[t] / np.where(gm > 0, gm, 1.0), np.inf).tolist()
-            else:
-                frac = None
-            self._fast = (s.node_schedulable.tolist(), s.selector_mask(key).tolist() if key else None,
-                          float(req[CPU]), float(req[MEM]), frac, s.node_devices.tolist(), float(max(s.G, 1)),
-                          float(req[GPU]))
-        self._full()
-
-    def _full(self) -> None:
-        s = self.state
-        idle_ok, any_ok = s.fit_rows(self.t, slice(None))
-        key = node_keys(s, self.t, slice(None), idle_ok, self.col, self.spread)
-        # plain lists: the hot path reads and writes single entries
-        self.idle_ok, self.any_ok, self.key = idle_ok.tolist(), any_ok.tolist(), key.tolist()
-        self.pos = len(s.node_log)
-        idx = np.flatnonzero(any_ok)
-        self.heap = list(zip(key[idx].tolist(), idx.tolist()))
-        heapq.heapify(self.heap)
-
-    def _batch(self, rows: np.ndarray) -> None:
-        """:meth:`_update` for many nodes at once (the vectorised primitives ``_full`` uses)."""
-        s = self.state
-        idle_ok, any_ok = s.fit_rows(self.t, rows)
-        keys = node_keys(s, self.t, rows, idle_ok, self.col, self.spread)
-        il, al, kl = self.idle_ok, self.any_ok, self.key
-        push = heapq.heappush
-        heap = self.heap
-        for n, fi, fa, k in zip(rows.tolist(), idle_ok.tolist(), any_ok.tolist(), keys.tolist()):
-            il[n], al[n], kl[n] = fi, fa, k
-            if fa:
-                push(heap, (k, n))
-
-    def _update_fast(self, n: int) -> None:
-        """``fit_one`` + ``_node_key_one`` for one node in one pass (task without shared GPUs):
-        the same comparisons and arithmetic, each node row read once."""
-        sched, sel, rc, rm, k, ndev, top, cap = self._fast
-        if not sched[n] or (sel is not None and not sel[n]):
-            self.any_ok[n] = self.idle_ok[n] = False
-            return
-        s = self.state
-        idle, rel = s._node_both[n].tolist()  # (free, releasing) rows of node n
-        ic, im, lc, lm = idle[CPU], idle[MEM], rel[CPU], rel[MEM]
-        fi = ic >= rc - EPS and im >= rm - EPS
-        fa = ic + lc >= rc - EPS and im + lm >= rm - EPS
-        if not fa:
-            self.any_ok[n] = self.idle_ok[n] = False
-            return
-        nd = ndev[n]
-        col = self.col
-        if k > 0 or col == GPU:
-            fr = s.dev_free[n, :nd].tolist() if nd else []
-            rl = s.dev_rel[n, :nd].tolist() if nd else []
-            whole_any = sum(1 for x, y in zip(fr, rl) if x + y >= 1 - EPS)
-            if k > 0:
-                fi = fi and sum(1 for x in fr if x >= 1 - EPS) >= k
-                fa = fi or whole_any >= k
-                if not fa:
-                    self.any_ok[n] = self.idle_ok[n] = False
-                    return
-        if col == GPU:
-            free, overall = float(whole_any), float(nd)
-        else:
-            free, overall = float(idle[col] + rel[col]), float(cap[n])
-        if self.spread:
-            base, width = (-free / overall if overall > 0 else 0.0), 3.0
-        else:
-            base, width = (free if overall > 0 else top + 1.0), 2.0 * top + 3.0
-        tier = 1000.0 if fi else 0.0
-        if col == CPU and nd == 0:
-            tier += 10.0
-        kk = base - tier * width
-        self.idle_ok[n] = fi
-        self.any_ok[n] = True
-        self.key[n] = kk
-        heapq.heappush(self.heap, (kk, n))
-
-    def _update_shared(self, n: int) -> None:
-        """``fit_one`` + ``_node_key_one`` for one node and a shared-GPU task (a fraction or GPU
-        memory on one device), in one pass with the same comparisons and arithmetic."""
-        sched, sel, rc, rm, frac, ndev, top, fgpu = self._fast
-        if not sched[n] or (sel is not None and not sel[n]):
-            self.any_ok[n] = self.idle_ok[n] = False
-            return
-        s = self.state
-        idle, rel = s._node_both[n].tolist()  # (free, releasing) rows of node n
-        fi = idle[CPU] >= rc - EPS and idle[MEM] >= rm - EPS
-        fa = idle[CPU] + rel[CPU] >= rc - EPS and idle[MEM] + rel[MEM] >= rm - EPS
-        nd = ndev[n]
-        f = frac[n] if frac is not None else fgpu
-        if not fa or nd == 0 or f > 1 + EPS:
-            self.any_ok[n] = self.idle_ok[n] = False
-            return
-        fr = s.dev_free[n, :nd].tolist()
-        rl = s.dev_rel[n, :nd].tolist()
-        fi = fi and any(x >= f - EPS for x in fr)
-        fa = fi or any(x + y >= f - EPS for x, y in zip(fr, rl))
-        if not fa:
-            self.any_ok[n] = self.idle_ok[n] = False
-            return
-        free = float(sum(1 for x, y in zip(fr, rl) if x + y >= 1 - EPS))
-        overall = float(nd)
-        if self.spread:
-            base, width = -free / overall, 3.0
-        else:
-            base, width = free, 2.0 * top + 3.0
-        tier = 1000.0 if fi else 0.0
-        sh = s.dev_shared[n, :nd].tolist()
-        if any(h and a < 1 - EPS and a + b >= f - EPS for h, a, b in zip(sh, fr, rl)):
-            tier += 10000.0
-        kk = base - tier * width
-        self.idle_ok[n] = fi
-        self.any_ok[n] = True
-        self.key[n] = kk
-        heapq.heappush(self.heap, (kk, n))
-
-    def _update(self, n: int) -> None:
-        if self._fast is not None:
-            if self._shared:
-                self._update_shared(n)
-            else:
-                self._update_fast(n)
-            return
-        s = self.state
-        fi, fa = s.fit_one(self.t, n)
-        k = _node_key_one(s, self.t, n, fi, self.col, self.spread)
-        self.idle_ok[n] = fi
-        self.any_ok[n] = fa
-        self.key[n] = k
-        if fa:
-            heapq.heappush(self.heap, (k, n))
-
-    def query(self) -> int:
-        """Best node (or -1) for the shape under the current state: the fitting node first in
-        placement order (smallest key, then smallest index)."""
-        s = self.state
-        log = s.node_log
-        if len(log) != self.pos:
-            delta = log[self.pos:]
-            self.pos = len(log)
-            if len(delta) <= 16:
-                seen = set()
-                for n in delta:
-                    if n not in seen:
-                        seen.add(n)
-                        self._update(n)
-            else:
-                # (the order nodes are re-evaluated in does not matter: each one's entries are
-                # recomputed from the current state and the heap orders by (key, node))
-                changed = set(delta)
-                if len(changed) * 8 > s.N:
-                    self._full()
-                elif len(changed) > 48:
-                    self._batch(np.fromiter(sorted(changed), dtype=np.int64, count=len(changed)))
-                else:
-                    for n in changed:
-                        self._update(n)
-        heap = self.heap
-        any_ok, key = self.any_ok, self.key
-        while heap:
-            kk, n = heap[0]
-            if any_ok[n] and key[n] == kk:
-                return n
-            heapq.heappop(heap)  # stale entry: the node changed since it was pushed
-        return -1
-
-
 class Allocator:
     """One allocate pass; reusable pieces (``try_job``, ``place_tasks``) serve other actions too.
 
@@ -352,8 +74,8 @@ class Allocator:
         self._nofit_new: list[tuple] = []  # shapes recorded since the driver last looked
         self._base = -1  # journal length at the start of the current attempt
         self.failures: dict[int, str] = {}
-        self.shape_index: dict[tuple, _ShapeIndex] = {}
-        self._index_of: dict[tuple, _ShapeIndex] = {}  # task shape -> its index (strategy is per shape)
+        self.shape_index: dict[tuple, ShapeIndex] = {}
+        self._index_of: dict[tuple, ShapeIndex] = {}  # task shape -> its index (strategy is per shape)
 
     # ------------------------------------------------------------------ driver
     def candidate_jobs(self) -> list[int]:
@@ -691,7 +413,7 @@ class Allocator:
         if not required and not preferred:
             self.place_tasks(j, tasks, None)
             return
-        candidates, why_none = self._topology_candidates(j, tasks, required, preferred)
+        candidates, why_none = allocation_domains(s, j, tasks, required, preferred)
         if not candidates:
             raise _Fail(why_none)
         last = None
@@ -708,73 +430,9 @@ class Allocator:
         raise _Fail(Reason.wrap(f"topology: no domain of {label} can hold all {len(tasks)} tasks (last tried {last})",
                                 last_msg))
 
-    def _topology_candidates(self, j: int, tasks: list[int], required: str | None,
-                             preferred: str | None) -> tuple[list[tuple[str, np.ndarray | None]], str]:
-        """Node sets to try, in KAI's order: every preferred-level domain (inside the required
-        domains when both are set), then the required-level domains (or, with only a preference,
-        the whole cluster). Domains are sorted by how packed the job would leave them (largest
-        job-to-free ratio first, then name) and those that cannot hold the job's total request
-        (free + releasing, whole GPUs) are skipped. A required domain must contain the job's
-        active tasks, if it has any."""
-        s = self.state
-        total = s.task_order_req[tasks].sum(axis=0)  # GPU memory as a fraction of the smallest device
-        out: list[tuple[str, np.ndarray | None]] = []
-        if required:
-            allowed = None
-            active = s.job_active_tasks(j)
-            if active:
-                vals = s.label_values(required)
-                allowed = {vals[int(s.task_node[t])] for t in active if s.task_node[t] >= 0}
-            req_domains = self._domains(required, None, total, allowed)
-            if not req_domains:
-                where = " that holds the job's running tasks" if allowed else ""
-                return [], (f"topology: no domain of {required}{where} has room for the job's "
-                            f"{len(tasks)} tasks ({_fmt_vec(total)} in total)")
-            if preferred:
-                for rname, rmask in req_domains:
-                    for pname, pmask in self._domains(preferred, rmask, total, None):
-                        out.append((f"{required}={rname}/{preferred}={pname}", pmask))
-            out.extend((f"{required}={name}", mask) for name, mask in req_domains)
-            return out, ""
-        for name, mask in self._domains(preferred, None, total, None):
-            out.append((f"{preferred}={name}", mask))
-        out.append(("whole cluster", None))
-        return out, ""
-
-    def _domains(self, label: str, within: np.ndarray | None, total: np.ndarray,
-                 allowed: set | None) -> list[tuple[str, np.ndarray]]:
-        """Domains of ``label`` (node masks) that can hold ``total``, most packed first."""
-        s = self.state
-        values = s.label_values(label)
-        groups: dict[str, list[int]] = {}
-        for n, v in enumerate(values):
-            if v is None or not s.node_schedulable[n] or (within is not None and not within[n]):
-                continue
-            if allowed is not None and v not in allowed:
-                continue
-            groups.setdefault(v, []).append(n)
-        scored = []
-        for v, ns in groups.items():
-            ns_a = np.asarray(ns)
-            free = (s.node_idle[ns_a] + s.node_releasing[ns_a]).sum(axis=0)
-            if s.G:
-                free[GPU] = float(((s.dev_free[ns_a] + s.dev_rel[ns_a] >= 1 - EPS) & s.dev_valid[ns_a]).sum())
-            ratio = 0.0
-            for r in range(3):
-                if total[r] > EPS:
-                    ratio = max(ratio, total[r] / free[r] if free[r] > 0 else 1000.0)
-            if ratio > 1.0 + EPS:
-                continue
-            mask = np.zeros(s.N, dtype=bool)
-            mask[ns_a] = True
-            scored.append((-ratio, v, mask))
-        scored.sort(key=lambda x: (x[0], x[1]))
-        return [(v, mask) for _, v, mask in scored]
-
     # ------------------------------------------------------------------ tasks -> nodes
     def place_tasks(self, j: int, tasks: list[int], within: np.ndarray | None) -> None:
         """Place every task (in order) or raise ``_Fail``; the caller rolls back."""
-        s = self.state
         gang = len(tasks) > 1
         for i, t in enumerate(tasks):
             try:
@@ -791,15 +449,9 @@ class Allocator:
         idx = np.flatnonzero(cand)
         if idx.size <= 1:
             return idx
-        col, spread = self._strategy(t)
+        col, spread = placement_strategy(s, self.placement, t)
         keys = node_keys(s, t, idx, idle_ok[idx], col, spread)
         return idx[np.argsort(keys, kind="stable")]
-
-    def _strategy(self, t: int) -> tuple[int, bool]:
-        s = self.state
-        cpu_only = s.task_request[t, GPU] <= EPS and s.task_gpu_memory[t] <= 0
-        col = CPU if cpu_only else GPU
-        return col, self.placement.get("cpu" if cpu_only else "gpu", "binpack") == "spread"
 
     def place_task(self, j: int, t: int, within: np.ndarray | None, check_queue: bool = True) -> None:
         s = self.state
@@ -816,11 +468,11 @@ class Allocator:
             tsig = s.task_signature(t)
             idx = self._index_of.get(tsig)
             if idx is None:
-                col, spread = self._strategy(t)
+                col, spread = placement_strategy(s, self.placement, t)
                 key = (tsig, col, spread)
                 idx = self.shape_index.get(key)
                 if idx is None:
-                    idx = self.shape_index[key] = _ShapeIndex(s, t, col, spread)
+                    idx = self.shape_index[key] = ShapeIndex(s, t, col, spread)
                 self._index_of[tsig] = idx
             n = idx.query()
             if n < 0:

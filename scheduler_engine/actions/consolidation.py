@@ -3,7 +3,7 @@
 Spec i. Disabled when a placement strategy is ``spread`` (packing is the point). Pending, ready,
 *preemptible* jobs are taken in queue/job order; a job is tried only if the cluster's free plus
 releasing GPUs cover its next tasks. Candidates are every preemptible job (any queue) with an
-active task. The shared solver (:mod:`.victims`) accumulates candidates and simulates; a scenario
+active task. The shared solver (:mod:`scheduler_engine.solvers`) accumulates candidates and simulates; a scenario
 is accepted only if **every** evicted task was placed again (validator ``allPodsReallocated``):
 a moved task ends Pipelined on its new node while its old node's share shows as releasing; a task
 that lands back where it was is simply left Running. Nothing is ever lost.
@@ -14,8 +14,9 @@ import numpy as np
 
 from ..ordering import JobQueue, next_tasks_to_allocate
 from ..snapshot import GPU
+from ..solvers.job_solver import VictimSolver
 from ..state import CycleState
-from .victims import FailedShapes, VictimSolver, commit_events, job_ready
+from .common import FailedShapes, commit_events, job_ready
 
 
 def run(state: CycleState) -> None:

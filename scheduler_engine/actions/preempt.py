@@ -5,16 +5,16 @@ non-preemptible preemptor whose next tasks would put a queue on its path over it
 for non-preemptible jobs is skipped (it may only use in-quota resources). Candidates are the
 preemptible jobs of the **same leaf queue** with **strictly lower** job priority and an active task,
 not protected by ``preemptMinRuntime`` (elastic ones are checked by the validator instead). No
-fair-share validator applies; the shared solver (:mod:`.victims`) accumulates and simulates.
+fair-share validator applies; the shared solver (:mod:`scheduler_engine.solvers`) accumulates and simulates.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..plugins.minruntime import min_runtime_elastic, preempt_min_runtime, protected_non_elastic
 from ..snapshot import NRES, UNLIMITED
 from ..state import CycleState, RES_NAMES, fmt_amount
-from .reclaim import _min_runtime_elastic
-from .victims import EvictingAction, job_ready, preempt_min_runtime, protected_non_elastic, run_evicting
+from .common import EvictingAction, job_ready, run_evicting
 
 
 def run(state: CycleState) -> None:
@@ -38,7 +38,7 @@ def nonpreemptible_over_quota(state: CycleState, j: int, tasks) -> str | None:
 
 
 class Preempt(EvictingAction):
-    """Preempt plugged into the shared job loop (:func:`~scheduler_engine.actions.victims.run_evicting`)."""
+    """Preempt plugged into the shared job loop (:func:`~scheduler_engine.actions.common.run_evicting`)."""
 
     name = "preempt"
     refused = "NotPreempting"
@@ -112,4 +112,4 @@ class Preempt(EvictingAction):
 
     def validator(self, j: int, tasks: list[int], leaf: int):
         s = self.state
-        return lambda sc: _min_runtime_elastic(s, sc, lambda v: preempt_min_runtime(s, s.job_queue(v)))
+        return lambda sc: min_runtime_elastic(s, sc.released, lambda v: preempt_min_runtime(s, s.job_queue(v)))

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from scheduler_engine.actions import allocate
+from scheduler_engine.plugins import nodeplacement
 from scheduler_engine.loader import load_dict
 from scheduler_engine.state import CycleState
 from tests.scheduler_engine.test_reference import random_scenario
@@ -21,8 +22,8 @@ def test_fused_node_updates_match_the_generic_primitives(spread):
         for t in np.flatnonzero(s.task_state == 0).tolist():
             shapes.setdefault(s.task_signature(t), t)
         for t in shapes.values():
-            col, sp = al._strategy(t)
-            idx = allocate._ShapeIndex(s, t, col, sp)
+            col, sp = nodeplacement.placement_strategy(s, al.placement, t)
+            idx = nodeplacement.ShapeIndex(s, t, col, sp)
             assert idx._fast is not None or not s.G
             width = 3.0 if sp else 2.0 * max(s.G, 1) + 3.0  # key = base - tier * width
             for n in range(s.N):
@@ -30,7 +31,7 @@ def test_fused_node_updates_match_the_generic_primitives(spread):
                 fi, fa = s.fit_one(t, n)
                 assert (bool(idx.idle_ok[n]), bool(idx.any_ok[n])) == (fi, fa), (seed, t, n)
                 if fa:
-                    assert idx.key[n] == allocate._node_key_one(s, t, n, fi, col, sp), (seed, t, n)
+                    assert idx.key[n] == nodeplacement.node_key_one(s, t, n, fi, col, sp), (seed, t, n)
                     checked += 1
                     shared_tier += bool(s.task_is_shared[t] and idx.key[n] < -5000 * width)
     assert checked > 200 and shared_tier  # the "joins a shared device in use" tier was exercised
@@ -42,8 +43,8 @@ def test_batch_update_equals_single_node_updates():
         al = allocate.Allocator(s)
         rows = np.arange(s.N)
         for t in {s.task_signature(t): t for t in np.flatnonzero(s.task_state == 0).tolist()}.values():
-            col, sp = al._strategy(t)
-            one, many = allocate._ShapeIndex(s, t, col, sp), allocate._ShapeIndex(s, t, col, sp)
+            col, sp = nodeplacement.placement_strategy(s, al.placement, t)
+            one, many = nodeplacement.ShapeIndex(s, t, col, sp), nodeplacement.ShapeIndex(s, t, col, sp)
             for n in rows.tolist():
                 one._update(n)
             many._batch(rows)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler_engine.proportion import (
+from scheduler_engine.plugins.proportion import (
     QueueShares,
     allocatable,
     can_reclaim_resources,

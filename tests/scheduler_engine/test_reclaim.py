@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_engine.actions import get_action
-from scheduler_engine.actions.victims import reclaim_min_runtime, preempt_min_runtime
+from scheduler_engine.plugins.minruntime import preempt_min_runtime, reclaim_min_runtime
 from scheduler_engine.loader import load_dict
 from scheduler_engine.snapshot import GPU, TaskState
 from scheduler_engine.state import CycleState

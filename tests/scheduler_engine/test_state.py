@@ -200,7 +200,7 @@ def test_overcommitted_input_does_not_crash():
 
 
 def _move(s, t, n):
-    """What a consolidation move does (victims._place_released): evict, then pipeline elsewhere."""
+    """What a consolidation move does (solvers.simulation.place_released): evict, then pipeline elsewhere."""
     s.evict(t)
     s.task_state[t] = TaskState.PENDING
     s.place(t, n, pipelined=True)

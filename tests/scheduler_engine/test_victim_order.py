@@ -1,4 +1,4 @@
-"""The victim order (``victims.VictimQueue``): its heap mode pops exactly what the sibling scan pops.
+"""The victim order (``solvers.victim_order.VictimQueue``): its heap mode pops exactly what the sibling scan pops.
 
 Issue #8: the victim queue re-keys only the queues on the popped leaf's path in per-parent heaps
 when the comparator is a strict total order (allocatable vectors of every parent's children form
@@ -12,7 +12,8 @@ import random
 
 import pytest
 
-from scheduler_engine.actions import victims
+from scheduler_engine.plugins.elastic import tasks_to_evict
+from scheduler_engine.solvers import victim_order
 from scheduler_engine.loader import load_dict
 from scheduler_engine.state import CycleState
 
@@ -69,7 +70,7 @@ def _random_cluster(rng: random.Random, chain: bool) -> dict:
 def _pops(state: CycleState, heap_mode: bool) -> list[tuple[int, tuple[int, ...]]]:
     """Pop every candidate; an elastic victim goes back with its remaining tasks (as the solver does)."""
     cands = [j for j in range(state.J) if state.job_num_active(j) > 0]
-    vq = victims.VictimQueue(state, cands)
+    vq = victim_order.VictimQueue(state, cands)
     if not heap_mode:
         vq._tb = None
     out = []
@@ -79,7 +80,7 @@ def _pops(state: CycleState, heap_mode: bool) -> list[tuple[int, tuple[int, ...]
             break
         vj, vtasks = popped
         out.append((vj, tuple(vtasks)))
-        evict, more = victims.tasks_to_evict(state, vtasks, int(state.job_min_available[vj]))
+        evict, more = tasks_to_evict(state, vtasks, int(state.job_min_available[vj]))
         if more:
             ev = set(evict)
             vq.push(vj, [t for t in vtasks if t not in ev])
@@ -91,7 +92,7 @@ def _pops(state: CycleState, heap_mode: bool) -> list[tuple[int, tuple[int, ...]
 def test_heap_mode_pops_what_the_scan_pops(seed):
     rng = random.Random(seed)
     state = CycleState(load_dict(_random_cluster(rng, chain=True)))
-    assert victims._victim_tiebreaks(state) is not None
+    assert victim_order._victim_tiebreaks(state) is not None
     heap = _pops(state, heap_mode=True)
     scan = _pops(state, heap_mode=False)
     assert heap == scan
@@ -104,8 +105,8 @@ def test_incomparable_siblings_fall_back_to_the_scan():
     for _ in range(50):
         doc = _random_cluster(rng, chain=False)
         state = CycleState(load_dict(doc))
-        if victims._victim_tiebreaks(state) is None:
-            vq = victims.VictimQueue(state, [j for j in range(state.J) if state.job_num_active(j) > 0])
+        if victim_order._victim_tiebreaks(state) is None:
+            vq = victim_order.VictimQueue(state, [j for j in range(state.J) if state.job_num_active(j) > 0])
             if len(vq._leaves()) > 1:
                 vq.pop()
                 assert vq._qheap is None  # the scan decided
@@ -120,8 +121,8 @@ def test_bench_trees_take_the_heap_path(queues):
     from scheduler_engine import bench
 
     state = CycleState(bench.generate(nodes=20, jobs=40, queues=queues, seed=1))
-    assert victims._victim_tiebreaks(state) is not None
-    vq = victims.VictimQueue(state, [j for j in range(state.J) if state.job_num_active(j) > 0])
+    assert victim_order._victim_tiebreaks(state) is not None
+    vq = victim_order.VictimQueue(state, [j for j in range(state.J) if state.job_num_active(j) > 0])
     assert len(vq._leaves()) > 1
     vq.pop()
     assert vq._qheap is not None

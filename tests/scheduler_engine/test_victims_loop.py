@@ -1,4 +1,4 @@
-"""The job loop reclaim and preempt share (``victims.run_evicting``): identical jobs solve once.
+"""The job loop reclaim and preempt share (``actions.common.run_evicting``): identical jobs solve once.
 
 Issue #8: identical pending jobs must not each rescan the cluster once one of them failed to fit.
 These tests count victim solves (not time): a failure reached without simulating anything depends
@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 
 from scheduler_engine.actions import get_action
-from scheduler_engine.actions import victims
+from scheduler_engine.actions import common
+from scheduler_engine.solvers.job_solver import VictimSolver
+from scheduler_engine.solvers.victim_order import VictimQueue
 from scheduler_engine.loader import load_dict
 from scheduler_engine.state import CycleState
 
@@ -38,7 +40,7 @@ def _run(doc: dict, monkeypatch, share: bool = True):
     """One reclaim run; returns (solve calls, simulations, events); solved job names in ``_run.solved``."""
     calls = {"solve": 0, "try": 0}
     solved: list[str] = []
-    real_solve, real_try = victims.VictimSolver.solve, victims.VictimSolver._try
+    real_solve, real_try = VictimSolver.solve, VictimSolver._try
 
     def solve(self, j, tasks):
         calls["solve"] += 1
@@ -52,8 +54,8 @@ def _run(doc: dict, monkeypatch, share: bool = True):
         calls["try"] += 1
         return real_try(self, *a)
 
-    monkeypatch.setattr(victims.VictimSolver, "solve", solve)
-    monkeypatch.setattr(victims.VictimSolver, "_try", try_)
+    monkeypatch.setattr(VictimSolver, "solve", solve)
+    monkeypatch.setattr(VictimSolver, "_try", try_)
     state = CycleState(load_dict(doc))
     get_action("reclaim")(state)
     monkeypatch.undo()
@@ -107,8 +109,8 @@ def _record_scenarios(monkeypatch):
     accepted, victims re-placed before the beneficiary, queue the validator refused to take from)."""
     log: list[tuple] = []
     cur = {"solve": 0, "prefix": 0, "recorded": ()}
-    real_solve, real_partial, real_try = (victims.VictimSolver.solve, victims.VictimSolver._solve_partial,
-                                          victims.VictimSolver._try)
+    real_solve, real_partial, real_try = (VictimSolver.solve, VictimSolver._solve_partial,
+                                          VictimSolver._try)
 
     def solve(self, j, tasks):
         cur["solve"] += 1
@@ -126,7 +128,7 @@ def _record_scenarios(monkeypatch):
                     list(self._served_first), self._blocked_fail))
         return res
 
-    real_pop = victims.VictimQueue.pop
+    real_pop = VictimQueue.pop
 
     def pop(self):
         out = real_pop(self)
@@ -134,10 +136,10 @@ def _record_scenarios(monkeypatch):
             log.append(("pop", cur["prefix"], out[0]))
         return out
 
-    monkeypatch.setattr(victims.VictimQueue, "pop", pop)
-    monkeypatch.setattr(victims.VictimSolver, "solve", solve)
-    monkeypatch.setattr(victims.VictimSolver, "_solve_partial", partial)
-    monkeypatch.setattr(victims.VictimSolver, "_try", try_)
+    monkeypatch.setattr(VictimQueue, "pop", pop)
+    monkeypatch.setattr(VictimSolver, "solve", solve)
+    monkeypatch.setattr(VictimSolver, "_solve_partial", partial)
+    monkeypatch.setattr(VictimSolver, "_try", try_)
     return log
 
 
@@ -194,13 +196,13 @@ def test_pruning_keeps_the_reclaims_and_simulates_far_fewer_victims(monkeypatch)
     def run(prune: bool):
         state = CycleState(bench.generate(nodes=100, jobs=800, queues=100, seed=1, shape="one-gpu"))
         get_action("allocate")(state)
-        real_init = victims.VictimSolver.__init__
+        real_init = VictimSolver.__init__
 
         def init(self, *a, **kw):
             real_init(self, *a, **kw)
             self.prune = prune and self.prune
 
-        monkeypatch.setattr(victims.VictimSolver, "__init__", init)
+        monkeypatch.setattr(VictimSolver, "__init__", init)
         log = _record_scenarios(monkeypatch)
         get_action("reclaim")(state)
         monkeypatch.undo()
@@ -268,7 +270,7 @@ def test_path_refresh_after_a_commit_orders_jobs_like_a_full_refresh(monkeypatch
         def refresh(self, leaf):
             self.refresh_all()
 
-    monkeypatch.setattr(victims, "JobQueue", FullRefresh)
+    monkeypatch.setattr(common, "JobQueue", FullRefresh)
     full = cycle()
     assert fast.events == full.events
     assert (fast.task_state == full.task_state).all() and (fast.task_node == full.task_node).all()

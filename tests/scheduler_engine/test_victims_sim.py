@@ -1,7 +1,7 @@
-"""Victim simulations (``victims.VictimSolver._try``): the fast paths decide exactly as the plain ones.
+"""Victim simulations (``solvers.simulation``): the fast paths decide exactly as the plain ones.
 
 The placer takes the first node in placement order from the incremental per-shape index
-(``allocate._ShapeIndex``) and falls back to the full fit scan only when that node does not take
+(``plugins.nodeplacement.ShapeIndex``) and falls back to the full fit scan only when that node does not take
 the task; the re-placement order shares queue profiles by value across scenarios. Whole cycles on
 generated clusters must end in the same task states, nodes and event texts with these shortcuts
 switched off. ``CycleState.choose_devices`` (plain Python now) is checked against the numpy form
@@ -14,7 +14,7 @@ import pytest
 
 from scheduler_engine import bench
 from scheduler_engine.actions import get_action
-from scheduler_engine.actions import victims
+from scheduler_engine.solvers import simulation
 from scheduler_engine.snapshot import TaskState
 from scheduler_engine.state import EPS, CycleState
 
@@ -36,8 +36,8 @@ def test_fast_paths_decide_like_the_plain_simulation(monkeypatch, nodes, jobs, q
     snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
     fast = _cycle(snap)
     with monkeypatch.context() as m:
-        m.setattr(victims, "_ShapeIndex", None)  # placer: full fit scan + node order for every task
-        m.setattr(victims, "_PROFILE_CACHE_MAX", 0)  # leaf order: (almost) no shared profiles
+        m.setattr(simulation.Placer, "use_index", False)  # placer: full fit scan + node order for every task
+        m.setattr(simulation, "_PROFILE_CACHE_MAX", 0)  # leaf order: (almost) no shared profiles
         plain = _cycle(snap)
     assert fast == plain
 

@@ -36,14 +36,25 @@ Reclaim gates (operate on a :class:`QueueShares` snapshot of the queue state)
     ``validate_reclaim(shares, reclaimer_leaf=, req=, reclaimer_preemptible=, victims=, multiplier=)``
         -> :class:`Verdict` (truthy iff the scenario is acceptable; ``reason`` says why not).
     ``effective_multiplier(value)``: the saturation multiplier rule (malformed or < 1 -> 1.0).
+The reclaim action's view of a :class:`~scheduler_engine.state.CycleState` (the only state-bound part)
+    ``shares_now(state, copy=False)`` -> :class:`QueueShares`; ``gate_failure(...)``, ``verdict_text(...)``:
+    refusals in words with the numbers compared; ``victim_vectors(state, scenario)``: what each victim
+    leaf gives up in a scenario, as ``validate_reclaim`` takes it.
 """
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from ..state import RES_NAMES, CycleState, fmt_amount
+
+if TYPE_CHECKING:  # annotations only: plugins do not depend on the solvers
+    from ..solvers.simulation import Scenario
 
 UNLIMITED = -1.0
 NRES = 3
@@ -461,3 +472,110 @@ def validate_reclaim(
                     False, f"non-preemptible over quota: queue {x} for {RESOURCES[r]}", queue=x, resource=r
                 )
     return Verdict(True)
+
+
+# ================================================================================ the reclaim action's view
+# The queue state a reclaim attempt reads from the cycle state, and its refusals in words.
+
+def shares_now(state: CycleState, copy: bool = False) -> QueueShares:
+    a, anp = state.queue_alloc, state.queue_alloc_np
+    if copy:
+        a, anp = a.copy(), anp.copy()
+    return QueueShares(parent=np.asarray(state.queues.parent), deserved=state.queue_deserved,
+                       limit=state.queue_limit, fair_share=state.fair_share, allocated=a, allocated_np=anp,
+                       total=state.total)
+
+
+def gate_failure(state: CycleState, leaf: int, req: np.ndarray, preemptible: bool) -> str:
+    """Why ``CanReclaimResources`` refused, with numbers."""
+    a = state.queue_alloc[leaf]
+    f = state.fair_share[leaf]
+    name = state.queues.names[leaf]
+    for r in range(NRES):
+        if f[r] != UNLIMITED and a[r] + req[r] > f[r] + 1e-9:
+            return (f"queue {name} is at its fair share for {RES_NAMES[r]}: {fmt_amount(r, a[r])} allocated + "
+                    f"{fmt_amount(r, req[r])} requested > {fmt_amount(r, f[r])} fair share")
+    if not preemptible:
+        anp = state.queue_alloc_np[leaf]
+        d = state.queue_deserved[leaf]
+        for r in range(NRES):
+            if d[r] != UNLIMITED and anp[r] + req[r] > d[r] + 1e-9:
+                return (f"queue {name} quota for non-preemptible jobs exceeded for {RES_NAMES[r]}: "
+                        f"{fmt_amount(r, anp[r])} allocated + {fmt_amount(r, req[r])} requested > "
+                        f"{fmt_amount(r, d[r])} deserved")
+    return f"queue {name} may not reclaim"
+
+
+def victim_vectors(state: CycleState, sc: Scenario) -> list[tuple[int, list[np.ndarray]]]:
+    """Per victim leaf, per victim job: elastic tasks one by one, then the core summed (re-placed left out)."""
+    by_job: dict[int, list[int]] = {}
+    for t in sc.victims:
+        by_job.setdefault(int(state.task_job[t]), []).append(t)
+    replaced = set(sc.moved) | set(sc.kept)
+    by_leaf: dict[int, list[np.ndarray]] = {}
+    order: list[int] = []
+    for vj, ts in by_job.items():
+        m = int(state.job_min_available[vj])
+        if m >= len(ts):
+            core, elastic = ts, []
+        else:
+            core, elastic = ts[:m], ts[m:]
+        vecs = []
+        for t in elastic:
+            if t not in replaced:
+                vecs.append(sc.orig_alloc[t])
+        core_kept = [sc.orig_alloc[t] for t in core if t not in replaced]
+        if core_kept:
+            vecs.append(np.sum(core_kept, axis=0))
+        if not vecs:
+            continue
+        q = state.job_queue(vj)
+        if q not in by_leaf:
+            by_leaf[q] = []
+            order.append(q)
+        by_leaf[q].extend(vecs)
+    return [(q, by_leaf[q]) for q in order]
+
+
+def verdict_text(state: CycleState, verdict, start: QueueShares, leaf: int, req: np.ndarray) -> str:
+    """The proportion validator's refusal in words, with the numbers it compared."""
+    q = verdict.queue
+    name = state.queues.names[q] if q is not None and q >= 0 else "?"
+    text = verdict.reason
+    asked = [r for r in range(NRES) if req[r] > 0] or [0]
+
+    def trio(x: int, r: int) -> str:
+        f = start.fair_share[x, r]
+        d = start.deserved[x, r]
+        return (f"{fmt_amount(r, start.allocated[x, r])} allocated, deserved "
+                f"{'unlimited' if d == UNLIMITED else fmt_amount(r, d)}, fair share "
+                f"{'unlimited' if f == UNLIMITED else fmt_amount(r, f)}")
+
+    if text.startswith("strategy"):
+        r = asked[0]
+        d_a = start.deserved[leaf, r]
+        a_a = start.allocated[leaf, r]
+        fits = d_a == UNLIMITED or a_a + req[r] <= d_a + 1e-9
+        if fits:
+            return (f"queue {name} is not above its deserved quota or fair share for {RES_NAMES[r]} "
+                    f"({trio(q, r)}), so it keeps what it holds")
+        return (f"queue {name} is not above its fair share for {RES_NAMES[r]} ({trio(q, r)}) and reclaimer queue "
+                f"{state.queues.names[leaf]} would exceed its deserved quota: {fmt_amount(r, a_a)} allocated + "
+                f"{fmt_amount(r, req[r])} requested > {fmt_amount(r, d_a)} deserved")
+    if text.startswith("saturation"):
+        m = re.search(r"sibling (\d+)", text)
+        sib = int(m.group(1)) if m else -1
+        r = asked[0]
+        x_alloc = start.allocated[q, r] + req[r]
+        fx = start.fair_share[q, r]
+        ratio = (x_alloc / fx) if fx > 0 else float("inf")
+        other = f" than sibling {state.queues.names[sib]} (before the reclaim: {trio(sib, r)})" if sib >= 0 else ""
+        return (f"queue {name} would end more saturated{other}: {fmt_amount(r, x_alloc)} allocated with the job / "
+                f"{fmt_amount(r, fx)} fair share = {ratio:.3g} for {RES_NAMES[r]}")
+    if text.startswith("non-preemptible"):
+        r = verdict.resource if verdict.resource >= 0 else asked[0]
+        d = start.deserved[q, r]
+        return (f"queue {name} would hold non-preemptible jobs above its deserved quota for {RES_NAMES[r]}: "
+                f"{fmt_amount(r, start.allocated_np[q, r])} + {fmt_amount(r, req[r])} requested > "
+                f"{fmt_amount(r, d)} deserved")
+    return text

@@ -1,0 +1,251 @@
+"""What the actions share (KAI ``actions/common``): job readiness, scheduling signatures, the
+reclaim / preempt job loop and the explanations of a committed victim solution.
+
+* :func:`job_ready`, :func:`within_preemption_delay`: which pending jobs may try.
+* :class:`FailedShapes` (KAI ``minimal_job_comparison``): after a job fails, skip same-signature
+  jobs that are not easier.
+* :class:`EvictingAction` + :func:`run_evicting`: the job loop reclaim and preempt share (delay,
+  gate, signature skip, check, candidates, solve, commit).
+* :func:`commit_events`: the events of a committed solution ("why evicted").
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..ordering import JobQueue, next_tasks_to_allocate
+from ..snapshot import CPU, GPU, MEM
+from ..solvers.job_solver import Candidates, Solution, Validator, VictimSolver
+from ..state import EPS, CycleState, fmt_amount
+
+
+def job_ready(state: CycleState, j: int) -> bool:
+    """Ready for scheduling: active plus pending tasks can reach ``minAvailable``."""
+    return state.job_num_active(j) + len(state.job_pending_tasks(j)) >= int(state.job_min_available[j])
+
+
+def within_preemption_delay(state: CycleState, j: int) -> bool:
+    """A job younger than its ``preemptionDelay`` may not cause evictions (spec i)."""
+    delay = float(state.jobs.preemption_delay[j])
+    if math.isnan(delay) or delay <= 0:
+        return False
+    return float(state.jobs.created_minutes_ago[j]) * 60.0 < delay
+
+
+def _constraint_signature(state: CycleState, j: int) -> tuple:
+    """Scheduling-constraint signature (node selectors, topology): not the resource shape."""
+    sel = tuple(sorted({state.task_selector_key[t] for t in state.job_task_range(j)}))
+    return (sel, state.jobs.topology_required[j], state.jobs.topology_preferred[j])
+
+
+def _sorted_requests(state: CycleState, tasks: Iterable[int]) -> list[tuple]:
+    return sorted(tuple(float(x) for x in state.task_order_req[t]) for t in tasks)
+
+
+def _le(a: tuple, b: tuple) -> bool:
+    return all(x <= y + EPS for x, y in zip(a, b))
+
+
+class FailedShapes:
+    """Scheduling signatures (spec i): after a job fails, skip same-signature jobs that are not easier.
+
+    One instance per queue (reclaim, preempt) or per action (consolidation), as upstream.
+    """
+
+    def __init__(self, state: CycleState) -> None:
+        self.state = state
+        self.reps: dict[tuple, int] = {}
+
+    def blocking(self, j: int) -> int | None:
+        """The failed job that makes ``j`` not worth trying, or ``None``."""
+        rep = self.reps.get(_constraint_signature(self.state, j))
+        if rep is None or self._easier(j, rep):
+            return None
+        return rep
+
+    def _easier(self, j: int, rep: int) -> bool:
+        p1 = self.state.job_pending_tasks(j)
+        p2 = self.state.job_pending_tasks(rep)
+        if not p1 or not p2:
+            return False
+        if len(p2) > len(p1):
+            return True
+        r1, r2 = _sorted_requests(self.state, p1), _sorted_requests(self.state, p2)
+        for i, a in enumerate(r1):
+            if i >= len(r2):
+                return False
+            if _le(a, r2[i]):
+                if _le(r2[i], a):
+                    continue
+                return True
+        return False
+
+    def record(self, j: int) -> None:
+        key = _constraint_signature(self.state, j)
+        cur = self.reps.get(key)
+        if cur is not None and not self._smaller(j, cur):
+            return
+        self.reps[key] = j
+
+    def _smaller(self, j: int, cur: int) -> bool:
+        p1 = self.state.job_pending_tasks(j)
+        p2 = self.state.job_pending_tasks(cur)
+        if not p1 or not p2 or len(p1) > len(p2):
+            return False
+        r1, r2 = _sorted_requests(self.state, p1), _sorted_requests(self.state, p2)
+        return all(_le(a, b) for a, b in zip(r1, r2))
+
+
+class EvictingAction:
+    """What reclaim and preempt plug into :func:`run_evicting` (the job loop they share).
+
+    ``candidates`` returns ``(jobs, key)``: ``jobs()`` gives the candidate victim jobs (called only
+    when a solve runs, on the unchanged cluster), ``key`` is hashable and equal exactly for equal
+    candidate sets while the cluster is unchanged (no commit since): jobs whose attempt failed
+    without a simulation share that failure through it (see :func:`run_evicting`).
+    """
+
+    name = ""  # the solver's action name
+    refused = ""  # event reason when a job does not evict ("NotReclaiming")
+    evicted = ""  # event reason of a committed solution ("Reclaimed")
+
+    def delay_text(self, j: int) -> str:
+        raise NotImplementedError
+
+    def gate(self, j: int, tasks: list[int], leaf: int) -> str | None:
+        """Refusal checked before the scheduling-signature skip (not recorded as a failure)."""
+        return None
+
+    def check(self, j: int, tasks: list[int], leaf: int) -> str | None:
+        """Refusal checked after the signature skip (recorded as a failed attempt, as upstream)."""
+        return None
+
+    def skip_text(self, j: int, rep: int, leaf: int) -> str:
+        raise NotImplementedError
+
+    def candidates(self, j: int, tasks: list[int], leaf: int) -> tuple[Candidates, object]:
+        """(candidate victim jobs, lazily; a key equal for equal sets in the current cluster state)."""
+        raise NotImplementedError
+
+    def validator(self, j: int, tasks: list[int], leaf: int) -> Validator | None:
+        return None
+
+    def fail_text(self, j: int, leaf: int, reason: str) -> str:
+        raise NotImplementedError
+
+    def detail(self, j: int, leaf: int) -> Callable[[int], str] | None:
+        return None
+
+    def committed(self) -> None:
+        """The cluster changed (a solution was committed): drop what was cached on its state."""
+
+
+def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction) -> None:
+    """The reclaim / preempt job loop: pending jobs in queue/job order, each solved for victims.
+
+    Per job: preemption delay, ``action.gate``, the per-leaf scheduling-signature skip
+    (:class:`FailedShapes`), ``action.check``, then the :class:`VictimSolver` on the action's
+    candidates; a solution is committed (events, queue refresh), a failure recorded.
+
+    Identical jobs of *different* leaves do not each rescan the cluster: a solve that failed
+    before simulating anything (no candidate, or even evicting every candidate leaves no node
+    with room) depended only on the candidate set, the first task's GPU request and node
+    selector, and the cluster state. Until the next commit, a job with the same three gets
+    that failure (same event text, recorded in its leaf's signatures) without a solve.
+    """
+    s = state
+    if not jobs:
+        return
+    jq = JobQueue(s, list(jobs))
+    failed: dict[int, FailedShapes] = {}
+    unsimulated: dict[tuple, str] = {}  # (candidate-set key, GPU request, selector) -> raw reason
+    while True:
+        j = jq.pop()
+        if j is None:
+            break
+        if within_preemption_delay(s, j):
+            s.add_event(j, action.refused, action.delay_text(j))
+            continue
+        tasks = next_tasks_to_allocate(s, j)
+        if not tasks:
+            continue
+        leaf = s.job_queue(j)
+        why = action.gate(j, tasks, leaf)
+        if why:
+            s.add_event(j, action.refused, why)
+            continue
+        shapes = failed.get(leaf)
+        if shapes is None:
+            shapes = failed[leaf] = FailedShapes(s)
+        rep = shapes.blocking(j)
+        if rep is not None:
+            s.add_event(j, action.refused, action.skip_text(j, rep, leaf))
+            continue
+        why = action.check(j, tasks, leaf)
+        if why:
+            shapes.record(j)
+            s.add_event(j, action.refused, why)
+            continue
+        cands, cands_key = action.candidates(j, tasks, leaf)
+        t0 = tasks[0]
+        share_key = (cands_key, float(s.task_order_req[t0, GPU]), s.task_selector_key[t0])
+        raw = unsimulated.get(share_key)
+        if raw is not None:
+            shapes.record(j)
+            reason = VictimSolver.failure_text(raw, 1, len(tasks), 0, ())
+            s.add_event(j, action.refused, action.fail_text(j, leaf, reason))
+            continue
+        solver = VictimSolver(s, action.name, cands, action.validator(j, tasks, leaf), prune=True,
+                              search_budget=s.config.scenario_search_budget)
+        sol = solver.solve(j, tasks)
+        if sol is None:
+            shapes.record(j)
+            if solver.unsimulated_failure is not None:
+                unsimulated[share_key] = solver.unsimulated_failure
+            s.add_event(j, action.refused, action.fail_text(j, leaf, solver.last_reason))
+            continue
+        commit_events(s, sol, action.evicted, detail=action.detail(j, leaf))
+        unsimulated.clear()
+        action.committed()
+        # the commit changed the beneficiary's and the victims' jobs and the allocations on their
+        # queue paths only (failed scenarios were rolled back): re-order those paths, not all
+        # queues (JobQueue.refresh_all is O(queues) per commit)
+        for q in sorted({leaf} | {int(s.job_queue_arr[int(s.task_job[t])]) for t in sol.scenario.victims}):
+            jq.refresh(q)
+
+
+def describe_alloc(vec: np.ndarray) -> str:
+    parts = []
+    for r, name in ((GPU, "gpu"), (CPU, "cpu"), (MEM, "memory")):
+        if vec[r] > EPS:
+            parts.append(f"{name}={fmt_amount(r, float(vec[r]))}")
+    return ", ".join(parts) or "no resources"
+
+
+def commit_events(state: CycleState, sol: Solution, reason: str, detail: Callable[[int], str] | None = None) -> None:
+    """Write the explanations of a committed solution: one event per victim task, one for the job."""
+    s = state
+    sc = sol.scenario
+    bj = sc.job
+    bname = s.jobs.names[bj]
+    for t in sc.released:
+        n = sc.orig_node[t]
+        node = s.nodes.names[n] if n >= 0 else "?"
+        extra = detail(t) if detail else ""
+        s.add_event(int(s.task_job[t]), reason,
+                    f"task {s.tasks.names[t]} ({describe_alloc(sc.orig_alloc[t])}) on node {node} evicted to make "
+                    f"room for job {bname}" + (f"; {extra}" if extra else ""),
+                    task=t, victim_of=bj)
+    for t in sc.moved:
+        old = sc.orig_node[t]
+        new = int(s.task_node[t])
+        s.add_event(int(s.task_job[t]), "Consolidated",
+                    f"task {s.tasks.names[t]} ({describe_alloc(sc.orig_alloc[t])}) moved from node "
+                    f"{s.nodes.names[old]} to node {s.nodes.names[new]} to make room for job {bname}",
+                    task=t, victim_of=bj)
+    nodes = sorted({s.nodes.names[int(s.task_node[t])] for t in sc.tasks})
+    s.add_event(bj, reason,
+                f"{len(sc.tasks)} task(s) pipelined on {', '.join(nodes)} after {len(sc.released)} victim task(s) "
+                f"evicted and {len(sc.moved)} moved ({sol.scenarios_tried} scenario(s) simulated)")

@@ -1,0 +1,301 @@
+"""The node order of a placement (KAI ``nodeplacement``, ``nodeavailability``, ``gpusharingorder``,
+``resourcetype``) and its incremental per-shape index.
+
+:func:`node_keys` turns KAI's summed node-order scores into one float key per node (smaller first,
+ties by node index); :func:`node_key_one` is the same formula for one node in plain Python;
+:class:`ShapeIndex` keeps the fit masks and keys of one task shape over all nodes up to date as the
+state changes (``state.node_log``), so the first node in placement order costs O(changed nodes).
+Real placements (allocate) and simulated ones (the victim solvers) use the same order.
+"""
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from ..snapshot import CPU, GPU, MEM
+from ..state import EPS, CycleState
+
+
+def placement_strategy(state: CycleState, placement: dict, t: int) -> tuple[int, bool]:
+    """``(column, spread)`` of task t: GPU tasks are ordered on GPU, CPU-only ones on CPU, each by
+    ``config.placement`` (binpack unless ``spread``)."""
+    cpu_only = state.task_request[t, GPU] <= EPS and state.task_gpu_memory[t] <= 0
+    col = CPU if cpu_only else GPU
+    return col, placement.get("cpu" if cpu_only else "gpu", "binpack") == "spread"
+
+
+def node_keys(state: CycleState, t: int, rows, idle_ok_rows: np.ndarray, col: int, spread: bool) -> np.ndarray:
+    """Placement order of nodes ``rows`` for task t as one float key per node, smaller first.
+
+    KAI sums node-order scores whose magnitudes never overlap, so the order is lexicographic:
+    a shared-GPU task that fits a GPU group already in shared use (gpusharingorder, 10000), then
+    nodes where the task fits on free resources (nodeavailability, 1000), then a CPU-only task on
+    a node without GPUs (resourcetype, 10), then binpack (least non-allocated first) or spread
+    (largest non-allocated share first) on GPU for GPU tasks and on CPU otherwise (nodeplacement,
+    non-allocated = free + releasing; GPU counted in devices with nothing but releasing load).
+    """
+    s = state
+    if not isinstance(rows, slice) and len(rows) <= 4:
+        return np.fromiter((node_key_one(s, t, int(n), bool(i), col, spread) for n, i in zip(rows, idle_ok_rows)),
+                           float, len(rows))
+    if col == GPU:
+        if s.G:
+            whole = ((s.dev_free[rows] + s.dev_rel[rows] >= 1 - EPS) & s.dev_valid[rows]).sum(axis=1).astype(float)
+        else:
+            whole = np.zeros(len(idle_ok_rows))
+        free, overall, top = whole, s.node_devices[rows].astype(float), float(max(s.G, 1))
+    else:
+        free = s.node_idle[rows, col] + s.node_releasing[rows, col]
+        overall = s.node_capacity[rows, col]
+        top = float(s.node_capacity[:, col].max()) if s.N else 1.0
+    has = overall > 0
+    if spread:
+        base = np.where(has, -free / np.where(has, overall, 1.0), 0.0)
+        width = 3.0
+    else:
+        base = np.where(has, free, top + 1.0)
+        width = 2.0 * top + 3.0
+    tier = 1000.0 * idle_ok_rows
+    if s.task_is_shared[t] and s.G:
+        if s.task_is_mem[t]:
+            gm = s.node_gpu_memory[rows]
+            f = np.where(gm > 0, s.task_gpu_memory[t] / np.where(gm > 0, gm, 1.0), np.inf)[:, None]
+        else:
+            f = float(s.task_request[t, GPU])
+        used = s.dev_shared[rows] & (s.dev_free[rows] < 1 - EPS) & s.dev_valid[rows]
+        fits = used & (s.dev_free[rows] + s.dev_rel[rows] >= f - EPS)
+        tier = tier + 10000.0 * fits.any(axis=1)
+    elif col == CPU:
+        tier = tier + 10.0 * (s.node_devices[rows] == 0)
+    return base - tier * width
+
+
+def node_key_one(s: CycleState, t: int, n: int, idle_ok: bool, col: int, spread: bool) -> float:
+    """:func:`node_keys` for one node in plain Python (same formula)."""
+    nd = int(s.node_devices[n])
+    if col == GPU:
+        fr = s.dev_free[n, :nd].tolist() if nd else []
+        rl = s.dev_rel[n, :nd].tolist() if nd else []
+        free = float(sum(1 for a, b in zip(fr, rl) if a + b >= 1 - EPS))
+        overall, top = float(nd), float(max(s.G, 1))
+    else:
+        free = float(s.node_idle[n, col] + s.node_releasing[n, col])
+        overall = float(s.node_capacity[n, col])
+        top = float(s.node_capacity[:, col].max())
+    if spread:
+        base, width = (-free / overall if overall > 0 else 0.0), 3.0
+    else:
+        base, width = (free if overall > 0 else top + 1.0), 2.0 * top + 3.0
+    tier = 1000.0 if idle_ok else 0.0
+    if s.task_is_shared[t] and nd:
+        f = s._shared_fraction(t, n)
+        sh = s.dev_shared[n, :nd].tolist()
+        fr = s.dev_free[n, :nd].tolist()
+        rl = s.dev_rel[n, :nd].tolist()
+        if any(h and a < 1 - EPS and a + b >= f - EPS for h, a, b in zip(sh, fr, rl)):
+            tier += 10000.0
+    elif col == CPU and nd == 0:
+        tier += 10.0
+    return base - tier * width
+
+
+class ShapeIndex:
+    """Incrementally maintained fit masks and placement keys of one task shape over all nodes.
+
+    Identical tasks (same request, GPU memory and nodeSelector) share one index. After a
+    placement only the nodes in ``state.node_log`` since the last query are re-evaluated; the
+    fitting nodes sit in a lazy heap of ``(key, node)`` so the best node (smallest key, then
+    smallest index) costs O(changed nodes * log N) instead of a scan of the cluster.
+    """
+
+    __slots__ = ("state", "t", "col", "spread", "idle_ok", "any_ok", "key", "pos", "heap", "_fast", "_shared")
+
+    def __init__(self, state: CycleState, t: int, col: int, spread: bool) -> None:
+        self.state, self.t, self.col, self.spread = state, t, col, spread
+        s = state
+        # constants of the fused single-node updates (tasks without / with a shared GPU)
+        self._fast = None
+        self._shared = bool(s.task_is_shared[t])
+        if not s.task_is_shared[t]:
+            key = s.task_selector_key[t]
+            req = s.task_request[t]
+            if col == GPU:
+                top = float(max(s.G, 1))
+                cap = None
+            else:
+                top = float(s.node_capacity[:, col].max()) if s.N else 1.0
+                cap = s.node_capacity[:, col].tolist()
+            self._fast = (s.node_schedulable.tolist(), s.selector_mask(key).tolist() if key else None,
+                          float(req[CPU]), float(req[MEM]), int(s.task_whole[t]), s.node_devices.tolist(), top, cap)
+        elif col == GPU and s.G:
+            key = s.task_selector_key[t]
+            req = s.task_request[t]
+            if s.task_is_mem[t]:
+                gm = s.node_gpu_memory
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    frac = np.where(gm > 0, s.task_gpu_memory[t] / np.where(gm > 0, gm, 1.0), np.inf).tolist()
+            else:
+                frac = None
+            self._fast = (s.node_schedulable.tolist(), s.selector_mask(key).tolist() if key else None,
+                          float(req[CPU]), float(req[MEM]), frac, s.node_devices.tolist(), float(max(s.G, 1)),
+                          float(req[GPU]))
+        self._full()
+
+    def _full(self) -> None:
+        s = self.state
+        idle_ok, any_ok = s.fit_rows(self.t, slice(None))
+        key = node_keys(s, self.t, slice(None), idle_ok, self.col, self.spread)
+        # plain lists: the hot path reads and writes single entries
+        self.idle_ok, self.any_ok, self.key = idle_ok.tolist(), any_ok.tolist(), key.tolist()
+        self.pos = len(s.node_log)
+        idx = np.flatnonzero(any_ok)
+        self.heap = list(zip(key[idx].tolist(), idx.tolist()))
+        heapq.heapify(self.heap)
+
+    def _batch(self, rows: np.ndarray) -> None:
+        """:meth:`_update` for many nodes at once (the vectorised primitives ``_full`` uses)."""
+        s = self.state
+        idle_ok, any_ok = s.fit_rows(self.t, rows)
+        keys = node_keys(s, self.t, rows, idle_ok, self.col, self.spread)
+        il, al, kl = self.idle_ok, self.any_ok, self.key
+        push = heapq.heappush
+        heap = self.heap
+        for n, fi, fa, k in zip(rows.tolist(), idle_ok.tolist(), any_ok.tolist(), keys.tolist()):
+            il[n], al[n], kl[n] = fi, fa, k
+            if fa:
+                push(heap, (k, n))
+
+    def _update_fast(self, n: int) -> None:
+        """``fit_one`` + ``node_key_one`` for one node in one pass (task without shared GPUs):
+        the same comparisons and arithmetic, each node row read once."""
+        sched, sel, rc, rm, k, ndev, top, cap = self._fast
+        if not sched[n] or (sel is not None and not sel[n]):
+            self.any_ok[n] = self.idle_ok[n] = False
+            return
+        s = self.state
+        idle, rel = s._node_both[n].tolist()  # (free, releasing) rows of node n
+        ic, im, lc, lm = idle[CPU], idle[MEM], rel[CPU], rel[MEM]
+        fi = ic >= rc - EPS and im >= rm - EPS
+        fa = ic + lc >= rc - EPS and im + lm >= rm - EPS
+        if not fa:
+            self.any_ok[n] = self.idle_ok[n] = False
+            return
+        nd = ndev[n]
+        col = self.col
+        if k > 0 or col == GPU:
+            fr = s.dev_free[n, :nd].tolist() if nd else []
+            rl = s.dev_rel[n, :nd].tolist() if nd else []
+            whole_any = sum(1 for x, y in zip(fr, rl) if x + y >= 1 - EPS)
+            if k > 0:
+                fi = fi and sum(1 for x in fr if x >= 1 - EPS) >= k
+                fa = fi or whole_any >= k
+                if not fa:
+                    self.any_ok[n] = self.idle_ok[n] = False
+                    return
+        if col == GPU:
+            free, overall = float(whole_any), float(nd)
+        else:
+            free, overall = float(idle[col] + rel[col]), float(cap[n])
+        if self.spread:
+            base, width = (-free / overall if overall > 0 else 0.0), 3.0
+        else:
+            base, width = (free if overall > 0 else top + 1.0), 2.0 * top + 3.0
+        tier = 1000.0 if fi else 0.0
+        if col == CPU and nd == 0:
+            tier += 10.0
+        kk = base - tier * width
+        self.idle_ok[n] = fi
+        self.any_ok[n] = True
+        self.key[n] = kk
+        heapq.heappush(self.heap, (kk, n))
+
+    def _update_shared(self, n: int) -> None:
+        """``fit_one`` + ``node_key_one`` for one node and a shared-GPU task (a fraction or GPU
+        memory on one device), in one pass with the same comparisons and arithmetic."""
+        sched, sel, rc, rm, frac, ndev, top, fgpu = self._fast
+        if not sched[n] or (sel is not None and not sel[n]):
+            self.any_ok[n] = self.idle_ok[n] = False
+            return
+        s = self.state
+        idle, rel = s._node_both[n].tolist()  # (free, releasing) rows of node n
+        fi = idle[CPU] >= rc - EPS and idle[MEM] >= rm - EPS
+        fa = idle[CPU] + rel[CPU] >= rc - EPS and idle[MEM] + rel[MEM] >= rm - EPS
+        nd = ndev[n]
+        f = frac[n] if frac is not None else fgpu
+        if not fa or nd == 0 or f > 1 + EPS:
+            self.any_ok[n] = self.idle_ok[n] = False
+            return
+        fr = s.dev_free[n, :nd].tolist()
+        rl = s.dev_rel[n, :nd].tolist()
+        fi = fi and any(x >= f - EPS for x in fr)
+        fa = fi or any(x + y >= f - EPS for x, y in zip(fr, rl))
+        if not fa:
+            self.any_ok[n] = self.idle_ok[n] = False
+            return
+        free = float(sum(1 for x, y in zip(fr, rl) if x + y >= 1 - EPS))
+        overall = float(nd)
+        if self.spread:
+            base, width = -free / overall, 3.0
+        else:
+            base, width = free, 2.0 * top + 3.0
+        tier = 1000.0 if fi else 0.0
+        sh = s.dev_shared[n, :nd].tolist()
+        if any(h and a < 1 - EPS and a + b >= f - EPS for h, a, b in zip(sh, fr, rl)):
+            tier += 10000.0
+        kk = base - tier * width
+        self.idle_ok[n] = fi
+        self.any_ok[n] = True
+        self.key[n] = kk
+        heapq.heappush(self.heap, (kk, n))
+
+    def _update(self, n: int) -> None:
+        if self._fast is not None:
+            if self._shared:
+                self._update_shared(n)
+            else:
+                self._update_fast(n)
+            return
+        s = self.state
+        fi, fa = s.fit_one(self.t, n)
+        k = node_key_one(s, self.t, n, fi, self.col, self.spread)
+        self.idle_ok[n] = fi
+        self.any_ok[n] = fa
+        self.key[n] = k
+        if fa:
+            heapq.heappush(self.heap, (k, n))
+
+    def query(self) -> int:
+        """Best node (or -1) for the shape under the current state: the fitting node first in
+        placement order (smallest key, then smallest index)."""
+        s = self.state
+        log = s.node_log
+        if len(log) != self.pos:
+            delta = log[self.pos:]
+            self.pos = len(log)
+            if len(delta) <= 16:
+                seen = set()
+                for n in delta:
+                    if n not in seen:
+                        seen.add(n)
+                        self._update(n)
+            else:
+                # (the order nodes are re-evaluated in does not matter: each one's entries are
+                # recomputed from the current state and the heap orders by (key, node))
+                changed = set(delta)
+                if len(changed) * 8 > s.N:
+                    self._full()
+                elif len(changed) > 48:
+                    self._batch(np.fromiter(sorted(changed), dtype=np.int64, count=len(changed)))
+                else:
+                    for n in changed:
+                        self._update(n)
+        heap = self.heap
+        any_ok, key = self.any_ok, self.key
+        while heap:
+            kk, n = heap[0]
+            if any_ok[n] and key[n] == kk:
+                return n
+            heapq.heappop(heap)  # stale entry: the node changed since it was pushed
+        return -1
+

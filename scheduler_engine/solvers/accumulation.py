@@ -1,0 +1,284 @@
+"""Victim accumulation for one prefix of the beneficiary's tasks (KAI ``pod_scenario_builder``,
+``sub_scenario_emitter`` and the by-node scenarios).
+
+The recorded victims (those that solved the previous prefix) are tried alone first. Then victims
+accumulate in victim order (:class:`~.victim_order.VictimQueue`); an elastic victim gives up one
+surplus task per step and goes back into the queue with the rest. After each addition the
+scenarios emitted are, in order: for each node of the newest victim, the recorded victims plus the
+accumulated victims of every job present on that node (node-local: no unrelated eviction
+elsewhere), then all accumulated victims (the fallback for placements that need several nodes).
+Identical victim sets are simulated once; sets that cannot fit by GPU count
+(:mod:`.idle_gpus`) are skipped, and a prefix for which even evicting every candidate could not
+fit fails at once.
+
+Pruning (reclaim and preempt; see :mod:`.job_solver`): after a failed scenario, victims the
+simulation served before the beneficiary, and victims under a queue the validator refused to take
+from, leave the accumulated set, and later candidates of those leaves / queues are passed over.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+import numpy as np
+
+from ..plugins.elastic import tasks_to_evict
+from ..snapshot import GPU, TaskState
+from ..state import EPS, CycleState
+from .idle_gpus import fit_base, may_fit, pack
+from .victim_order import VictimQueue
+
+if TYPE_CHECKING:  # the solver drives the search; annotations only
+    from .job_solver import VictimSolver
+
+_ACTIVE_LUT = np.zeros(max(int(x) for x in TaskState) + 1, dtype=bool)
+_ACTIVE_LUT[[int(TaskState.RUNNING), int(TaskState.BINDING), int(TaskState.PIPELINED)]] = True
+
+
+class PrefixSearch:
+    """One prefix's search: accumulate victims, emit scenarios, let the solver simulate them.
+
+    The incremental GPU-count filter of the all-accumulated scenario:
+
+    * ``fast`` (a single whole task without a node selector): "some node has free + releasing +
+      victims >= need", kept as the set of such nodes (``good``/``n_good``) instead of an O(nodes)
+      pass per victim; adding victims' GPUs never lowers a node's sum (rounding is monotone).
+    * ``multi`` (several tasks with GPUs): the nodes that could hold the smallest GPU task
+      (``mgood``), packed on directly while they are few.
+    """
+
+    def __init__(self, solver: VictimSolver, j: int, partial: list[int], recorded: list[int]) -> None:
+        self.solver = solver
+        self.state: CycleState = solver.state
+        self.j = j
+        self.partial = partial
+        self.recorded = recorded
+        self.recorded_set = set(recorded)
+        self.own = int(self.state.job_queue_arr[j])
+        self.potential: list[int] = []  # accumulated potential victim tasks, in order
+        self.pos: dict[int, int] = {}  # potential victim task -> its index in ``potential``
+        self.dropped: set[int] = set()  # pruned potential victims (solver.prune)
+        self.blocked: set[int] = set()  # queues whose subtree gives no more victims (solver.prune)
+        self.retook: set[int] = set()  # leaves whose victims were served before the beneficiary (solver.prune)
+        self.all_gpu: np.ndarray | None = None  # per node: recorded + accumulated (not dropped) victims' GPUs
+        self.fast = self.multi = False
+        self.thr = self.mthr = 0.0
+        self.base_l: list[float] = []
+        self.good_l: list[bool] = []
+        self.n_good = 0
+        self.mgood: set[int] = set()
+
+    # ---------------------------------------------------------------- incremental filter
+    def track(self, n: int) -> None:
+        """Node n's accumulated victims changed: update the incremental GPU-count filter."""
+        v = self.base_l[n] + float(self.all_gpu[n])
+        if self.fast:
+            ok = v >= self.thr
+            if ok != self.good_l[n]:
+                self.good_l[n] = ok
+                self.n_good += 1 if ok else -1
+        elif v >= self.mthr:
+            self.mgood.add(n)
+        else:
+            self.mgood.discard(n)
+
+    def drop(self, ts: Iterable[int]) -> None:
+        """Take potential victims ``ts`` out of the accumulated set."""
+        s = self.state
+        pos, dropped, all_gpu, task_gpu = self.pos, self.dropped, self.all_gpu, s.task_alloc[:, GPU]
+        for t in ts:
+            if t in pos and t not in dropped:
+                dropped.add(t)
+                n = int(s.task_node[t])
+                if n >= 0:
+                    all_gpu[n] -= task_gpu[t]
+                    if self.fast or self.multi:
+                        self.track(n)
+
+    def prune(self) -> None:
+        """After a failed scenario (module docstring, "Pruning")."""
+        s = self.state
+        kept = [t for t in self.solver._served_first if t not in self.recorded_set]
+        self.drop(kept)
+        # their leaves are served before the beneficiary's: the rest of their candidates
+        # would take their own resources back just the same
+        own = self.own
+        self.retook.update(q for q in (int(s.job_queue_arr[int(s.task_job[t])]) for t in kept) if q != own)
+        b = self.solver._blocked_fail
+        if b >= 0:
+            self.blocked.add(b)
+            self.drop([t for t in self.potential
+                       if b in s.queue_path_list[int(s.job_queue_arr[int(s.task_job[t])])]])
+
+    # ---------------------------------------------------------------- the search
+    def run(self):
+        """The first scenario that fits and validates, as ``(scenario, checkpoint)``, or ``None``
+        (``solver.last_reason`` then says why when the search ended early)."""
+        solver, s = self.solver, self.state
+        j, partial, recorded, recorded_set = self.j, self.partial, self.recorded, self.recorded_set
+        if recorded:
+            res = solver._try(j, partial, list(recorded))
+            if res is not None:
+                return res
+        cands = solver.candidates()
+        cands = np.asarray(list(cands) if not isinstance(cands, np.ndarray) else cands, dtype=np.int64)
+        base = fit_base(s)
+        rec_gpu = np.zeros(s.N)
+        for t in recorded:
+            if s.task_node[t] >= 0:
+                rec_gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
+        if cands.size == 0:
+            return None
+        # bound: even evicting every candidate must leave room somewhere, else no scenario can fit
+        is_cand = np.zeros(s.J, dtype=bool)
+        is_cand[cands] = True
+        act = _ACTIVE_LUT[s.task_state] & is_cand[s.task_job] & (s.task_node >= 0)
+        if recorded:
+            every = rec_gpu.copy()
+            np.add.at(every, s.task_node[act], s.task_alloc[act, GPU])
+        else:  # the same per-node sums in the same (task) order, without add.at's overhead
+            every = np.bincount(s.task_node[act], weights=s.task_alloc[act, GPU], minlength=s.N).astype(float)
+        if not may_fit(s, partial, base, every):
+            solver.last_reason = ("even evicting every eligible victim would not free enough GPUs on the nodes "
+                                  f"({len(cands)} eligible jobs)")
+            return None
+        single = len(partial) == 1 and not s.task_selector_key[partial[0]]
+        need1 = float(s.task_order_req[partial[0], GPU]) if single else 0.0
+        cap_all = base + rec_gpu
+        best_all = float(cap_all.max()) if cap_all.size else 0.0
+        fast = self.fast = single and need1 > EPS and s.N > 0
+        if fast:
+            thr = self.thr = need1 - 1e-9
+            rec_best = best_all
+            base_l = self.base_l = base.tolist()
+            self.good_l = (cap_all >= thr).tolist()
+            self.n_good = sum(self.good_l)
+        gneed = s.task_order_req[partial, GPU]
+        multi = self.multi = not fast and len(partial) > 1 and bool(np.any(gneed > EPS)) and s.N > 0
+        if multi:
+            self.mthr = float(gneed[gneed > EPS].min()) - 1e-9
+            self.base_l = base.tolist()
+            mgood = self.mgood = set(np.flatnonzero(cap_all >= self.mthr).tolist())
+        # per-node sums updated once per victim: Python floats (the same IEEE additions as numpy's
+        # scalars, without their per-element overhead)
+        cap_l = cap_all.tolist()
+        task_gpu = s.task_alloc[:, GPU]
+        vq = VictimQueue(s, cands)
+        potential, pos, dropped = self.potential, self.pos, self.dropped
+        retook, blocked = self.retook, self.blocked
+        all_gpu = self.all_gpu = rec_gpu.copy()
+        jobs_on_node: dict[int, set[int]] = {}
+        job_potential: dict[int, list[int]] = {}
+        tried: set[frozenset] = {frozenset(recorded)} if recorded else set()
+        track = self.track
+
+        while vq:
+            if solver.tried >= solver.max_scenarios:
+                solver.last_reason = f"gave up after {solver.tried} scenarios"
+                return None
+            solver.steps += 1
+            if 0 <= solver.search_budget < solver.steps:
+                solver.last_reason = (f"search budget exhausted after {solver.tried} scenarios (victims examined "
+                                      f"plus victims simulated > scenarioSearchBudget {solver.search_budget})")
+                return None
+            popped = vq.pop()
+            if popped is None:
+                break
+            vj, vtasks = popped
+            if retook or blocked:
+                vleaf = int(s.job_queue_arr[vj])
+                if vleaf in retook or not blocked.isdisjoint(s.queue_path_list[vleaf]):
+                    continue
+            evict, more = tasks_to_evict(s, vtasks, int(s.job_min_available[vj]))
+            if not evict:
+                continue
+            if any(t in recorded_set for t in evict):
+                rest = [t for t in vtasks if t not in recorded_set]
+                if rest:
+                    vq.push(vj, rest)
+                continue
+            if vj not in job_potential and 0 <= solver.max_victim_jobs <= len(job_potential):
+                break  # the victim-job budget is spent
+            if more:
+                ev = set(evict)
+                vq.push(vj, [t for t in vtasks if t not in ev])
+            for t in evict:
+                pos[t] = len(potential)
+                potential.append(t)
+            job_potential.setdefault(vj, []).extend(evict)
+            hosts = []
+            for t in evict:
+                n = int(s.task_node[t])
+                if n >= 0:
+                    g = float(task_gpu[t])
+                    all_gpu[n] += g
+                    if fast or multi:
+                        track(n)
+                    c = cap_l[n] = cap_l[n] + g
+                    if c > best_all:
+                        best_all = c
+                    jobs_on_node.setdefault(n, set()).add(vj)
+                    if n not in hosts:
+                        hosts.append(n)
+            if single and best_all < need1 - 1e-9:
+                continue  # no node can hold the task yet, whatever subset is evicted
+            # node-local emissions (small), then all accumulated victims; the latter is only
+            # listed (O(accumulated)) once it passes the GPU-count filter, so a long run of
+            # victims that cannot help costs O(1) each, not O(accumulated) time and memory
+            live = len(potential) - len(dropped)
+            same_as_all = False
+            for n in sorted(hosts):
+                local = sorted((t for x in jobs_on_node[n] for t in job_potential[x] if t not in dropped),
+                               key=pos.__getitem__)
+                if not local:
+                    continue
+                if len(local) == live:
+                    same_as_all = True
+                key = frozenset(local) | frozenset(recorded)
+                if key in tried:
+                    continue
+                tried.add(key)
+                if fast:
+                    # only the victims' nodes change: the same sums, in the same order, per node
+                    if rec_best < thr:
+                        touched: dict[int, float] = {}
+                        for t in local:
+                            tn = int(s.task_node[t])
+                            if tn >= 0:
+                                touched[tn] = touched.get(tn, float(rec_gpu[tn])) + float(s.task_alloc[t, GPU])
+                        if not any(base_l[tn] + v >= thr for tn, v in touched.items()):
+                            continue
+                else:
+                    gpu = rec_gpu.copy()
+                    for t in local:
+                        if s.task_node[t] >= 0:
+                            gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
+                    if not may_fit(s, partial, base, gpu):
+                        continue
+                res = solver._try(j, partial, list(recorded) + local)
+                if res is not None:
+                    return res
+                if solver.prune:
+                    self.prune()
+                    live = len(potential) - len(dropped)
+            if same_as_all or live <= 0:
+                continue
+            if fast:
+                if self.n_good == 0:
+                    continue
+            elif multi and len(mgood) <= 64:  # few candidate nodes: pack on them only
+                idx = np.fromiter(sorted(mgood), dtype=np.int64, count=len(mgood))
+                if not pack(s, partial, idx, base[idx] + all_gpu[idx]):
+                    continue
+            elif not may_fit(s, partial, base, all_gpu):  # (many: one vectorised pass finds them)
+                continue
+            extra = [t for t in potential if t not in dropped] if dropped else list(potential)
+            key = frozenset(extra) | frozenset(recorded)
+            if key in tried:
+                continue
+            tried.add(key)
+            res = solver._try(j, partial, list(recorded) + extra)
+            if res is not None:
+                return res
+            if solver.prune:
+                self.prune()
+        return None

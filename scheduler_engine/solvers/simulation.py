@@ -1,0 +1,498 @@
+"""Scenario simulation: evict a victim set, then re-place the beneficiary and the victims.
+
+KAI simulates each victim scenario on the session (``by_pod_solver`` / ``job_solver``): the victims
+are evicted, then the beneficiary and the evicted victims are placed again in normal queue/job
+order (``JobsOrderByQueues``), every placement pipelined. A victim put back on its own node (same
+device for a shared GPU) is un-evicted and stays Running; one placed elsewhere is Pipelined there
+(its old node keeps the resources as releasing). The beneficiary must fit entirely or the
+scenario fails. Everything runs on the shared :class:`~scheduler_engine.state.CycleState` through
+its undo journal, so a failed scenario is rolled back.
+
+Why a simulation instead of arithmetic: it exercises the same node order, device choice, GPU
+sharing, topology domains and queue capacity checks as a real placement, so the engine never
+evicts for a placement that would then not happen.
+
+* :class:`Placer`: pipelined-only, all-or-nothing placement of one job's tasks (the allocate
+  action's node order, from its incremental per-shape index when possible).
+* :class:`Simulation`: evicts a scenario's victims and re-places everybody in queue/job order
+  (:class:`LeafTournament` decides which leaf places next), and sorts the victims by how they ended.
+* :class:`Scenario`: what a validator sees.
+* ``unevict`` (Releasing -> Running again through the undo journal) and ``place_released``
+  (placing a task that is Releasing, which ``CycleState.place`` only accepts for Pending tasks).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..ordering import _QueueProfile, _profile_less, job_order_key, task_order
+from ..plugins.nodeplacement import ShapeIndex, node_key_one, node_keys, placement_strategy
+from ..plugins.topology import simulation_domains
+from ..snapshot import GPU, NRES, TaskState
+from ..state import EPS, CycleState
+
+_PEND = int(TaskState.PENDING)
+_RUN = int(TaskState.RUNNING)
+_REL = int(TaskState.RELEASING)
+_BIND = int(TaskState.BINDING)
+_PIPE = int(TaskState.PIPELINED)
+_ZERO_REQ = np.zeros(NRES)
+_ZERO_REQ.flags.writeable = False
+
+
+def unevict(state: CycleState, t: int) -> bool:
+    """Releasing (evicted in this cycle) -> Running again on its node, through the undo journal.
+
+    Only possible while the resources it releases are not promised to a pipelined task.
+    """
+    if state.task_state[t] != _REL:
+        return False
+    n = int(state.task_node[t])
+    alloc = state.task_alloc[t]
+    r0, r1, r2 = state.node_releasing[n].tolist()
+    a0, a1, a2 = alloc.tolist()
+    if r0 < a0 - EPS or r1 < a1 - EPS or r2 < a2 - EPS:
+        return False
+    devs = state.task_devices[t]
+    per = float(alloc[GPU]) if state.task_is_shared[t] else 1.0
+    drel = state.dev_rel[n]  # row view (element access is cheaper than [n, d])
+    if any(drel[d] < per - EPS for d in devs):
+        return False
+    state._record(t, n)
+    state.node_releasing[n] -= alloc
+    for d in devs:
+        drel[d] -= per
+    state.task_state[t] = _RUN
+    j = int(state.task_job[t])
+    state._queues_add(j, alloc, 1)
+    state.job_num_active_arr[j] += 1
+    return True
+
+
+def place_released(state: CycleState, t: int, n: int, devices) -> None:
+    """Pipeline a Releasing victim onto node n (``CycleState.place`` only takes Pending tasks)."""
+    state.task_state[t] = _PEND
+    try:
+        state.place(t, n, pipelined=True, devices=devices)
+    except Exception:
+        state.task_state[t] = _REL
+        raise
+
+
+class Placer:
+    """Pipelined-only, all-or-nothing placement used inside victim simulations.
+
+    Node order: binpack = least available (free plus releasing) first, spread = most available
+    first, on GPU for GPU tasks and on CPU otherwise; ties by node index. A required topology
+    restricts all tasks of the attempt to one domain of the label (tightest domain first).
+
+    ``use_index = False``: every task scans all nodes in placement order instead of taking the first
+    node from the per-shape index (same decisions, slower; the tests compare the two).
+    """
+
+    use_index = True
+
+    def __init__(self, state: CycleState) -> None:
+        self.state = state
+        self.placement = dict(state.config.placement or {})
+        self.released: set[int] = set()  # tasks evicted from Running in the current scenario
+        # task signature -> its shape index (one dict per state, so per cycle)
+        self._index_of: dict = state.__dict__.setdefault("_victims_shape_index", {})
+
+    def fix_after_rollback(self) -> None:
+        """Rolling back a ``place_released`` restores the interim Pending state: make it Releasing."""
+        s = self.state
+        for t in self.released:
+            if s.task_state[t] == _PEND and s.task_node[t] >= 0:
+                s.task_state[t] = _REL
+
+    def rollback(self, cp) -> None:
+        self.state.rollback(cp)
+        self.fix_after_rollback()
+
+    def node_order(self, t: int, cand: np.ndarray, idle_ok: np.ndarray) -> list[int]:
+        """Candidate nodes in the allocate action's KAI node order (:func:`nodeplacement.node_keys`).
+
+        Shared-GPU group fit, then fits-on-free (nodeavailability), then binpack / spread on free
+        plus releasing; ties by node index. The same order as a real placement, so a simulation
+        decides exactly what the cycle then does.
+        """
+        s = self.state
+        idx = np.flatnonzero(cand)
+        if idx.size <= 1:
+            return [int(i) for i in idx]
+        col, spread = placement_strategy(s, self.placement, t)
+        keys = node_keys(s, t, idx, idle_ok[idx].astype(float), col, spread)
+        return idx[np.argsort(keys, kind="stable")].tolist()
+
+    def place_job(self, j: int, tasks: Sequence[int]) -> bool:
+        """Place ``tasks`` of job j (pipelined) all-or-nothing; the state is unchanged on failure."""
+        s = self.state
+        if not tasks:
+            return True
+        q = int(s.job_queue_arr[j])
+        if len(tasks) == 1:  # (one row: the same values as the one-row sum; nothing to order)
+            if s.queue_over_capacity(q, s.task_quota_req[tasks[0]], not s.job_preemptible_arr[j]):
+                return False
+            tasks = list(tasks)
+        else:
+            if s.queue_over_capacity(q, s.task_quota_req[list(tasks)].sum(axis=0), not s.job_preemptible_arr[j]):
+                return False
+            tasks = task_order(s, tasks)
+        required = s.jobs.topology_required[j]
+        preferred = s.jobs.topology_preferred[j]
+        if required:
+            for mask in simulation_domains(s, self.placement, required, None, tasks):
+                if self._place_preferred(j, tasks, mask, preferred):
+                    return True
+            return False
+        return self._place_preferred(j, tasks, None, preferred)
+
+    def _place_preferred(self, j, tasks, within, preferred) -> bool:
+        if preferred:
+            for mask in simulation_domains(self.state, self.placement, preferred, within, tasks):
+                if self._place_all(j, tasks, mask):
+                    return True
+        return self._place_all(j, tasks, within)
+
+    def _place_all(self, j: int, tasks: Sequence[int], within) -> bool:
+        s = self.state
+        cp = s.checkpoint()
+        for t in tasks:
+            if not self._place_one(j, t, within):
+                self.rollback(cp)
+                return False
+        return True
+
+    def _shape_index(self, t: int):
+        """The per-shape node index of task t's shape (:class:`nodeplacement.ShapeIndex`), shared by
+        every simulation of the cycle: kept on the state, it catches up through ``state.node_log``
+        with the nodes changed since its last query (placements, evictions and their rollbacks)."""
+        s = self.state
+        sig = s.task_signature(t)
+        idx = self._index_of.get(sig)
+        if idx is None:
+            col, spread = placement_strategy(s, self.placement, t)
+            idx = self._index_of[sig] = ShapeIndex(s, t, col, spread)
+        return idx
+
+    def _place_one(self, j: int, t: int, within) -> bool:
+        s = self.state
+        released = s.task_state[t] == _REL
+        old = int(s.task_node[t]) if released else -1
+        q = s.job_queue(j)
+        nonpre = not s.job_is_preemptible(j)
+        if within is None and self.use_index:
+            # fast path: the first node in placement order from the shape index, which nearly
+            # always takes the task; if it does not, the full scan below walks the same order
+            # (it retries this node first: every check before a placement is side-effect free)
+            idx = self._shape_index(t)
+            n = idx.query()
+            if released and old >= 0 and not idx.any_ok[old] and s.node_schedulable[old]:
+                # the old node is a candidate outside the fit mask (key as node_keys gives it)
+                ko = node_key_one(s, t, old, False, idx.col, idx.spread)
+                if n < 0 or ko < idx.key[n] or (ko == idx.key[n] and old < n):
+                    if self._try_node(t, old, released, old, q, nonpre):
+                        return True
+                    if n < 0:
+                        return False  # the old node was the only candidate
+                    # n is the next candidate in order
+                if self._try_node(t, n, released, old, q, nonpre):
+                    return True
+            elif n < 0:
+                return False
+            elif self._try_node(t, n, released, old, q, nonpre):
+                return True
+        idle_ok, any_ok = s.fit_masks(t, within)
+        if released and old >= 0:
+            any_ok = any_ok.copy()
+            any_ok[old] = bool(s.node_schedulable[old]) and (within is None or bool(within[old]))
+        if not any_ok.any():
+            return False
+        for n in self.node_order(t, any_ok, idle_ok):
+            if self._try_node(t, n, released, old, q, nonpre):
+                return True
+        return False
+
+    def _try_node(self, t: int, n: int, released: bool, old: int, q: int, nonpre: bool) -> bool:
+        """Place task t on node n if it can go there (True); no state change otherwise."""
+        s = self.state
+        if s.task_is_mem[t] and s.queue_over_capacity(q, s.task_request_on_node(t, n), nonpre):
+            return False
+        if released and n == old:
+            if s.task_is_shared[t]:
+                devs = s.choose_devices(t, n, pipelined=True)
+                if devs is None:
+                    return False
+                if list(devs) == list(s.task_devices[t]):
+                    return unevict(s, t)
+                place_released(s, t, n, devs)  # moved to another device of the same node
+                return True
+            return unevict(s, t)
+        devs = s.choose_devices(t, n, pipelined=True)
+        if devs is None:
+            return False
+        if released:
+            place_released(s, t, n, devs)
+        else:
+            s.place(t, n, pipelined=True, devices=devs)
+        return True
+
+
+@dataclass
+class Scenario:
+    """What a validator sees: the beneficiary, its tasks, and how every victim task ended."""
+
+    job: int
+    tasks: list[int]  # beneficiary tasks of this attempt (all placed)
+    victims: list[int]  # every victim task of the scenario, in the order they were added
+    released: list[int]  # victims that end Releasing (or Pending: placed earlier this cycle)
+    moved: list[int]  # victims re-placed on another node / device (Pipelined)
+    kept: list[int]  # victims put back where they were (un-evicted, Running)
+    orig_alloc: dict[int, np.ndarray]
+    orig_node: dict[int, int]
+    # set by a validator that refuses: the queue whose released victims made it refuse (more
+    # victims from under it cannot help), or -1
+    blocked: int = -1
+
+
+class Simulation:
+    """Evicts a scenario's victims and re-places the beneficiary and them in queue/job order.
+
+    One per solver: it keeps the queue trees of the leaf sets it met (queue paths are fixed).
+    """
+
+    def __init__(self, state: CycleState) -> None:
+        self.state = state
+        self.placer = Placer(state)
+        # leaves with jobs to place -> (children, tops) of their queue tree (queue paths are fixed)
+        self._tree_cache: dict[frozenset, tuple] = {}
+        # (id of a cached tree, leaf emptied) -> the tree without that leaf (cached trees live as
+        # long as the simulation, so their ids are stable): no leaf set to rebuild after every pop
+        self._tree_next: dict[tuple[int, int], tuple] = {}
+
+    def rollback(self, cp) -> None:
+        self.placer.rollback(cp)
+
+    def run(self, j: int, partial: list[int], victims: list[int]) -> bool:
+        """Evict ``victims``, then place job j's ``partial`` tasks and re-place the victims in queue
+        order; True iff the beneficiary was placed. The caller rolls back (checkpoint before)."""
+        s = self.state
+        released_running = set()
+        for t in victims:
+            if s.task_state[t] == _RUN:
+                released_running.add(t)
+            s.evict(t)
+        self.placer.released = released_running
+        victim_jobs = list(dict.fromkeys(s.task_job[victims].tolist()))  # distinct, first-seen order
+        return self._allocate_in_order(j, partial, victim_jobs, set(victims))
+
+    def outcome(self, victims: list[int]) -> tuple[list[int], list[int], list[int]]:
+        """How the victims of a placed scenario ended: ``(released, moved, kept)``."""
+        s = self.state
+        released, moved, kept = [], [], []
+        for t in victims:
+            st = int(s.task_state[t])
+            if st == _RUN:
+                kept.append(t)
+            elif st in (_PIPE, _BIND):
+                moved.append(t)
+            else:
+                released.append(t)
+        return released, moved, kept
+
+    def _victim_tasks_to_allocate(self, vj: int, evicted: set[int]) -> list[int]:
+        """Tasks a victim job would re-allocate: its pending and just-evicted tasks (gang or one)."""
+        s = self.state
+        st = s.task_state
+        t0 = int(s.job_start[vj])
+        cnt = int(s.job_count[vj])
+        if cnt == 1:  # single-task job: nothing to order
+            x = st[t0]
+            cand = [t0] if (x == _PEND or (x == _REL and t0 in evicted)) else []
+        else:
+            cand = [t for t in range(t0, t0 + cnt) if (st[t] == _PEND) or (t in evicted and st[t] == _REL)]
+            if len(cand) > 1:
+                cand = task_order(s, cand)
+        if not cand:
+            return []
+        missing = int(s.job_min_available[vj]) - s.job_num_active(vj)
+        if missing > 0:
+            return cand[:missing] if len(cand) >= missing else []
+        return cand[:1]
+
+    def _allocate_in_order(self, j: int, partial: list[int], victim_jobs: list[int], evicted: set[int]) -> bool:
+        """Place the beneficiary and re-place victims in normal queue/job order (KAI jobs-to-allocate).
+
+        What each job would place, and its order inside its leaf, is fixed once the victims are
+        evicted (a job's own placement is the only thing that changes it); the order between leaves
+        is re-evaluated after every placement, as queue allocations move.
+        """
+        s = self.state
+        tasks_of: dict[int, list[int]] = {j: list(partial)}
+        for vj in victim_jobs:
+            if vj != j:
+                tasks_of[vj] = self._victim_tasks_to_allocate(vj, evicted)
+        order_req = s.task_order_req
+        # (a one-task job's request is its row: the same values as the one-row sum)
+        reqs = {jj: (order_req[ts[0]] if len(ts) == 1 else order_req[ts].sum(axis=0) if ts else _ZERO_REQ)
+                for jj, ts in tasks_of.items()}
+        by_leaf: dict[int, list[int]] = {}
+        jq = s.job_queue_arr
+        for jj in tasks_of:
+            by_leaf.setdefault(int(jq[jj]), []).append(jj)
+        for q, lst in by_leaf.items():
+            if len(lst) > 1:
+                lst.sort(key=lambda jj: self._job_key(jj, j), reverse=True)  # pop() from the end = best
+        placed_beneficiary = False
+        tour = None
+        while by_leaf:
+            if len(by_leaf) == 1:
+                leaf = next(iter(by_leaf))
+            else:
+                if tour is None:
+                    tour = LeafTournament(self, by_leaf, reqs)
+                leaf = tour.best()
+            lst = by_leaf[leaf]
+            nxt = lst.pop()
+            emptied = not lst
+            if emptied:
+                del by_leaf[leaf]
+            if tour is not None:
+                tour.changed(leaf, emptied)
+            ts = tasks_of[nxt]
+            if nxt == j:
+                if not self.placer.place_job(j, ts):
+                    return False
+                placed_beneficiary = True
+            elif ts:
+                self.placer.place_job(nxt, ts)
+        return placed_beneficiary
+
+    def _tree(self, by_leaf) -> tuple[dict[int, list[int]], list[int]]:
+        """Queue tree (children lists, top-level queues) over the leaves still holding jobs.
+
+        Built in ``sorted(leaves)`` order, so each node's children are ordered by the smallest
+        leaf beneath them; cached per leaf set (queue paths are fixed).
+        """
+        key = frozenset(by_leaf)
+        tree = self._tree_cache.get(key)
+        if tree is None:
+            s = self.state
+            children: dict[int, list[int]] = {}
+            tops: list[int] = []
+            seen: set[int] = set()
+            for leaf in sorted(by_leaf):
+                path = s.queue_path_list[leaf]
+                for child, par in zip(path, path[1:] + [-1]):
+                    if child in seen:
+                        break
+                    seen.add(child)
+                    (children.setdefault(par, []) if par >= 0 else tops).append(child)
+            tree = self._tree_cache[key] = (children, tops)
+        return tree
+
+    def _job_key(self, jj: int, beneficiary: int) -> tuple:
+        k = job_order_key(self.state, jj)
+        if jj == beneficiary:
+            # the partial representative of the beneficiary is below its (partial) gang
+            k = (k[0], 0) + tuple(k[2:])
+        return k
+
+
+_PROFILE_CACHE_MAX = 50_000  # (queue, allocation, request) -> profile entries kept per cycle (~0.5 KB each)
+
+
+class LeafTournament:
+    """Which leaf places next during a re-placement run: the queue order's winner, kept per node.
+
+    A queue's profile depends only on its own allocation and its representative (head) job, and a
+    placement changes the allocation of the placed job's path only. So after each pop only the
+    winners on the popped leaf's path are recomputed (bottom-up, scanning children in the same
+    order as a full walk), not the whole tree: O(depth x children) per placement, not O(tree).
+    """
+
+    def __init__(self, sim: Simulation, by_leaf: dict[int, list[int]], reqs: dict[int, np.ndarray]) -> None:
+        self.sim = sim
+        self.state = sim.state
+        self.by_leaf = by_leaf
+        self.reqs = reqs
+        self.rep: dict[int, int] = {}  # node -> leaf its winning subtree is represented by
+        self.prof: dict[int, object] = {}  # node -> its queue profile with its representative's job
+        self.cache: dict[tuple, object] = sim.state.__dict__.setdefault("_victims_leaf_profiles", {})
+        self.tree = sim._tree(by_leaf)
+        self.children, self.tops = self.tree
+        self.dirty: list[int] | None = None
+        self.root = -1
+        for leaf in by_leaf:
+            self.rep[leaf] = leaf
+        self._full(self.tops)
+        self.root = self._scan(self.tops)
+
+    def _full(self, nodes: list[int]) -> None:
+        for q in nodes:
+            kids = self.children.get(q)
+            if kids:
+                self._full(kids)
+                self.rep[q] = self.rep[self._scan(kids)]
+
+    def _profile(self, q: int):
+        # valid until q's path is placed on (changed() drops the popped leaf's path)
+        p = self.prof.get(q)
+        if p is None:
+            # a profile is a function of the queue's allocation and the request only (the rest is
+            # fixed for the cycle): shared by value across scenarios and solves, which roll the
+            # state back to the same allocations over and over
+            req = self.reqs[self.by_leaf[self.rep[q]][-1]]
+            a0, a1, a2 = self.state.queue_alloc[q].tolist()
+            key = (q, a0, a1, a2, req[0], req[1], req[2])
+            p = self.cache.get(key)
+            if p is None:
+                cache = self.cache
+                if len(cache) >= _PROFILE_CACHE_MAX:
+                    cache.clear()
+                p = cache[key] = _QueueProfile(self.state, q, list(req), False)
+            self.prof[q] = p
+        return p
+
+    def _scan(self, nodes: list[int]) -> int:
+        b = nodes[0]
+        if len(nodes) == 1:
+            return b  # nothing to compare (profiles are computed lazily, from the same state)
+        pb = self._profile(b)
+        for c in nodes[1:]:
+            pc = self._profile(c)
+            if _profile_less(pc, pb):
+                b, pb = c, pc
+        return b
+
+    def changed(self, leaf: int, emptied: bool) -> None:
+        """``leaf``'s head was popped (and it is gone if ``emptied``); recompute at the next best()."""
+        if emptied:
+            k = (id(self.tree), leaf)
+            tree = self.sim._tree_next.get(k)
+            if tree is None:
+                tree = self.sim._tree_next[k] = self.sim._tree(self.by_leaf)
+            self.tree = tree
+            self.children, self.tops = tree
+            self.rep.pop(leaf, None)
+        path = self.dirty = self.state.queue_path_list[leaf]
+        prof = self.prof
+        for q in path:  # their allocation (the placement) or head job changes; nothing else does
+            prof.pop(q, None)
+
+    def best(self) -> int:
+        path = self.dirty
+        if path is not None:
+            self.dirty = None
+            for q in path[1:]:
+                kids = self.children.get(q)
+                if kids:
+                    self.rep[q] = self.rep[self._scan(kids)]
+                else:
+                    self.rep.pop(q, None)
+            self.root = self._scan(self.tops)
+        return self.rep[self.root]
+

@@ -1,0 +1,529 @@
+"""The victim order (KAI ``JobsOrderByQueues`` with the victim comparators; spec b reversed).
+
+Candidate victims come in reversed queue order, each leaf represented by the victims already taken
+from it plus its next one (their allocations subtracted, rule 5), and inside a leaf in reversed job
+order (lowest priority, above minAvailable, newest). :class:`VictimQueue` pops them one by one and
+takes back an elastic victim's remaining tasks (push).
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..ordering import _QueueProfile, _alloc_part, _dom, _profile_less, _queue_key, _static, chain_tiebreaks
+from ..state import ACTIVE_STATES, CycleState
+
+
+def _active_tasks(state: CycleState, j: int) -> list[int]:
+    """Active tasks of job j (small jobs: a plain loop beats numpy's per-call overhead)."""
+    st = state.task_state
+    s0 = int(state.job_start[j])
+    return [t for t in range(s0, s0 + int(state.job_count[j])) if st[t] in ACTIVE_STATES]
+
+
+class _Rep:
+    """A victim job representative: the job and the active tasks it still offers."""
+
+    __slots__ = ("job", "tasks", "alloc", "seq")
+
+    def __init__(self, state: CycleState, job: int, tasks: Sequence[int], seq: int) -> None:
+        self.job = job
+        self.tasks = list(tasks)
+        act = [t for t in self.tasks if state.task_state[t] in ACTIVE_STATES]
+        # a tuple of Python floats: the victim order adds and compares it per pop, where numpy's
+        # per-call overhead on 3-element vectors dominated (same values: the sums are numpy's)
+        if len(act) == 1:
+            self.alloc = tuple(state.task_alloc[act[0]].tolist())
+        else:
+            self.alloc = tuple(state.task_alloc[act].sum(axis=0).tolist()) if act else (0.0, 0.0, 0.0)
+        self.seq = seq
+
+
+def _name_rank(state: CycleState) -> np.ndarray:
+    """Rank of every job name (ascending), cached on the state (victim order reverses names)."""
+    r = getattr(state, "_victims_name_rank", None)
+    if r is None:
+        names = state.jobs.names
+        order = sorted(range(len(names)), key=names.__getitem__)
+        r = np.empty(len(names), dtype=np.int64)
+        r[order] = np.arange(len(names))
+        state._victims_name_rank = r
+    return r
+
+
+def _queue_kids(state: CycleState) -> dict[int, list[int]]:
+    """Children of every queue with children (-1: the top level), in queue order; cached on the state."""
+    hit = getattr(state, "_victims_queue_kids", None)
+    if hit is None:
+        hit = {}
+        for q, p in enumerate(state.queues.parent):
+            hit.setdefault(int(p) if int(p) >= 0 else -1, []).append(q)
+        state._victims_queue_kids = hit
+    return hit
+
+
+def _victim_tiebreaks(state: CycleState) -> list[int] | None:
+    """Rules 7-8 of the victim order as one integer per queue, or ``None`` if they are no total order.
+
+    Every parent's (and the top level's) children must pass :func:`ordering.chain_tiebreaks`
+    (allocatable vectors form a chain); then, queue ranks being unique, the reversed comparator is
+    a strict total order. Static for the cycle: cached on the state.
+    """
+    hit = getattr(state, "_victims_tiebreaks", False)
+    if hit is not False:
+        return hit
+    static = _static(state)
+    tb: list[int] | None = [0] * state.Q
+    for ks in _queue_kids(state).values():
+        part = chain_tiebreaks(static, ks, True, state.Q)
+        if part is None:
+            tb = None
+            break
+        for c, v in part.items():
+            tb[c] = v
+    state._victims_tiebreaks = tb
+    return tb
+
+
+def _victim_static_ranks(state: CycleState) -> tuple[np.ndarray, np.ndarray]:
+    """Per job: dense rank of its (leaf, priority) pair, and its rank by (older first, name
+    descending) among all jobs. Both static for the cycle: cached on the state."""
+    hit = getattr(state, "_victims_static_ranks", None)
+    if hit is None:
+        s = state
+        prio = np.asarray(s.jobs.priority).astype(np.int64)
+        leaves = s.job_queue_arr.astype(np.int64)
+        created = np.asarray(s.jobs.created_minutes_ago, dtype=float)
+        nr = _name_rank(s)
+        order = np.lexsort((-nr, created))
+        rank = np.empty(s.J, dtype=np.int64)
+        rank[order] = np.arange(s.J)
+        pairs = np.lexsort((prio, leaves))
+        new = np.ones(s.J, dtype=bool)
+        if s.J:
+            new[1:] = (leaves[pairs][1:] != leaves[pairs][:-1]) | (prio[pairs][1:] != prio[pairs][:-1])
+        group = np.empty(s.J, dtype=np.int64)
+        group[pairs] = np.cumsum(new) - 1
+        hit = state._victims_static_ranks = (group, rank)
+    return hit
+
+
+class VictimQueue:
+    """Candidate victims in victim order (spec b, reversed), with push-back of elastic remainders.
+
+    Queue nodes are compared with the queue comparator reversed, each leaf represented by the
+    victims already popped from it plus its next one (their allocations are subtracted, rule 5);
+    inside a leaf jobs come in reversed job order (lowest priority, above minAvailable, newest).
+
+    The initial candidates of each leaf are sorted once with numpy (lazy: a representative object
+    is only built for a leaf's head); pushed-back remainders live in a small heap per leaf.
+
+    Which leaf comes next: when the allocatable vectors of every parent's children form a chain
+    (:func:`_victim_tiebreaks`, the usual case) the comparator is a strict total order, so every
+    queue keeps its rules-1..6 key (negated: victim order) plus a static rules-7..8 integer in a
+    lazy heap of its parent, and a pop or push re-keys only the queues on that leaf's path:
+    O(depth x log children) per victim instead of rescanning every sibling on the path. The
+    winner is the one the sequential scan picks (with a strict total order the scan returns the
+    maximum). Otherwise the winners are kept per node and rescanned in children order
+    (:meth:`_tournament`), which resolves incomparable ties exactly as the comparator's scan.
+    """
+
+    def __init__(self, state: CycleState, jobs: Iterable[int]) -> None:
+        self.state = state
+        s = state
+        jobs = np.fromiter((int(j) for j in jobs), dtype=np.int64) if not isinstance(jobs, np.ndarray) \
+            else jobs.astype(np.int64)
+        self.sorted: dict[int, np.ndarray] = {}
+        self.ptr: dict[int, int] = {}
+        self.heaps: dict[int, list] = {}
+        self.head_rep: dict[int, _Rep] = {}
+        self.popped_alloc: dict[int, np.ndarray] = {}
+        self._seq = 0
+        self._ver: dict[int, int] = {}  # bumped when a leaf's head or popped victims change
+        self._cmp: dict[int, tuple] = {}  # queue -> (leaf, leaf version, profile): valid while both hold
+        self._base: dict[int, object] = {}
+        self._total = state.total.tolist()
+        self._tree = None
+        self._live: set[int] | None = None
+        self._rep: dict[int, int] | None = None  # node -> leaf representing it in victim order
+        self._dirty: set[int] = set()  # leaves popped from / pushed to since the winners were computed
+        # heap mode (class docstring): per queue its key entry in its parent's heap (root = -1)
+        self._tb = _victim_tiebreaks(state)
+        self._qheap: dict[int, list] | None = None
+        self._vrep: dict[int, int] = {}  # queue -> leaf it is represented by
+        self._qkey: dict[int, tuple] = {}
+        self._qstamp: dict[int, int] = {}
+        self._qlive: set[int] = set()
+        self._static = _static(state) if self._tb is not None else None
+        self._kids = _queue_kids(state)
+        self._qver = state.queue_version
+        memo = getattr(state, "_victims_key_memo", None)
+        if memo is None or len(memo) != state.Q:
+            memo = state._victims_key_memo = [None] * state.Q
+        self._memo = memo
+        reps = getattr(state, "_victims_whole_reps", None)
+        if reps is None:
+            reps = state._victims_whole_reps = {}
+        self._reps = reps
+        if jobs.size:
+            act = s.job_num_active_arr[jobs]
+            m = s.job_min_available[jobs]
+            el = np.where(act < m, 0, np.where(act == m, 1, 2))
+            # victim order inside each leaf, leaves grouped: one sort of one integer key, then
+            # split at leaf bounds. The key is (leaf, priority) group, elastic state descending,
+            # then the static (older first, name descending) rank: the lexsort of those five
+            # columns, with the static parts ranked once per cycle (_victim_static_ranks)
+            group, rank = _victim_static_ranks(s)
+            order = np.argsort((group[jobs] * 3 + (2 - el)) * s.J + rank[jobs], kind="stable")
+            jobs = jobs[order]
+            leaves = s.job_queue_arr[jobs]
+            cuts = np.flatnonzero(leaves[1:] != leaves[:-1]) + 1
+            for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, leaves.size].tolist()):
+                q = int(leaves[lo])
+                self.sorted[q] = jobs[lo:hi]
+                self.ptr[q] = 0
+
+    def _key_of(self, j: int, n_active: int, seq: int) -> tuple:
+        s = self.state
+        m = int(s.job_min_available[j])
+        el = 0 if n_active < m else (1 if n_active == m else 2)
+        return (int(s.jobs.priority[j]), -el, float(s.jobs.created_minutes_ago[j]), -int(_name_rank(s)[j]), seq)
+
+    def push(self, j: int, tasks: Sequence[int]) -> None:
+        if not tasks:
+            return
+        self._seq += 1
+        rep = _Rep(self.state, j, tasks, self._seq)
+        n_act = sum(1 for t in rep.tasks if self.state.task_state[t] in ACTIVE_STATES)
+        q = int(self.state.job_queue_arr[j])
+        heapq.heappush(self.heaps.setdefault(q, []), (self._key_of(j, n_act, self._seq), self._seq, rep))
+        self.head_rep.pop(q, None)
+        if self._live is not None and q not in self._live:
+            self._live.add(q)
+            self._tree = None  # a leaf came back: rebuild the tree at the next pop
+        self._ver[q] = self._ver.get(q, 0) + 1
+        self._dirty.add(q)
+        if self._qheap is not None:
+            self._rekey_path(q)
+
+    def _head(self, q: int) -> tuple[str, _Rep] | None:
+        """The leaf's next victim: ("heap", rep) or ("sorted", rep); cached until popped/pushed."""
+        rep = self.head_rep.get(q)
+        if rep is not None:
+            return rep
+        h = self.heaps.get(q)
+        arr = self.sorted.get(q)
+        i = self.ptr.get(q, 0)
+        cand_sorted = None
+        if arr is not None and i < arr.size:
+            j = int(arr[i])
+            # the order key is only needed against a pushed-back remainder
+            cand_sorted = (self._key_of(j, self.state.job_num_active(j), 0) if h else None, j)
+        if h and (cand_sorted is None or h[0][0] < cand_sorted[0]):
+            out = ("heap", h[0][2])
+        elif cand_sorted is not None:
+            out = ("sorted", self._whole_rep(cand_sorted[1]))
+        else:
+            return None
+        self.head_rep[q] = out
+        return out
+
+    def _whole_rep(self, j: int) -> _Rep:
+        """A candidate's first representative: all its active tasks and what they hold.
+
+        The same jobs head their leaves in solve after solve; what they offer changes only with
+        the job (``job_version``, bumped by every change of its tasks, rollbacks included), so it
+        is kept on the state across victim queues.
+        """
+        s = self.state
+        cache = self._reps
+        ver = int(s.job_version[j])
+        hit = cache.get(j)
+        if hit is None or hit[0] != ver:
+            hit = cache[j] = (ver, _Rep(s, j, _active_tasks(s, j), 0))
+        return hit[1]  # shared: nobody mutates a representative (the solver only reads its tasks)
+
+    def _leaves(self) -> list[int]:
+        out = []
+        for q in set(self.sorted) | set(self.heaps):
+            arr = self.sorted.get(q)
+            if (arr is not None and self.ptr[q] < arr.size) or self.heaps.get(q):
+                out.append(q)
+        return out
+
+    def _nonempty(self, q: int) -> bool:
+        arr = self.sorted.get(q)
+        return bool((arr is not None and self.ptr[q] < arr.size) or self.heaps.get(q))
+
+    def __bool__(self) -> bool:
+        if self._live is None:
+            self._live = set(self._leaves())
+        return bool(self._live)
+
+    def _leaf_victims(self, q: int) -> tuple:
+        """What leaf q gives up in the victim order: its popped victims plus its next one."""
+        nxt = self._head(q)[1].alloc
+        base = self.popped_alloc.get(q)
+        return nxt if base is None else (base[0] + nxt[0], base[1] + nxt[1], base[2] + nxt[2])
+
+    def _tree_of(self, leaves):
+        """Active queue tree (children lists, top-level nodes) over the non-empty leaves.
+
+        Built when first needed or after a leaf came back; an emptied leaf is taken out in place
+        (:meth:`_remove_leaf`), which leaves the others in the order a rebuild would give.
+        """
+        if self._tree is not None:
+            return self._tree[1], self._tree[2]
+        s = self.state
+        children: dict[int, list[int]] = {}
+        tops: list[int] = []
+        seen: set[int] = set()
+        for lq in sorted(leaves):
+            path = [int(x) for x in s.queue_path[lq]]
+            for child, par in zip(path, path[1:] + [-1]):
+                if child in seen:
+                    break
+                seen.add(child)
+                (children.setdefault(par, []) if par >= 0 else tops).append(child)
+        self._tree = (None, children, tops)
+        return children, tops
+
+    def _remove_leaf(self, leaf: int) -> None:
+        if self._tree is None:
+            return
+        _, children, tops = self._tree
+        path = self.state.queue_path_list[leaf]
+        for child, par in zip(path, path[1:] + [-1]):
+            kids = tops if par < 0 else children.get(par)
+            kids.remove(child)
+            if kids or par < 0:
+                break
+            del children[par]  # the parent lost its last active child: remove it one level up
+
+    def _profile(self, q: int, lq: int):
+        """Victim-order profile of queue q represented by leaf lq's victims (popped + next).
+
+        Only rule 5 (dominant share with the victims subtracted) depends on the victims, and the
+        queue state does not change while the queue is in use: the rest is computed once per queue.
+        """
+        ver = self._ver.get(lq, 0)
+        hit = self._cmp.get(q)  # one slot per queue: (leaf, its version, profile)
+        if hit is not None and hit[0] == lq and hit[1] == ver:
+            return hit[2]
+        s = self.state
+        v = self._leaf_victims(lq)
+        base = self._base.get(q)
+        if base is None:
+            base = self._base[q] = _QueueProfile(s, q, None, True)
+        a = s.queue_alloc[q]
+        dom = _dom([float(a[0] - v[0]), float(a[1] - v[1]), float(a[2] - v[2])], base.allocatable, self._total)
+        p = _LightProfile(base.key[:4] + (round(dom, 12),) + base.key[5:], base.allocatable, base.rank)
+        self._cmp[q] = (lq, ver, p)
+        return p
+
+    def _scan(self, nodes: list[int]) -> int:
+        """The node of ``nodes`` whose victims come first: victim order is the queue order
+        reversed, so c replaces the best so far b unless c is served before b."""
+        b = nodes[0]
+        rep = self._rep
+        pb = self._profile(b, rep[b])
+        for c in nodes[1:]:
+            pc = self._profile(c, rep[c])
+            if not _profile_less(pc, pb):
+                b, pb = c, pc
+        return b
+
+    def _tournament(self, children: dict[int, list[int]], tops: list[int]) -> int:
+        """The leaf whose victim comes next: winners kept per node, recomputed on changed paths only.
+
+        A node's winner depends only on its children's profiles, and a pop or push changes one
+        leaf's profile (and possibly the tree above it): so only the nodes on the paths of leaves
+        changed since the last call are rescanned, deepest first, children in the same order as a
+        full walk (identical winners, ties included).
+        """
+        rep = self._rep
+        paths = self.state.queue_path_list
+        if rep is None:
+            rep = self._rep = {}
+
+            def build(q: int) -> None:
+                kids = children.get(q)
+                if kids:
+                    for c in kids:
+                        build(c)
+                    rep[q] = rep[self._scan(kids)]
+                else:
+                    rep[q] = q
+
+            for q in tops:
+                build(q)
+        else:
+            nodes: set[int] = set()
+            for lq in self._dirty:
+                nodes.update(paths[lq])
+            for q in sorted(nodes, key=lambda x: -len(paths[x])):
+                kids = children.get(q)
+                if kids:
+                    rep[q] = rep[self._scan(kids)]
+                elif q in self._live:
+                    rep[q] = q
+                else:
+                    rep.pop(q, None)
+        self._dirty.clear()
+        return rep[self._scan(tops)]
+
+    def pop(self) -> tuple[int, list[int]] | None:
+        if self._live is None:
+            self._live = set(self._leaves())
+        if not self._live:
+            return None
+        if len(self._live) == 1:
+            leaf = next(iter(self._live))
+        elif self._tb is not None:
+            if self._qheap is None:
+                self._heap_build()
+            leaf = self._vrep[self._heap_best(-1)]
+        else:
+            children, tops = self._tree_of(self._live)
+            leaf = self._tournament(children, tops)
+        where, rep = self._head(leaf)
+        if where == "heap":
+            heapq.heappop(self.heaps[leaf])
+        else:
+            self.ptr[leaf] += 1
+        self.head_rep.pop(leaf, None)
+        self._ver[leaf] = self._ver.get(leaf, 0) + 1
+        self._dirty.add(leaf)
+        base = self.popped_alloc.get(leaf)
+        a = rep.alloc
+        self.popped_alloc[leaf] = a if base is None else (base[0] + a[0], base[1] + a[1], base[2] + a[2])
+        if not self._nonempty(leaf):
+            self._live.discard(leaf)
+            self._remove_leaf(leaf)
+        if self._qheap is not None:
+            self._rekey_path(leaf)
+        return rep.job, rep.tasks
+
+    # ---------------------------------------------------------------- heap mode
+    def _heap_build(self) -> None:
+        """Key every queue above a live leaf, level by level from the leaves up, into its parent's
+        heap (each heap built once with heapify: a fresh build has no stale entries)."""
+        s = self.state
+        paths = s.queue_path_list
+        heaps: dict[int, list] = {}
+        self._qheap = heaps
+        levels: dict[int, set[int]] = {}
+        for lq in self._live:
+            for q in paths[lq]:
+                levels.setdefault(len(paths[q]), set()).add(q)
+        vrep, qkey, qstamp, qlive, tb = self._vrep, self._qkey, self._qstamp, self._qlive, self._tb
+        for depth in sorted(levels, reverse=True):
+            touched: list[list] = []
+            for q in sorted(levels[depth]):
+                h = heaps.get(q)
+                if h:  # an inner queue: its children's heap is complete (deeper level)
+                    lq = vrep[h[0][2]]
+                elif q in self._live:
+                    lq = q
+                else:
+                    continue
+                vrep[q] = lq
+                key = qkey[q] = self._key(q, self._leaf_victims(lq))
+                qlive.add(q)
+                st = qstamp[q] = qstamp.get(q, 0) + 1
+                par = paths[q][1] if depth > 1 else -1
+                ph = heaps.get(par)
+                if ph is None:
+                    ph = heaps[par] = []
+                    touched.append(ph)
+                ph.append((key, tb[q], q, st))
+            for ph in touched:
+                heapq.heapify(ph)
+        self._dirty.clear()
+
+    def _key(self, q: int, req: tuple) -> tuple:
+        """Queue q's victim-order key (rules 1-6, negated) when it gives up ``req``.
+
+        Memoised per queue on the state: (queue_version, allocation part, {request: key}); the
+        version only grows (undo bumps it too), so equal versions mean equal allocations.
+        """
+        ver = int(self._qver[q])
+        memo = self._memo[q]
+        if memo is None or memo[0] != ver:
+            memo = self._memo[q] = (ver, _alloc_part(self._static[q], self.state.queue_alloc[q].tolist()), {})
+        key = memo[2].get(req)
+        if key is None:
+            key = memo[2][req] = _queue_key(self._static[q], memo[1], req, True)
+        return key
+
+    def _set_key(self, q: int, par: int, lq: int, req: tuple | None) -> None:
+        """Queue q is represented by leaf ``lq`` (-1: none left) giving up ``req``: (re)enter its
+        key in its parent's heap if it changed."""
+        if lq < 0:
+            self._vrep.pop(q, None)
+            if q in self._qlive:
+                self._qlive.discard(q)
+                self._qstamp[q] = self._qstamp.get(q, 0) + 1
+            return
+        self._vrep[q] = lq
+        key = self._key(q, req)
+        qlive = self._qlive
+        if q in qlive and self._qkey.get(q) == key:
+            return
+        self._qkey[q] = key
+        qlive.add(q)
+        st = self._qstamp[q] = self._qstamp.get(q, 0) + 1
+        h = self._qheap.get(par)
+        if h is None:
+            h = self._qheap[par] = []
+        if h and h[0][2] == q:
+            # q's previous entry is on top (after a pop q was its parent's winner): replace it
+            heapq.heapreplace(h, (key, self._tb[q], q, st))
+            return
+        heapq.heappush(h, (key, self._tb[q], q, st))
+        if len(h) > 2 * len(self._kids[par]) + 8:  # drop stale entries now and then
+            stamps = self._qstamp
+            h[:] = [e for e in h if e[2] in qlive and stamps[e[2]] == e[3]]
+            heapq.heapify(h)
+
+    def _heap_best(self, par: int) -> int:
+        """The child of ``par`` (-1: the top level) whose victims come first, or -1."""
+        h = self._qheap.get(par)
+        if not h:
+            return -1
+        stamps, live = self._qstamp, self._qlive
+        while h:
+            e = h[0]
+            if e[2] in live and stamps[e[2]] == e[3]:
+                return e[2]
+            heapq.heappop(h)
+        return -1
+
+    def _rekey_path(self, leaf: int) -> None:
+        """After a pop from / push to ``leaf``: re-key the queues on its path, bottom-up."""
+        path = self.state.queue_path_list[leaf]
+        lq = leaf if leaf in self._live else -1
+        req = self._leaf_victims(lq) if lq >= 0 else None
+        last = len(path) - 1
+        for i, q in enumerate(path):
+            if i:
+                b = self._heap_best(q)
+                nl = self._vrep[b] if b >= 0 else -1
+                if nl != lq:
+                    lq = nl
+                    req = self._leaf_victims(nl) if nl >= 0 else None
+            self._set_key(q, path[i + 1] if i < last else -1, lq, req)
+        self._dirty.clear()
+
+
+class _LightProfile:
+    """Duck-typed queue profile (``key``, ``allocatable``, ``rank``) for ``ordering._profile_less``."""
+
+    __slots__ = ("key", "allocatable", "rank")
+
+    def __init__(self, key, allocatable, rank) -> None:
+        self.key = key
+        self.allocatable = allocatable
+        self.rank = rank
