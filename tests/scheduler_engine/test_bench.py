@@ -12,6 +12,16 @@ from scheduler_engine.snapshot import GPU, TaskState
 from scheduler_engine.state import CycleState
 
 
+@pytest.fixture(autouse=True)
+def _quick_calibration(request, monkeypatch):
+    """The calibration workload takes about a second per report: a fixed stand-in here, except
+    where the workload itself is tested."""
+    if request.node.name != "test_calibration_workload_is_real_work":
+        from scheduler_engine import bench
+
+        monkeypatch.setattr(bench, "calibration_seconds", lambda: {"wall": 0.5, "cpu": 0.4})
+
+
 def test_generated_cluster_shape():
     snap = generate(nodes=64, jobs=400, queues=40, seed=3)
     assert set(np.asarray(snap.nodes.gpus).tolist()) == {8}
@@ -132,6 +142,32 @@ def test_target_summary_and_exit_status(capsys):
     assert cli.main([*base, "--target-seconds", "1e-9", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["target"]["seconds_ok"] is False and out["target"]["memory_ok"] is True
+
+
+def test_calibration_is_timed_in_the_same_run_and_targets_can_be_ratios(capsys):
+    """The shared machine's speed varies: the report carries the calibration workload and the cycle's
+    ratio to it, and ``--target-ratio R`` checks the cycle against R times that workload."""
+    rep = run_bench(nodes=12, jobs=40, queues=9, actions=("allocate",))
+    assert rep["calibration"] == {"wall": 0.5, "cpu": 0.4}
+    assert rep["ratio"]["wall"] == rep["timings"]["total"] / 0.5
+    assert rep["ratio"]["cpu"] == rep["timings"]["total_cpu"] / 0.4 > 0
+    assert "calibration" not in run_bench(nodes=12, jobs=40, queues=9, actions=("allocate",), calibrate=False)
+    base = ["bench", "--nodes", "12", "--jobs", "40", "--queues", "9", "--actions", "allocate", "--target"]
+    assert cli.main([*base, "--target-ratio", "1000"]) == 0
+    text = capsys.readouterr().out
+    assert "full cycle / calibration" in text and "= 1000 x calibration" in text
+    assert cli.main([*base, "--target-ratio", "1e-12", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["target"]["target_seconds"] == 1e-12 * 0.5 and out["target"]["seconds_ok"] is False
+    assert cli.main([*base, "--target-ratio", "2", "--no-calibration"]) == 2
+    assert cli.main([*base, "--target-ratio", "-1"]) == 2
+
+
+def test_calibration_workload_is_real_work():
+    from scheduler_engine.bench import calibration_seconds
+
+    cal = calibration_seconds()
+    assert 0.05 < cal["cpu"] < 60 and cal["wall"] >= cal["cpu"] * 0.5
 
 
 def test_decision_digest_is_stable_and_tells_decisions_apart(capsys):
