@@ -69,6 +69,14 @@ def compare(result: CycleResult, expect: dict | None) -> list[str]:
             if nodes != [e["node"]]:
                 got = ", ".join(nodes) if nodes else "none"
                 out.append(f"job {name}: node expected {e['node']}, got {got}")
+        for sg, want in (e.get("subGroups") or {}).items():
+            have = (job.get("subGroups") or {}).get(sg)
+            if have is None:
+                out.append(f"job {name}: subgroup {sg} not in the result")
+                continue
+            for key in ("placed", "satisfied"):
+                if key in want and want[key] != have[key]:
+                    out.append(f"job {name}: subgroup {sg} {key} expected {_fmt(want[key])}, got {_fmt(have[key])}")
     for name, e in (expect.get("tasks") or {}).items():
         task = result.tasks.get(name)
         if task is None:
@@ -78,6 +86,10 @@ def compare(result: CycleResult, expect: dict | None) -> list[str]:
             out.append(f"task {name}: status expected {e['status']}, got {task['status']}")
         if e.get("node") is not None and e["node"] != task["node"]:
             out.append(f"task {name}: node expected {e['node']}, got {_fmt(task['node'])}")
+        for cls, want in (e.get("devices") or {}).items():
+            have = (task.get("devices") or {}).get(cls, [])
+            if sorted(want) != sorted(have):
+                out.append(f"task {name}: devices.{cls} expected {sorted(want)}, got {sorted(have)}")
     for name, e in (expect.get("queues") or {}).items():
         queue = result.queues.get(name)
         if queue is None:

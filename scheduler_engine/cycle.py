@@ -67,7 +67,7 @@ def observe(snapshot: Snapshot) -> CycleResult:
 def rewrite_snapshot(snapshot: Snapshot, state) -> Snapshot:
     """The snapshot the next round starts from (scenario-format "Rounds").
 
-    Binding -> Running on the same node with its gpuGroups; Pipelined and Releasing -> Pending with
+    Binding -> Running on the same node with its gpuGroups (and its claimed devices); Pipelined and Releasing -> Pending with
     no node (the pod is recreated); everything else unchanged; a job that gained a Running task
     counts as started 1 minute ago.
     """
@@ -85,10 +85,19 @@ def rewrite_snapshot(snapshot: Snapshot, state) -> Snapshot:
         groups[t] = list(state.task_gpu_groups[t])
     for t in np.flatnonzero(to_pending):
         groups[t] = []
+    pins = list(tasks.devices)
+    held = getattr(state, "task_dra", None)
+    if held is not None and snapshot.device_classes.names:
+        for t in np.flatnonzero(bind).tolist():
+            if held[t]:
+                pins[t] = {c: list(v) for c, v in held[t].items()}
+        for t in np.flatnonzero(to_pending).tolist():
+            pins[t] = None
     started = np.asarray(jobs.started_minutes_ago, dtype=np.float64).copy()
     if bind.any():
         started[np.unique(np.asarray(tasks.job)[bind])] = 1.0
-    new_tasks = dataclasses.replace(tasks, state=new_state, node=new_node, gpu_groups=groups, index=tasks.index)
+    new_tasks = dataclasses.replace(tasks, state=new_state, node=new_node, gpu_groups=groups, index=tasks.index,
+                                    devices=pins)
     new_jobs = dataclasses.replace(jobs, started_minutes_ago=started, index=jobs.index)
     return dataclasses.replace(snapshot, tasks=new_tasks, jobs=new_jobs)
 

@@ -39,10 +39,12 @@ from .snapshot import (
     RESOURCES,
     UNLIMITED,
     Config,
+    DeviceClasses,
     Jobs,
     Nodes,
     Queues,
     Snapshot,
+    SubGroups,
     TaskState,
     Tasks,
 )
@@ -84,8 +86,11 @@ MAX_CONSOLIDATION_PREEMPTEES = 1_000_000
 MAX_SCENARIO_SEARCH_BUDGET = 100_000_000
 MAX_GPU_MEMORY_MIB = 2**40
 MAX_PROBLEMS_SHOWN = 200
+MAX_DEVICE_CLASSES = 1_000
+MAX_DEVICES_PER_NODE = 1_000_000
+MAX_SUBGROUPS_PER_JOB = 10_000
 
-_TOP_KEYS = ("name", "config", "nodes", "queues", "jobs", "usage", "expect", "simulation")
+_TOP_KEYS = ("name", "config", "deviceClasses", "nodes", "queues", "jobs", "usage", "expect", "simulation")
 _CONFIG_KEYS = (
     "actions",
     "placement",
@@ -101,7 +106,10 @@ _CONFIG_KEYS = (
     "maxConsolidationPreemptees",
     "scenarioSearchBudget",
 )
-_NODE_KEYS = ("name", "gpus", "gpuMemory", "cpu", "memory", "labels", "unschedulable", "ready", "reservedByOthers")
+_NODE_KEYS = ("name", "gpus", "gpuMemory", "cpu", "memory", "labels", "unschedulable", "ready", "reservedByOthers",
+              "devices")
+_DEVICE_CLASS_KEYS = ("name", "countsAs")
+_COUNTS_AS = ("gpu",)
 _QUEUE_KEYS = (
     "name",
     "parent",
@@ -127,10 +135,17 @@ _JOB_KEYS = (
     "tasks",
     "replicas",
     "task",
+    "subGroups",
+    "minSubGroups",
 )
-_TASK_KEYS = ("name", "gpu", "gpuMemory", "cpu", "memory", "state", "priority", "node", "gpuGroups", "nodeSelector")
+_SUBGROUP_KEYS = ("name", "parent", "minAvailable", "minSubGroups", "topology")
+_TASK_KEYS = ("name", "gpu", "gpuMemory", "cpu", "memory", "state", "priority", "node", "gpuGroups", "nodeSelector",
+              "subGroup", "claims", "devices")
+_CLAIM_KEYS = ("deviceClass", "count")
 _EXPECT_KEYS = ("jobs", "tasks", "queues", "nodes")
-_EXPECT_JOB_KEYS = ("status", "node")
+_EXPECT_JOB_KEYS = ("status", "node", "subGroups")
+_EXPECT_TASK_KEYS = ("status", "node", "devices")
+_EXPECT_SUBGROUP_KEYS = ("placed", "satisfied")
 _EXPECT_QUEUE_KEYS = ("fairShare", "allocated")
 _EXPECT_NODE_KEYS = ("idleGpus", "releasingGpus")
 _SIM_KEYS = ("cycles", "cycleSeconds", "windowSize", "windowType", "halfLifePeriod", "arrivals")
@@ -268,7 +283,12 @@ class _Validator:
         self.problems: list[tuple[str, str]] = []
         # names declared in the file, valid or not: a reference to an invalid object is not also
         # reported as "unknown" (its own problem already is)
-        self.declared: dict[str, set[str]] = {"node": set(), "queue": set(), "job": set(), "task": set()}
+        self.declared: dict[str, set[str]] = {"node": set(), "queue": set(), "job": set(), "task": set(),
+                                              "deviceClass": set()}
+        # device classes of the scenario (``deviceClasses``): nodes offer them, tasks claim them
+        self.dclasses: DeviceClasses = DeviceClasses()
+        # every job's subgroups, built by jobs() beside the Jobs / Tasks tables
+        self.sub_groups: SubGroups = SubGroups()
 
     # ---- primitives -----------------------------------------------------------------------------
 
@@ -390,6 +410,7 @@ class _Validator:
             name = str(name)
 
         config = self.config(data.get("config"))
+        self.dclasses = dclasses = self.device_classes(data.get("deviceClasses"))
         nodes = self.nodes(data.get("nodes"))
         queues = self.queues(data.get("queues"))
         jobs, tasks = self.jobs(data.get("jobs"), nodes, queues)
@@ -411,6 +432,8 @@ class _Validator:
             usage=usage,
             expect=copy.deepcopy(expect) if expect is not None else None,
             source=_jsonable(data),
+            sub_groups=self.sub_groups,
+            device_classes=dclasses,
         )
 
     def config(self, c: Any) -> Config:
@@ -509,6 +532,68 @@ class _Validator:
             dt = dt.replace(tzinfo=timezone.utc)
         return dt.astimezone(timezone.utc)
 
+    # ---- device classes (dynamic resource allocation) --------------------------------------------
+
+    def device_classes(self, raw: Any) -> DeviceClasses:
+        """``deviceClasses``: named classes of devices nodes offer and tasks claim. ``countsAs: gpu``
+        (or, without ``countsAs``, a name containing "gpu" in any case, KAI ``IsGPUDeviceClass``)
+        makes a claimed device count as one GPU in quota, fair share and node capacity."""
+        names: list[str] = []
+        as_gpu: list[bool] = []
+        seen: dict[str, int] = {}
+        items = [] if raw is None else self.list_(raw, "deviceClasses")
+        if items is _BAD:
+            items = []
+        if len(items) > MAX_DEVICE_CLASSES:
+            self.err("deviceClasses", f"too many device classes: {len(items)} (at most {MAX_DEVICE_CLASSES})")
+            items = []
+        for i, c in enumerate(items):
+            p = f"deviceClasses[{i}]"
+            if self.mapping(c, p, _DEVICE_CLASS_KEYS) is _BAD:
+                continue
+            name = self.string(c.get("name"), f"{p}.name") if "name" in c else self.err(f"{p}.name", "is required")
+            if isinstance(name, str):
+                self.declared["deviceClass"].add(name)
+            if name is not _BAD:
+                if name in seen:
+                    self.err(f"{p}.name", f"duplicate device class name {name!r} (also deviceClasses[{seen[name]}])")
+                    name = _BAD
+                else:
+                    seen[name] = i
+            counts = c.get("countsAs")
+            if counts is not None:
+                counts = self.choice(counts, f"{p}.countsAs", _COUNTS_AS)
+            if _BAD in (name, counts):
+                continue
+            names.append(name)
+            as_gpu.append(counts == "gpu" if counts is not None else "gpu" in name.lower())
+        return DeviceClasses(names=names, counts_as_gpu=np.array(as_gpu, dtype=bool))
+
+    def device_counts(self, x: Any, path: str) -> dict[int, int] | Any:
+        """A node's ``devices``: device class -> number of devices offered (a whole number >= 0)."""
+        if x is None:
+            return {}
+        if self.mapping(x, path, None) is _BAD:
+            return _BAD
+        out: dict[int, int] = {}
+        ok = True
+        for k, val in x.items():
+            if not isinstance(k, str):
+                ok = False
+                continue
+            kp = _join(path, k)
+            if k not in self.dclasses.index:
+                if k not in self.declared["deviceClass"]:
+                    self.err(kp, f"unknown device class {k!r} (declare it in deviceClasses)")
+                ok = False
+                continue
+            n = self.integer(val, kp, minimum=0, maximum=MAX_DEVICES_PER_NODE)
+            if n is _BAD:
+                ok = False
+                continue
+            out[self.dclasses.index[k]] = n
+        return out if ok else _BAD
+
     # ---- nodes ----------------------------------------------------------------------------------
 
     def nodes(self, raw: Any) -> Nodes:
@@ -520,6 +605,7 @@ class _Validator:
         labels: list[dict[str, str]] = []
         unsched: list[bool] = []
         ready: list[bool] = []
+        devices: list[dict[int, int]] = []
         seen: dict[str, int] = {}
         items = [] if raw is None else self.list_(raw, "nodes")
         if items is _BAD:
@@ -552,9 +638,11 @@ class _Validator:
                     if res in r:
                         val = self.resource(r[res], f"{p}.reservedByOthers.{res}", res)
                         rsv[k] = 0.0 if val is _BAD else val
-            if _BAD in (name, g, gm, cpu, mem, lab, us, rd):
+            dv = self.device_counts(n.get("devices"), f"{p}.devices")
+            if _BAD in (name, g, gm, cpu, mem, lab, us, rd, dv):
                 continue
             names.append(name)
+            devices.append(dv)
             cap.append([float(g), cpu, mem])
             reserved.append(rsv)
             gpus.append(g)
@@ -571,6 +659,7 @@ class _Validator:
             labels=labels,
             unschedulable=np.array(unsched, dtype=bool),
             ready=np.array(ready, dtype=bool),
+            devices=_count_matrix(devices, len(self.dclasses)),
         )
 
     # ---- queues ---------------------------------------------------------------------------------
@@ -733,6 +822,10 @@ class _Validator:
         j_topo_p: list[str | None] = []
         j_start: list[int] = []
         j_count: list[int] = []
+        j_sg_start: list[int] = []
+        j_sg_count: list[int] = []
+        j_min_sg: list[int] = []
+        sg = _SubGroupColumns()
         t = _TaskColumns()
         job_seen: dict[str, int] = {}
         task_seen: dict[str, str] = {}
@@ -773,34 +866,41 @@ class _Validator:
             stale = self.duration(job.get("staleFor"), f"{p}.staleFor")
             grace = self.duration(job.get("stalenessGracePeriod"), f"{p}.stalenessGracePeriod", allow_negative=True)
             delay = self.duration(job.get("preemptionDelay"), f"{p}.preemptionDelay")
-            topo_r: Any = None
-            topo_p: Any = None
-            topo = job.get("topology")
-            if topo is not None and self.mapping(topo, f"{p}.topology", ("required", "preferred")) is not _BAD:
-                if topo.get("required") is not None:
-                    topo_r = self.string(topo["required"], f"{p}.topology.required")
-                if topo.get("preferred") is not None:
-                    topo_p = self.string(topo["preferred"], f"{p}.topology.preferred")
-            elif topo is not None:
-                topo_r = _BAD
+            topo_r, topo_p = self.topology(job.get("topology"), f"{p}.topology")
+            spec = self.sub_group_spec(job, p)
             task_list = self.job_tasks(job, p)
             jname = name if name is not _BAD else f"jobs[{i}]"
             n_before = len(t)
             task_ok = True
             for k, (task, tp) in enumerate(task_list):
-                task_ok &= self.task(task, tp, jname, k, nodes, t, task_seen)
+                task_ok &= self.task(task, tp, jname, k, nodes, t, task_seen, spec)
             n_tasks = len(t) - n_before
             if task_list is not None and not task_list:
                 self.err(f"{p}.tasks", "a job needs at least one task")
                 task_ok = False
             ma = job.get("minAvailable")
-            if ma is None:
-                ma = len(task_list)
-            else:
-                ma = self.integer(ma, f"{p}.minAvailable", minimum=1, maximum=MAX_REPLICAS)
-                if ma is not _BAD and task_list and ma > len(task_list):
-                    self.err(f"{p}.minAvailable", f"must be <= the number of tasks ({len(task_list)}), got {ma}")
+            min_sg = -1
+            if spec is not None:
+                if ma is not None:
+                    self.err(f"{p}.minAvailable", "a job with subGroups has no job-level minAvailable: its leaf "
+                                                   "subgroups set minAvailable and the job sets minSubGroups")
                     ma = _BAD
+                elif spec is _BAD or not task_ok:
+                    ma = _BAD
+                else:
+                    ma = self.finish_sub_groups(spec, t.sub_group[n_before:], p)
+                    min_sg = spec.root_min
+            else:
+                if job.get("minSubGroups") is not None:
+                    self.err(f"{p}.minSubGroups", "only a job with subGroups sets minSubGroups")
+                    ma = _BAD
+                elif ma is None:
+                    ma = len(task_list)
+                else:
+                    ma = self.integer(ma, f"{p}.minAvailable", minimum=1, maximum=MAX_REPLICAS)
+                    if ma is not _BAD and task_list and ma > len(task_list):
+                        self.err(f"{p}.minAvailable", f"must be <= the number of tasks ({len(task_list)}), got {ma}")
+                        ma = _BAD
             if len(t) > MAX_TASKS:
                 self.err(f"{p}", f"too many tasks in the scenario (at most {MAX_TASKS})")
                 break
@@ -823,6 +923,16 @@ class _Validator:
             j_topo_p.append(topo_p)
             j_start.append(n_before)
             j_count.append(n_tasks)
+            j_sg_start.append(len(sg))
+            j_min_sg.append(min_sg)
+            if spec is not None:
+                base = len(sg)
+                sg.add(spec, j)
+                sub = t.sub_group
+                for x in range(n_before, n_before + n_tasks):
+                    sub[x] += base  # local leaf index -> global subgroup index
+            j_sg_count.append(len(sg) - j_sg_start[-1])
+        self.sub_groups = sg.build()
         jobs = Jobs(
             names=j_names,
             queue=np.array(j_queue, dtype=np.int64),
@@ -838,8 +948,172 @@ class _Validator:
             topology_preferred=j_topo_p,
             task_start=np.array(j_start, dtype=np.int64),
             task_count=np.array(j_count, dtype=np.int64),
+            sg_start=np.array(j_sg_start, dtype=np.int64),
+            sg_count=np.array(j_sg_count, dtype=np.int64),
+            min_sub_groups=np.array(j_min_sg, dtype=np.int64),
         )
-        return jobs, t.build()
+        return jobs, t.build(len(self.dclasses))
+
+    def topology(self, topo: Any, p: str) -> tuple[Any, Any]:
+        """``topology: {required, preferred}`` -> (required label or None, preferred label or None)."""
+        if topo is None:
+            return None, None
+        if self.mapping(topo, p, ("required", "preferred")) is _BAD:
+            return _BAD, _BAD
+        r = self.string(topo["required"], f"{p}.required") if topo.get("required") is not None else None
+        q = self.string(topo["preferred"], f"{p}.preferred") if topo.get("preferred") is not None else None
+        return r, q
+
+    def sub_group_spec(self, job: dict, p: str) -> "_SubGroupSpec | None | Any":
+        """A job's ``subGroups`` tree (KAI hierarchical PodGroup, ``subgroup_info.FromPodGroup``):
+        ``None`` for a job without subgroups, ``_BAD`` when a problem was recorded.
+
+        Checked here: names (unique in the job), parents (known, no cycle), ``minAvailable`` only
+        on leaves and ``minSubGroups`` only on subgroups with children (and on the job), both
+        whole numbers in range; the task counts per leaf are checked by :meth:`finish_sub_groups`.
+        """
+        raw = job.get("subGroups")
+        if raw is None or (isinstance(raw, list) and not raw):
+            return None
+        sp = f"{p}.subGroups"
+        if self.list_(raw, sp) is _BAD:
+            return _BAD
+        if len(raw) > MAX_SUBGROUPS_PER_JOB:
+            return self.err(sp, f"too many subgroups: {len(raw)} (at most {MAX_SUBGROUPS_PER_JOB})")
+        spec = _SubGroupSpec()
+        ok = True
+        seen: dict[str, int] = {}
+        parents: list[tuple[Any, str]] = []
+        for i, g in enumerate(raw):
+            gp = f"{sp}[{i}]"
+            if self.mapping(g, gp, _SUBGROUP_KEYS) is _BAD:
+                ok = False
+                continue
+            name = self.string(g.get("name"), f"{gp}.name") if "name" in g else self.err(f"{gp}.name", "is required")
+            if name is not _BAD:
+                if name in seen:
+                    self.err(f"{gp}.name", f"duplicate subgroup name {name!r} (also {sp}[{seen[name]}])")
+                    name = _BAD
+                else:
+                    seen[name] = i
+            par = g.get("parent")
+            if par is not None:
+                par = self.string(par, f"{gp}.parent")
+            ma = g.get("minAvailable")
+            if ma is not None:
+                ma = self.integer(ma, f"{gp}.minAvailable", minimum=0, maximum=MAX_REPLICAS)
+            msg = g.get("minSubGroups")
+            if msg is not None:
+                msg = self.integer(msg, f"{gp}.minSubGroups", minimum=1, maximum=MAX_SUBGROUPS_PER_JOB)
+            tr, tq = self.topology(g.get("topology"), f"{gp}.topology")
+            if _BAD in (name, par, ma, msg, tr, tq):
+                ok = False
+                continue
+            spec.names.append(name)
+            spec.paths.append(gp)
+            spec.min_available.append(ma)
+            spec.min_sub_groups.append(msg)
+            spec.topo_r.append(tr)
+            spec.topo_p.append(tq)
+            parents.append((par, f"{gp}.parent"))
+        if not ok:
+            return _BAD
+        index = {n: i for i, n in enumerate(spec.names)}
+        spec.index = index
+        spec.parent = [-1] * len(spec.names)
+        for i, (par, path) in enumerate(parents):
+            if par is None:
+                continue
+            if par == spec.names[i]:
+                self.err(path, "a subgroup cannot be its own parent")
+                ok = False
+            elif par not in index:
+                self.err(path, f"unknown parent subgroup {par!r}")
+                ok = False
+            else:
+                spec.parent[i] = index[par]
+        if not ok:
+            return _BAD
+        # cycles: walk up from every subgroup, at most S steps
+        reported: set[int] = set()
+        for i in range(len(spec.names)):
+            chain = [i]
+            x = spec.parent[i]
+            while x >= 0 and x not in chain:
+                chain.append(x)
+                x = spec.parent[x]
+            if x >= 0:
+                cyc = chain[chain.index(x):]
+                if not reported.intersection(cyc):
+                    reported.update(cyc)
+                    ring = " -> ".join(spec.names[c] for c in cyc + [x])
+                    self.err(parents[x][1], f"cycle in the subgroup tree: {ring}")
+                ok = False
+        if not ok:
+            return _BAD
+        spec.children = [[] for _ in spec.names]
+        spec.top = []
+        for i, par in enumerate(spec.parent):
+            (spec.children[par] if par >= 0 else spec.top).append(i)
+        for i in range(len(spec.names)):
+            gp = spec.paths[i]
+            if spec.children[i]:
+                if spec.min_available[i] is not None:
+                    self.err(f"{gp}.minAvailable", f"subgroup {spec.names[i]!r} has child subgroups: it sets "
+                                                   "minSubGroups (how many children must be satisfied), not minAvailable")
+                    ok = False
+                m = spec.min_sub_groups[i]
+                if m is not None and m > len(spec.children[i]):
+                    self.err(f"{gp}.minSubGroups", f"must be <= the number of direct child subgroups "
+                                                   f"({len(spec.children[i])}), got {m}")
+                    ok = False
+            elif spec.min_sub_groups[i] is not None:
+                self.err(f"{gp}.minSubGroups", f"subgroup {spec.names[i]!r} is a leaf (no child subgroups): it sets "
+                                               "minAvailable (how many of its tasks must be placed), not minSubGroups")
+                ok = False
+        root = job.get("minSubGroups")
+        if root is not None:
+            root = self.integer(root, f"{p}.minSubGroups", minimum=1, maximum=MAX_SUBGROUPS_PER_JOB)
+            if root is _BAD:
+                ok = False
+            elif root > len(spec.top):
+                self.err(f"{p}.minSubGroups", f"must be <= the number of top-level subgroups ({len(spec.top)}), "
+                                              f"got {root}")
+                ok = False
+        spec.root_min = -1 if root is None or root is _BAD else root
+        return spec if ok else _BAD
+
+    def finish_sub_groups(self, spec: "_SubGroupSpec", leaf_of_task: list[int], p: str) -> int | Any:
+        """Leaf ``minAvailable`` against the leaf's tasks (default: all of them), and the job's
+        derived gang size: the fewest tasks that satisfy the root (used where a single number is
+        wanted: messages, victims' core). ``_BAD`` on a problem."""
+        counts = [0] * len(spec.names)
+        for x in leaf_of_task:
+            counts[x] += 1
+        ok = True
+        for i in range(len(spec.names)):
+            if spec.children[i]:
+                continue
+            m = spec.min_available[i]
+            if m is None:
+                spec.min_available[i] = counts[i]
+            elif m > counts[i]:
+                self.err(f"{spec.paths[i]}.minAvailable", f"must be <= the number of tasks in subgroup "
+                                                          f"{spec.names[i]!r} ({counts[i]}), got {m}")
+                ok = False
+        if not ok:
+            return _BAD
+
+        def need(kids: list[int], k: int) -> int:
+            own = sorted(least(c) for c in kids)
+            return sum(own[:len(kids) if k < 0 else k])
+
+        def least(i: int) -> int:
+            if not spec.children[i]:
+                return int(spec.min_available[i])
+            return need(spec.children[i], spec.min_sub_groups[i] if spec.min_sub_groups[i] is not None else -1)
+
+        return need(spec.top, spec.root_min)
 
     def job_tasks(self, job: dict, p: str) -> list[tuple[Any, str]]:
         """The job's task dicts with their paths, expanding ``replicas`` + ``task``."""
@@ -873,7 +1147,7 @@ class _Validator:
         return []
 
     def task(self, task: Any, p: str, jname: str, k: int, nodes: Nodes, t: "_TaskColumns",
-             task_seen: dict[str, str]) -> bool:
+             task_seen: dict[str, str], spec: Any = None) -> bool:
         tmpl = p.endswith(".task")  # a `replicas` template, already checked as a mapping
         if not tmpl and self.mapping(task, p, _TASK_KEYS) is _BAD:
             return False
@@ -936,13 +1210,130 @@ class _Validator:
                     if groups and node == -1:
                         groups = self.err(f"{p}.gpuGroups", "only a task on a node has gpuGroups")
         sel = self.str_map(task.get("nodeSelector"), f"{p}.nodeSelector")
+        sgi = self.task_sub_group(task.get("subGroup"), f"{p}.subGroup", spec)
+        claims = self.claims(task.get("claims"), f"{p}.claims",
+                             gpu_task=(gpu is not _BAD and gpu > 0) or (gm is not _BAD and gm > 0))
+        pins = self.device_pins(task.get("devices"), f"{p}.devices", claims, node, nodes)
         if tmpl and k > 0 and len(self.problems) > probs_before:
             # replicas of a bad template: the first replica already reported the same problems
             del self.problems[probs_before:]
-        if len(self.problems) > n_problems or _BAD in (name, gpu, gm, cpu, mem, state, prio, node, groups, sel):
+        if len(self.problems) > n_problems or _BAD in (name, gpu, gm, cpu, mem, state, prio, node, groups, sel, sgi,
+                                                       claims, pins):
             return False
-        t.add(name, [gpu, cpu, mem], gm, TaskState.parse(state), prio, node, groups, sel)
+        t.add(name, [gpu, cpu, mem], gm, TaskState.parse(state), prio, node, groups, sel, sgi, claims, pins)
         return True
+
+    def task_sub_group(self, x: Any, p: str, spec: Any) -> int | Any:
+        """A task's ``subGroup``: the local index of a leaf subgroup of its job (-1: no subgroups)."""
+        if spec is None:
+            if x is not None:
+                return self.err(p, "the job has no subGroups")
+            return -1
+        if spec is _BAD:
+            return -1  # the job's subGroups problem is already reported
+        if x is None:
+            return self.err(p, "is required: the job has subGroups, so every task names one leaf subgroup")
+        name = self.string(x, p)
+        if name is _BAD:
+            return _BAD
+        i = spec.index.get(name)
+        if i is None:
+            return self.err(p, f"unknown subgroup {name!r}")
+        if spec.children[i]:
+            return self.err(p, f"subgroup {name!r} has child subgroups; tasks belong to leaf subgroups")
+        return i
+
+    def claims(self, x: Any, p: str, *, gpu_task: bool) -> dict[int, int] | Any:
+        """A task's ``claims`` (ResourceClaims): ``[{deviceClass, count}]`` -> {class index: devices}.
+
+        All-or-nothing per task at placement; a class that counts as gpu cannot be claimed by a task
+        that also requests GPUs classically (``gpu`` / ``gpuMemory``)."""
+        if x is None:
+            return {}
+        if self.list_(x, p) is _BAD:
+            return _BAD
+        out: dict[int, int] = {}
+        ok = True
+        for i, c in enumerate(x):
+            cp = f"{p}[{i}]"
+            if self.mapping(c, cp, _CLAIM_KEYS) is _BAD:
+                ok = False
+                continue
+            if c.get("deviceClass") is None:
+                self.err(f"{cp}.deviceClass", "is required")
+                ok = False
+                continue
+            name = self.string(c["deviceClass"], f"{cp}.deviceClass")
+            n = self.integer(_opt(c, "count", 1), f"{cp}.count", minimum=1, maximum=MAX_DEVICES_PER_NODE)
+            if name is _BAD or n is _BAD:
+                ok = False
+                continue
+            ci = self.dclasses.index.get(name)
+            if ci is None:
+                if name not in self.declared["deviceClass"]:
+                    self.err(f"{cp}.deviceClass", f"unknown device class {name!r} (declare it in deviceClasses)")
+                ok = False
+                continue
+            if gpu_task and self.dclasses.counts_as_gpu[ci]:
+                self.err(f"{cp}.deviceClass", f"device class {name!r} counts as gpu: a task requests GPUs either with "
+                                              "gpu / gpuMemory or with claims of a gpu class, not both")
+                ok = False
+                continue
+            out[ci] = out.get(ci, 0) + n
+        return out if ok else _BAD
+
+    def device_pins(self, x: Any, p: str, claims: Any, node: Any, nodes: Nodes) -> dict[int, list[int]] | None | Any:
+        """``devices: {class: [index, ...]}`` of a task on a node: which of the node's devices its
+        claims hold (as ``gpuGroups`` pin shared GPUs). One index per claimed device, distinct, each
+        below the node's number of devices of that class."""
+        if x is None:
+            return None
+        if self.mapping(x, p, None) is _BAD:
+            return _BAD
+        if node is _BAD or claims is _BAD:
+            return _BAD
+        if node == -1:
+            return self.err(p, "only a task on a node holds devices")
+        out: dict[int, list[int]] = {}
+        ok = True
+        for k, v in x.items():
+            if not isinstance(k, str):
+                ok = False
+                continue
+            kp = _join(p, k)
+            ci = self.dclasses.index.get(k)
+            if ci is None:
+                if k not in self.declared["deviceClass"]:
+                    self.err(kp, f"unknown device class {k!r} (declare it in deviceClasses)")
+                ok = False
+                continue
+            if ci not in claims:
+                self.err(kp, f"the task claims no {k} devices")
+                ok = False
+                continue
+            if self.list_(v, kp) is _BAD:
+                ok = False
+                continue
+            have = int(nodes.devices[node, ci]) if nodes.devices.shape[1] > ci else 0
+            idx: list[int] = []
+            for di, d in enumerate(v):
+                d = self.integer(d, f"{kp}[{di}]", minimum=0)
+                if d is _BAD:
+                    ok = False
+                elif d >= have:
+                    self.err(f"{kp}[{di}]", f"node {nodes.names[node]} has {have} {k} devices (indices 0..{have - 1}), "
+                                            f"got {d}")
+                    ok = False
+                elif d in idx:
+                    self.err(f"{kp}[{di}]", f"device {d} is listed twice")
+                    ok = False
+                else:
+                    idx.append(d)
+            if ok and len(idx) != claims[ci]:
+                self.err(kp, f"the task claims {claims[ci]} {k} devices, {len(idx)} listed")
+                ok = False
+            out[ci] = idx
+        return out if ok else _BAD
 
     # ---- usage, expect, simulation --------------------------------------------------------------
 
@@ -986,7 +1377,7 @@ class _Validator:
                     if name not in self.declared[what]:
                         self.err(p, f"unknown {what} {name!r}")
                     continue
-                if self.mapping(e, p, _EXPECT_JOB_KEYS) is _BAD:
+                if self.mapping(e, p, _EXPECT_JOB_KEYS if what == "job" else _EXPECT_TASK_KEYS) is _BAD:
                     continue
                 if "status" in e:
                     self.choice(e["status"], f"{p}.status", JOB_STATUS_LABELS if what == "job" else STATUS_LABELS)
@@ -994,6 +1385,10 @@ class _Validator:
                     nn = self.string(e["node"], f"{p}.node")
                     if nn is not _BAD and nn not in self.declared["node"]:
                         self.err(f"{p}.node", f"unknown node {nn!r}")
+                if what == "job" and e.get("subGroups") is not None:
+                    self.expect_sub_groups(e["subGroups"], f"{p}.subGroups", jobs, jobs.index[name])
+                if what == "task" and e.get("devices") is not None:
+                    self.expect_devices(e["devices"], f"{p}.devices")
         block = raw.get("queues")
         if block is not None and self.mapping(block, "expect.queues", None) is not _BAD:
             for name, e in block.items():
@@ -1030,6 +1425,43 @@ class _Validator:
                 for key in _EXPECT_NODE_KEYS:
                     if key in e:
                         self.number(e[key], f"{p}.{key}", maximum=float(MAX_GPUS_PER_NODE))
+
+    def expect_sub_groups(self, raw: Any, p: str, jobs: Jobs, j: int) -> None:
+        """``expect.jobs.<job>.subGroups``: subgroup -> ``{placed: N, satisfied: bool}``."""
+        if self.mapping(raw, p, None) is _BAD:
+            return
+        sg = self.sub_groups
+        a = int(jobs.sg_start[j])
+        names = set(sg.names[a:a + int(jobs.sg_count[j])])
+        for name, e in raw.items():
+            if not isinstance(name, str):
+                continue
+            ep = _join(p, name)
+            if name not in names:
+                self.err(ep, f"unknown subgroup {name!r} of the job")
+                continue
+            if self.mapping(e, ep, _EXPECT_SUBGROUP_KEYS) is _BAD:
+                continue
+            if "placed" in e:
+                self.integer(e["placed"], f"{ep}.placed", minimum=0)
+            if "satisfied" in e:
+                self.boolean(e["satisfied"], f"{ep}.satisfied")
+
+    def expect_devices(self, raw: Any, p: str) -> None:
+        """``expect.tasks.<task>.devices``: device class -> device indices on the task's node."""
+        if self.mapping(raw, p, None) is _BAD:
+            return
+        for name, v in raw.items():
+            if not isinstance(name, str):
+                continue
+            ep = _join(p, name)
+            if name not in self.dclasses.index:
+                self.err(ep, f"unknown device class {name!r}")
+                continue
+            if self.list_(v, ep) is _BAD:
+                continue
+            for i, d in enumerate(v):
+                self.integer(d, f"{ep}[{i}]", minimum=0)
 
     def simulation(self, raw: Any, queues: Queues) -> None:
         """Validated here so every scenario error is reported at load time; ``simulate`` reads
@@ -1106,11 +1538,14 @@ class _TaskColumns:
         self.node: list[int] = []
         self.gpu_groups: list[list[str]] = []
         self.node_selector: list[dict[str, str]] = []
+        self.sub_group: list[int] = []
+        self.claims: list[dict[int, int]] = []
+        self.devices: list[dict[int, list[int]] | None] = []
 
     def __len__(self) -> int:
         return len(self.names)
 
-    def add(self, name, request, gm, state, prio, node, groups, sel) -> None:
+    def add(self, name, request, gm, state, prio, node, groups, sel, sub_group=-1, claims=None, devices=None) -> None:
         self.names.append(name)
         self.request.append(request)
         self.gpu_memory.append(gm)
@@ -1119,12 +1554,16 @@ class _TaskColumns:
         self.node.append(node)
         self.gpu_groups.append(groups)
         self.node_selector.append(sel)
+        self.sub_group.append(sub_group)
+        self.claims.append(claims or {})
+        self.devices.append(devices)
 
     def truncate(self, n: int) -> None:
-        for attr in ("names", "request", "gpu_memory", "state", "priority", "node", "gpu_groups", "node_selector"):
+        for attr in ("names", "request", "gpu_memory", "state", "priority", "node", "gpu_groups", "node_selector",
+                     "sub_group", "claims", "devices"):
             del getattr(self, attr)[n:]
 
-    def build(self) -> Tasks:
+    def build(self, n_classes: int = 0) -> Tasks:
         return Tasks(
             names=self.names,
             job=np.array(self.job, dtype=np.int64),
@@ -1135,7 +1574,76 @@ class _TaskColumns:
             node=np.array(self.node, dtype=np.int64),
             gpu_groups=self.gpu_groups,
             node_selector=self.node_selector,
+            sub_group=np.array(self.sub_group, dtype=np.int64),
+            claims=_count_matrix(self.claims, n_classes),
+            devices=self.devices,
         )
+
+
+class _SubGroupSpec:
+    """One job's subgroups while they are validated (local indices; -1 = the job root)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.paths: list[str] = []
+        self.index: dict[str, int] = {}
+        self.parent: list[int] = []
+        self.children: list[list[int]] = []
+        self.top: list[int] = []
+        self.min_available: list[Any] = []
+        self.min_sub_groups: list[Any] = []
+        self.topo_r: list[str | None] = []
+        self.topo_p: list[str | None] = []
+        self.root_min = -1
+
+
+class _SubGroupColumns:
+    """Growing per-subgroup columns of every job, turned into :class:`SubGroups` at the end."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.job: list[int] = []
+        self.parent: list[int] = []
+        self.min_available: list[int] = []
+        self.min_sub_groups: list[int] = []
+        self.topo_r: list[str | None] = []
+        self.topo_p: list[str | None] = []
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def add(self, spec: _SubGroupSpec, j: int) -> None:
+        base = len(self.names)
+        for i, name in enumerate(spec.names):
+            leaf = not spec.children[i]
+            self.names.append(name)
+            self.job.append(j)
+            self.parent.append(spec.parent[i] + base if spec.parent[i] >= 0 else -1)
+            self.min_available.append(int(spec.min_available[i]) if leaf else -1)
+            m = spec.min_sub_groups[i]
+            self.min_sub_groups.append(-1 if leaf or m is None else int(m))
+            self.topo_r.append(spec.topo_r[i])
+            self.topo_p.append(spec.topo_p[i])
+
+    def build(self) -> SubGroups:
+        return SubGroups(
+            names=self.names,
+            job=np.array(self.job, dtype=np.int64),
+            parent=np.array(self.parent, dtype=np.int64),
+            min_available=np.array(self.min_available, dtype=np.int64),
+            min_sub_groups=np.array(self.min_sub_groups, dtype=np.int64),
+            topology_required=self.topo_r,
+            topology_preferred=self.topo_p,
+        )
+
+
+def _count_matrix(rows: list[dict[int, int]], width: int) -> np.ndarray:
+    """Per-row ``{column: count}`` dicts as an (n, width) int array."""
+    out = np.zeros((len(rows), width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        for c, n in row.items():
+            out[i, c] = n
+    return out
 
 
 def _opt(d: dict, key: str, default: Any) -> Any:
@@ -1216,6 +1724,8 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict:
     if cfg.now is not None:
         config["now"] = _jsonable(cfg.now)
     nd = snapshot.nodes
+    dcs = snapshot.device_classes
+    dc_names = list(dcs.names)
     nodes = []
     for i, name in enumerate(nd.names):
         nodes.append({
@@ -1233,6 +1743,9 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict:
                 "memory": format_memory(nd.reserved[i, 2]),
             },
         })
+        if dc_names:
+            row = nd.devices[i]
+            nodes[-1]["devices"] = {dc_names[c]: int(row[c]) for c in range(len(dc_names)) if row[c]}
     qs = snapshot.queues
     queues = []
     for i, name in enumerate(qs.names):
@@ -1254,6 +1767,7 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict:
             "preemptMinRuntime": _opt_duration(qs.preempt_min_runtime[i]),
         })
     js, ts = snapshot.jobs, snapshot.tasks
+    sg = snapshot.sub_groups
     jobs = []
     for j, name in enumerate(js.names):
         tasks = []
@@ -1274,6 +1788,16 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict:
                 "gpuGroups": list(ts.gpu_groups[t]),
                 "nodeSelector": dict(ts.node_selector[t]),
             })
+            if ts.sub_group[t] >= 0:
+                tasks[-1]["subGroup"] = sg.names[int(ts.sub_group[t])]
+            if dc_names:
+                row = ts.claims[t]
+                cl = [{"deviceClass": dc_names[c], "count": int(row[c])} for c in range(len(dc_names)) if row[c]]
+                if cl:
+                    tasks[-1]["claims"] = cl
+                pins = ts.devices[t]
+                if pins:
+                    tasks[-1]["devices"] = {dc_names[c]: list(v) for c, v in pins.items()}
         jobs.append({
             "name": name,
             "queue": qs.names[int(js.queue[j])],
@@ -1288,7 +1812,27 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict:
             "topology": {"required": js.topology_required[j], "preferred": js.topology_preferred[j]},
             "tasks": tasks,
         })
+        a, c = int(js.sg_start[j]), int(js.sg_count[j])
+        if c:
+            del jobs[-1]["minAvailable"]
+            m = int(js.min_sub_groups[j])
+            jobs[-1]["minSubGroups"] = m if m >= 0 else None
+            groups = []
+            for g in range(a, a + c):
+                par = int(sg.parent[g])
+                row: dict[str, Any] = {"name": sg.names[g], "parent": sg.names[par] if par >= 0 else None}
+                if int(sg.min_available[g]) >= 0:
+                    row["minAvailable"] = int(sg.min_available[g])
+                else:
+                    ms = int(sg.min_sub_groups[g])
+                    row["minSubGroups"] = ms if ms >= 0 else None
+                row["topology"] = {"required": sg.topology_required[g], "preferred": sg.topology_preferred[g]}
+                groups.append(row)
+            jobs[-1]["subGroups"] = groups
     out: dict[str, Any] = {"name": snapshot.name, "config": config, "nodes": nodes, "queues": queues, "jobs": jobs}
+    if dc_names:
+        out["deviceClasses"] = [{"name": n, **({"countsAs": "gpu"} if dcs.counts_as_gpu[i] else {})}
+                                for i, n in enumerate(dc_names)]
     usage = {}
     for i, name in enumerate(qs.names):
         per = {res: float(snapshot.usage[i, k]) for k, res in enumerate(RESOURCES) if snapshot.usage[i, k]}
@@ -1320,7 +1864,7 @@ def snapshots_equal(a: Snapshot, b: Snapshot) -> bool:
         return False
     if not _field_equal(a.usage, b.usage):
         return False
-    for part in ("nodes", "queues", "jobs", "tasks"):
+    for part in ("nodes", "queues", "jobs", "tasks", "sub_groups", "device_classes"):
         pa, pb = getattr(a, part), getattr(b, part)
         for f in fields(pa):
             if not _field_equal(getattr(pa, f.name), getattr(pb, f.name)):

@@ -31,6 +31,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from . import subgroups
 from .snapshot import NRES, UNLIMITED, TaskState
 
 _EPS = 1e-9
@@ -172,6 +173,8 @@ def queue_less(state, l: int, r: int, l_req, r_req, victim: bool = False) -> boo
 
 # ---------------------------------------------------------------------------- jobs and tasks
 def elastic_state(state, j: int) -> int:
+    if state._sg_list[j]:
+        return subgroups.elastic_state(state, j)
     act = state.job_num_active(j)
     m = int(state.job_min_available[j])
     return 0 if act < m else (1 if act == m else 2)
@@ -193,9 +196,11 @@ def task_order(state, tasks: Iterable[int]) -> list[int]:
 
 
 def next_tasks_to_allocate(state, j: int) -> list[int]:
-    if state.job_count[j] == 1:  # fast path: single-task job
+    if state.job_count[j] == 1 and not state._sg_list[j]:  # fast path: single-task job
         t = int(state.job_start[j])
         return [t] if state.task_state[t] == _PENDING else []
+    if state._sg_list[j]:
+        return subgroups.tasks_to_allocate(state, j)
     pending = task_order(state, state.job_pending_tasks(j))
     if not pending:
         return []
@@ -349,6 +354,9 @@ class JobQueue:
             act = state.job_num_active_arr[ja]
             mins = state.job_min_available[ja]
             el = np.where(act < mins, 0, np.where(act == mins, 1, 2)).astype(np.int64)
+            if state.any_sg:
+                for i in np.flatnonzero(state.job_has_sg[ja]).tolist():
+                    el[i] = subgroups.elastic_state(state, jobs[i])
             prio = np.asarray(self._prio, dtype=np.int64)[ja]
             if prio.size and int(np.abs(prio).max()) >= 1 << 20:  # int64 could overflow: Python ints
                 keys = np.asarray([self._job_key(j) for j in jobs], dtype=object)
@@ -404,9 +412,12 @@ class JobQueue:
     # -- jobs inside a leaf
     def _job_key(self, j: int) -> int:
         st = self.state
-        act = int(st.job_num_active_arr[j])
-        m = int(st.job_min_available[j])
-        el = 0 if act < m else (1 if act == m else 2)
+        if st._sg_list[j]:
+            el = subgroups.elastic_state(st, j)
+        else:
+            act = int(st.job_num_active_arr[j])
+            m = int(st.job_min_available[j])
+            el = 0 if act < m else (1 if act == m else 2)
         rank = self._rank.get(j)
         if rank is None:  # a job pushed that was not given at construction: after the others
             rank = self._rank[j] = len(self._rank)

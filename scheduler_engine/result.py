@@ -269,10 +269,12 @@ def build_result(snapshot: Snapshot, state: Any, timings: dict[str, float] | Non
             lo = np.minimum.reduceat(st, jfirst[busy])
             hi = np.maximum.reduceat(st, jfirst[busy])
             jstatus[busy] = np.where(lo == hi, _LABELS[lo], "Mixed")
+        _add_devices(snapshot, state, order, names, out_tasks, entries)
         out_jobs = {
             jname: {"status": js, "tasks": entries[a:a + c]}
             for jname, js, a, c in zip(jobs.names, jstatus.tolist(), jfirst.tolist(), jcount.tolist())
         }
+        _add_sub_groups(snapshot, state, out_jobs)
         fs = _units_rows(np.asarray(state.fair_share, dtype=float))
         alloc = _units_rows(np.asarray(state.queue_alloc, dtype=float))
         out_queues = {qname: {"fairShare": f, "allocated": a} for qname, f, a in zip(queues.names, fs, alloc)}
@@ -293,6 +295,36 @@ def build_result(snapshot: Snapshot, state: Any, timings: dict[str, float] | Non
 
 
 _LABELS = np.array([TaskState(i).label for i in range(max(TaskState) + 1)], dtype=object)
+
+
+def _add_devices(snapshot: Snapshot, state: Any, order: np.ndarray, names: list[str], out_tasks: dict,
+                 entries: list[dict]) -> None:
+    """``devices: {class: [device indices]}`` on every task (job entry and task map) that holds claimed
+    devices on a node (scenario-format "Devices")."""
+    held = getattr(state, "task_dra", None)
+    if not snapshot.device_classes.names or held is None:
+        return
+    cls = snapshot.device_classes.names
+    pos = {t: i for i, t in enumerate(order.tolist())}
+    node = np.asarray(state.task_node)
+    for t in np.flatnonzero(np.asarray(state.task_has_claims)).tolist():
+        dra = held[t]
+        if not dra or node[t] < 0:
+            continue
+        devices = {cls[c]: list(ds) for c, ds in sorted(dra.items())}
+        i = pos[t]
+        entries[i]["devices"] = devices
+        out_tasks[names[i]]["devices"] = {k: list(v) for k, v in devices.items()}
+
+
+def _add_sub_groups(snapshot: Snapshot, state: Any, out_jobs: dict) -> None:
+    """``subGroups: {name: {placed, satisfied}}`` on every job that has subgroups."""
+    if not len(snapshot.sub_groups):
+        return
+    from .subgroups import job_sub_group_status  # the tree model (no cycle: it needs no result)
+
+    for j in np.flatnonzero(np.asarray(snapshot.jobs.sg_count) > 0).tolist():
+        out_jobs[snapshot.jobs.names[j]]["subGroups"] = job_sub_group_status(snapshot, np.asarray(state.task_state), j)
 
 
 def _is_identity(order: np.ndarray, n: int) -> bool:

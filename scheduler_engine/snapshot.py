@@ -9,7 +9,12 @@ strings or walk dicts:
 * gpu in devices (a float: 0.5 = half of one shared device), cpu in millicores, memory in bytes;
 * durations in seconds (``nan`` = unset / inherit);
 * the queue tree is a parent-index array (``-1`` for a top-level queue);
-* tasks of a job are contiguous: ``jobs.task_start[j] : jobs.task_start[j] + jobs.task_count[j]``.
+* tasks of a job are contiguous: ``jobs.task_start[j] : jobs.task_start[j] + jobs.task_count[j]``;
+* a job's subgroup tree (KAI's hierarchical PodGroups) is a parent-index array like the queue tree,
+  its subgroups contiguous in :class:`SubGroups` (``jobs.sg_start[j] : + jobs.sg_count[j]``), every
+  task naming one leaf (``tasks.sub_group``, -1 for a job without subgroups);
+* devices of dynamic resource allocation are counted per class: ``nodes.devices`` (N, D) offered,
+  ``tasks.claims`` (T, D) claimed, the classes in :class:`DeviceClasses` (D may be 0).
 
 Nothing in this module imports Django.
 """
@@ -99,10 +104,67 @@ class Nodes:
     unschedulable: np.ndarray  # (N,) bool
     ready: np.ndarray  # (N,) bool
     index: dict[str, int] = field(default_factory=dict)
+    devices: np.ndarray | None = None  # (N, D) int: devices of each class offered (None = no DRA devices)
 
     def __post_init__(self) -> None:
         if not self.index:
             self.index = {n: i for i, n in enumerate(self.names)}
+        if self.devices is None:
+            self.devices = np.zeros((len(self.names), 0), dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+@dataclass
+class DeviceClasses:
+    """Device classes of dynamic resource allocation (Kubernetes DeviceClasses).
+
+    ``counts_as_gpu``: a claimed device of the class is also one GPU in quota, fair share and node
+    GPU capacity (KAI's DRA GPUs; by default a class whose name contains "gpu", KAI
+    ``IsGPUDeviceClass``); other classes only have to fit on the node.
+    """
+
+    names: list[str] = field(default_factory=list)
+    counts_as_gpu: np.ndarray | None = None  # (D,) bool
+    index: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.index:
+            self.index = {n: i for i, n in enumerate(self.names)}
+        if self.counts_as_gpu is None:
+            self.counts_as_gpu = np.zeros(len(self.names), dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+@dataclass
+class SubGroups:
+    """Subgroups of every job (KAI ``subgroup_info``), contiguous per job.
+
+    ``parent`` is a global subgroup index, -1 for a direct child of the job (the job is the tree's
+    root). A leaf (no children) holds tasks and has ``min_available`` (>= 0); a mid-level subgroup
+    has ``min_sub_groups`` (-1 = all direct children) and ``min_available`` -1.
+    """
+
+    names: list[str] = field(default_factory=list)
+    job: np.ndarray | None = None  # (S,) int
+    parent: np.ndarray | None = None  # (S,) int, global index, -1 = child of the job root
+    min_available: np.ndarray | None = None  # (S,) int, -1 on mid-level subgroups
+    min_sub_groups: np.ndarray | None = None  # (S,) int, -1 = all direct children (mid-level only)
+    topology_required: list[str | None] = field(default_factory=list)
+    topology_preferred: list[str | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        n = len(self.names)
+        for name in ("job", "parent", "min_available", "min_sub_groups"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.full(n, -1, dtype=np.int64))
+        if not self.topology_required:
+            self.topology_required = [None] * n
+        if not self.topology_preferred:
+            self.topology_preferred = [None] * n
 
     def __len__(self) -> int:
         return len(self.names)
@@ -170,10 +232,21 @@ class Jobs:
     task_start: np.ndarray  # (J,) int
     task_count: np.ndarray  # (J,) int
     index: dict[str, int] = field(default_factory=dict)
+    # subgroups: the job's range in ``Snapshot.sub_groups`` (count 0 = one flat gang of minAvailable)
+    sg_start: np.ndarray | None = None  # (J,) int
+    sg_count: np.ndarray | None = None  # (J,) int
+    min_sub_groups: np.ndarray | None = None  # (J,) int, -1 = all direct children (jobs with subgroups)
 
     def __post_init__(self) -> None:
         if not self.index:
             self.index = {n: i for i, n in enumerate(self.names)}
+        n = len(self.names)
+        if self.sg_start is None:
+            self.sg_start = np.zeros(n, dtype=np.int64)
+        if self.sg_count is None:
+            self.sg_count = np.zeros(n, dtype=np.int64)
+        if self.min_sub_groups is None:
+            self.min_sub_groups = np.full(n, -1, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -195,10 +268,22 @@ class Tasks:
     gpu_groups: list[list[str]]
     node_selector: list[dict[str, str]]
     index: dict[str, int] = field(default_factory=dict)
+    sub_group: np.ndarray | None = None  # (T,) int: global leaf subgroup index, -1 = none
+    claims: np.ndarray | None = None  # (T, D) int: devices claimed per device class
+    # (T,) per task: {class index: [device indices on its node]} pinned by the input (Running /
+    # Releasing tasks holding claimed devices), or None
+    devices: list[dict[int, list[int]] | None] | None = None
 
     def __post_init__(self) -> None:
         if not self.index:
             self.index = {n: i for i, n in enumerate(self.names)}
+        n = len(self.names)
+        if self.sub_group is None:
+            self.sub_group = np.full(n, -1, dtype=np.int64)
+        if self.claims is None:
+            self.claims = np.zeros((n, 0), dtype=np.int64)
+        if self.devices is None:
+            self.devices = [None] * n
 
     def __len__(self) -> int:
         return len(self.names)
@@ -217,3 +302,5 @@ class Snapshot:
     usage: np.ndarray  # (Q, 3) normalised historical usage in [0, 1]
     expect: dict | None = None  # the scenario's `expect` block, untouched
     source: dict | None = None  # the validated scenario dict it was built from (for export / rounds)
+    sub_groups: SubGroups = field(default_factory=SubGroups)
+    device_classes: DeviceClasses = field(default_factory=DeviceClasses)

@@ -33,6 +33,15 @@ Pipelined task; ``node_schedulable`` (N,) bool (ready and not unschedulable). Pe
 promised; ``dev_group`` list (per node) of dict device -> gpuGroup name; ``dev_shared`` (N, G)
 bool: the device carries a gpuGroup (is, or was this cycle, used by shared-GPU tasks).
 
+Dynamic resource allocation (KAI ``plugins/dynamicresources``): ``D`` device classes, ``M`` = most
+devices of one class on one node; ``dra_free`` / ``dra_rel`` (N, D, M) free / releasing-not-promised
+share of each device (whole devices: 0 or 1), ``dra_valid`` (N, D, M); ``task_claims`` (T, D) devices
+claimed; ``task_dra`` per task ``{class: [device indices]}`` held on its node (``None``: none). A class
+that counts as gpu adds its devices to the node's GPU capacity and its claims to the task's GPU
+request (``task_request`` / ``task_order_req`` / ``task_quota_req``), so quota, fair share and queue
+order see them as GPUs; placement checks them device by device (``claims_fit``, ``choose_claims``),
+all-or-nothing per task; ``task_whole`` counts classic whole GPUs only.
+
 ``node_idle_gpus()`` / ``node_releasing_gpus()`` (N,) float: ``idleGpus`` = free GPU amount
 (whole free devices plus free fractions of shared ones), ``releasingGpus`` = GPU amount that victims
 are releasing and that nothing has been pipelined onto yet.
@@ -132,6 +141,18 @@ class CycleState:
         reserved_gpu = np.ceil(np.asarray(nodes.reserved, float).reshape(N, NRES)[:, GPU] - EPS).astype(np.int64)
         self.node_devices = np.maximum(gpus - np.maximum(reserved_gpu, 0), 0)  # usable devices per node
         cap[:, GPU] = self.node_devices
+        # ---------------- DRA devices (classes x nodes); a gpu class adds to the node's GPU capacity
+        dcs = snapshot.device_classes
+        self.D = D = len(dcs)
+        self.dc_gpu = np.asarray(dcs.counts_as_gpu, bool).reshape(D)
+        node_dev = np.asarray(nodes.devices, dtype=np.int64).reshape(N, D)
+        self.node_dra = node_dev
+        self.M = M = int(node_dev.max()) if (D and N) else 0
+        self.dra_valid = np.arange(M)[None, None, :] < node_dev[:, :, None]  # (N, D, M)
+        self.dra_free = self.dra_valid.astype(float)
+        self.dra_rel = np.zeros((N, D, M))
+        if D and self.dc_gpu.any():
+            cap[:, GPU] = cap[:, GPU] + node_dev[:, self.dc_gpu].sum(axis=1)
         self.node_capacity = cap
         self.total = (cap * self.node_schedulable[:, None]).sum(axis=0)
         self.node_gpu_memory = np.asarray(nodes.gpu_memory, float).reshape(N)
@@ -169,9 +190,17 @@ class CycleState:
         self.task_devices: list[list[int]] = [_EMPTY] * T
         self.task_job = np.asarray(tasks.job, dtype=np.int64)
         req = np.asarray(tasks.request, float).reshape(T, NRES)
+        g = req[:, GPU]  # classic GPUs (devices / fractions); claims of gpu classes are added below
+        self.task_claims = np.asarray(tasks.claims, dtype=np.int64).reshape(T, D)
+        self.task_has_claims = self.task_claims.any(axis=1) if D else np.zeros(T, dtype=bool)
+        self._claims_list: list[bool] = self.task_has_claims.tolist()
+        if D and self.dc_gpu.any():
+            dra_g = self.task_claims[:, self.dc_gpu].sum(axis=1)
+            if dra_g.any():
+                req = req.copy()  # the snapshot is never mutated
+                req[:, GPU] = g + dra_g
         self.task_request = req
         self.task_gpu_memory = np.asarray(tasks.gpu_memory, float).reshape(T)
-        g = req[:, GPU]
         self.task_is_mem = self.task_gpu_memory > 0
         self.task_is_frac = (~self.task_is_mem) & (g > EPS) & (g < 1.0 - EPS)
         self.task_is_shared = self.task_is_mem | self.task_is_frac
@@ -185,12 +214,18 @@ class CycleState:
         self.task_alloc = np.zeros((T, NRES))
         self.task_rel_take = np.zeros((T, NRES))  # pipelined tasks: part taken from releasing
         self.task_dev_take: list[list[float]] = [_EMPTY] * T
+        self.task_dra: list[dict[int, list[int]] | None] = [None] * T
+        self.task_dra_take: list[dict[int, list[float]] | None] = [None] * T
         self.task_selector_key = [tuple(sorted(s.items())) if s else () for s in tasks.node_selector]
         self.job_queue_arr = np.asarray(jobs.queue, dtype=np.int64)
         self.job_preemptible_arr = np.asarray(jobs.preemptible, bool)
         self.job_start = np.asarray(jobs.task_start, dtype=np.int64)
         self.job_count = np.asarray(jobs.task_count, dtype=np.int64)
         self.job_min_available = np.asarray(jobs.min_available, dtype=np.int64)
+        # subgroups (scheduler_engine.subgroups): jobs that have a tree; their gang rules go there
+        self.job_has_sg = np.asarray(jobs.sg_count, dtype=np.int64) > 0
+        self.any_sg = bool(self.job_has_sg.any())
+        self._sg_list: list[bool] = self.job_has_sg.tolist() if self.any_sg else [False] * self.J
 
         # ---------------- place input tasks on nodes
         # both allocations are views of one (Q, 2, 3) array: one journal copy per queue path
@@ -201,6 +236,8 @@ class CycleState:
         self._journal: list[tuple] | None = None  # no journaling while building
         self._path_matrix: np.ndarray | None = None
         self._init_placements()
+        if self.D:
+            self._init_claims()
 
         # queue requests: allocated (Running) + pending (requested, smallest GPU memory)
         st = self.task_state
@@ -234,6 +271,7 @@ class CycleState:
         self._input_node = np.asarray(tasks.node, dtype=np.int64)
         self._input_devices = list(self.task_devices)
         self._input_groups = list(self.task_gpu_groups)
+        self._input_dra = list(self.task_dra)
         # plain-Python views for the journal's hot path (jobs never change queue within a cycle)
         self._task_job_list: list[int] = self.task_job.tolist()
         # per leaf: (path list, flat indices of its path's rows in ``_queue_alloc_both``); the
@@ -332,6 +370,51 @@ class CycleState:
         for t, dv in zip(wt.tolist(), devs_of):
             td[t] = dv
         self._charge_queues(wt, wreq)
+
+    def _init_claims(self) -> None:
+        """Hand the claimed devices of input tasks on nodes (Running / Releasing / StuckInReleasing)
+        to them: first the devices the input pins (``devices``), then, in task order, the first free
+        devices of each claimed class (an over-committed input simply gets fewer). A Releasing task's
+        devices are releasing. Node and queue sums were charged with the task's request already."""
+        st = self.task_state
+        on_node = np.isin(st, (_RUN, _REL, _STUCK)) & (self.task_node >= 0) & self.task_has_claims
+        idx = np.flatnonzero(on_node).tolist()
+        if not idx:
+            return
+        pins = self.tasks.devices
+        one = 1 - EPS
+        rest = []
+        for t in idx:  # pinned devices first, so the unpinned tasks take the others
+            p = pins[t]
+            if not p:
+                rest.append(t)
+                continue
+            n = int(self.task_node[t])
+            free = self.dra_free[n]
+            held = {}
+            for c, devs in p.items():
+                got = [d for d in devs if d < self.M and free[c, d] >= one]
+                for d in got:
+                    free[c, d] -= 1.0
+                held[c] = got
+            self.task_dra[t] = held
+        for t in rest:
+            n = int(self.task_node[t])
+            free = self.dra_free[n]
+            held = {}
+            for c in np.flatnonzero(self.task_claims[t]).tolist():
+                k = int(self.task_claims[t, c])
+                got = [d for d in range(int(self.node_dra[n, c])) if free[c, d] >= one][:k]
+                for d in got:
+                    free[c, d] -= 1.0
+                held[c] = got
+            self.task_dra[t] = held
+        for t in idx:
+            if st[t] == _REL:
+                n = int(self.task_node[t])
+                for c, devs in self.task_dra[t].items():
+                    for d in devs:
+                        self.dra_rel[n, c, d] += 1.0
 
     def _init_shared(self, idx: np.ndarray) -> None:
         """Charge input shared-GPU tasks (indices ``idx``, in task order) one by one, in plain Python.
@@ -489,14 +572,97 @@ class CycleState:
                             minlength=self.J)[jobs]
         cnt = self.job_count[jobs]
         m = self.job_min_available[jobs]
-        return ((npend == cnt) & (nprio == 0) & (self.job_num_active_arr[jobs] == 0)
-                & (cnt >= np.where(m <= 0, 1, m)))
+        out = ((npend == cnt) & (nprio == 0) & (self.job_num_active_arr[jobs] == 0)
+               & (cnt >= np.where(m <= 0, 1, m)))
+        if self.any_sg:  # a subgroup job's next tasks come from its tree, not its first tasks
+            out &= ~self.job_has_sg[jobs]
+        return out
 
     def node_idle_gpus(self) -> np.ndarray:
-        return np.maximum((self.dev_free * self.dev_valid).sum(axis=1), 0.0) if self.G else np.zeros(self.N)
+        out = np.maximum((self.dev_free * self.dev_valid).sum(axis=1), 0.0) if self.G else np.zeros(self.N)
+        if self.D and self.M and self.dc_gpu.any():  # free devices of gpu classes are GPUs too
+            out = out + ((self.dra_free[:, self.dc_gpu] >= 1 - EPS) & self.dra_valid[:, self.dc_gpu]).sum(axis=(1, 2))
+        return out
 
     def node_releasing_gpus(self) -> np.ndarray:
-        return np.maximum((self.dev_rel * self.dev_valid).sum(axis=1), 0.0) if self.G else np.zeros(self.N)
+        out = np.maximum((self.dev_rel * self.dev_valid).sum(axis=1), 0.0) if self.G else np.zeros(self.N)
+        if self.D and self.M and self.dc_gpu.any():
+            out = out + ((self.dra_rel[:, self.dc_gpu] >= 1 - EPS) & self.dra_valid[:, self.dc_gpu]).sum(axis=(1, 2))
+        return out
+
+    # ------------------------------------------------------------------ DRA claims
+    @property
+    def has_dra_gpus(self) -> bool:
+        """Some device class counts as gpu and some node offers devices (node order counts them)."""
+        return bool(self.D and self.M and self.dc_gpu.any())
+
+    def dra_gpu_whole(self, rows) -> np.ndarray:
+        """Per node of ``rows``: devices of gpu classes that are free or releasing (not promised)."""
+        g = self.dc_gpu
+        return ((self.dra_free[rows][:, g] + self.dra_rel[rows][:, g] >= 1 - EPS)
+                & self.dra_valid[rows][:, g]).sum(axis=(1, 2)).astype(float)
+
+    def dra_gpu_whole_one(self, n: int) -> float:
+        g = self.dc_gpu
+        return float(((self.dra_free[n, g] + self.dra_rel[n, g] >= 1 - EPS) & self.dra_valid[n, g]).sum())
+
+    def claims_fit(self, t: int, n: int) -> tuple[bool, bool]:
+        """``(on free devices, on free + releasing devices)``: every claim of task t fits node n."""
+        fi = fa = True
+        one = 1 - EPS
+        free, rel = self.dra_free[n], self.dra_rel[n]
+        row = self.task_claims[t]
+        for c in np.flatnonzero(row).tolist():
+            k = int(row[c])
+            m = int(self.node_dra[n, c])
+            if m < k:
+                return False, False
+            fr = free[c, :m].tolist()
+            nf = sum(1 for x in fr if x >= one)
+            if nf < k:
+                fi = False
+                rl = rel[c, :m].tolist()
+                if sum(1 for x, y in zip(fr, rl) if x + y >= one) < k:
+                    return False, False
+        return fi, fa
+
+    def claims_fit_rows(self, t: int, rows) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`claims_fit` over ``rows`` (a slice or an index array), vectorised."""
+        row = self.task_claims[t]
+        cls = np.flatnonzero(row)
+        free = self.dra_free[rows][:, cls]  # (R, C, M)
+        rel = self.dra_rel[rows][:, cls]
+        valid = self.dra_valid[rows][:, cls]
+        need = row[cls][None, :]
+        idle = (((free >= 1 - EPS) & valid).sum(axis=2) >= need).all(axis=1)
+        any_ = (((free + rel >= 1 - EPS) & valid).sum(axis=2) >= need).all(axis=1)
+        return idle, any_ | idle
+
+    def choose_claims(self, t: int, n: int, pipelined: bool) -> dict[int, list[int]] | None:
+        """Devices of node n for every claim of task t (all or nothing), or None: free devices in
+        index order; pipelined: free ones first, then devices whose only load is releasing."""
+        one = 1 - EPS
+        free, rel = self.dra_free[n], self.dra_rel[n]
+        row = self.task_claims[t]
+        out: dict[int, list[int]] = {}
+        for c in np.flatnonzero(row).tolist():
+            k = int(row[c])
+            m = int(self.node_dra[n, c])
+            fr = free[c, :m].tolist()
+            ok = [d for d in range(m) if fr[d] >= one]
+            if pipelined and len(ok) < k:
+                rl = rel[c, :m].tolist()
+                ok += [d for d in range(m) if fr[d] < one and fr[d] + rl[d] >= one]
+            if len(ok) < k:
+                return None
+            out[c] = ok[:k]
+        return out
+
+    def claims_text(self, t: int) -> str:
+        """A task's claims in words: ``4 gpu.nvidia.com, 1 compute-domain.nvidia.com``."""
+        names = self.snap.device_classes.names
+        row = self.task_claims[t]
+        return ", ".join(f"{int(row[c])} {names[c]}" for c in np.flatnonzero(row).tolist())
 
     def _shared_fraction(self, t: int, n: int) -> float:
         if self.task_is_mem[t]:
@@ -565,6 +731,10 @@ class CycleState:
             rel = self.dev_rel[n, :nd].tolist()
             fi = fi and sum(1 for x in free if x >= 1 - EPS) >= k
             fa = fi or sum(1 for x, y in zip(free, rel) if x + y >= 1 - EPS) >= k
+        if self._claims_list[t]:
+            ci, ca = self.claims_fit(t, n)
+            fi = fi and ci
+            fa = (fa or fi) and ca
         return fi, fa or fi
 
     def fit_rows(self, t: int, rows) -> tuple[np.ndarray, np.ndarray]:
@@ -608,6 +778,10 @@ class CycleState:
             whole_any = ((free + self.dev_rel[rows] >= 1 - EPS) & valid).sum(axis=1)
             idle_ok &= whole_idle >= k
             any_ok &= whole_any >= k
+        if self._claims_list[t]:
+            ci, ca = self.claims_fit_rows(t, rows)
+            idle_ok &= ci
+            any_ok &= ca
         return idle_ok, any_ok | idle_ok
 
     def fits_on_node(self, t: int, n: int) -> tuple[bool, bool]:
@@ -619,6 +793,10 @@ class CycleState:
         if self.task_is_shared[t] or self.task_whole[t] > 0:
             fi = fi and self.choose_devices(t, n, pipelined=False) is not None
             fa = fa and (fi or self.choose_devices(t, n, pipelined=True) is not None)
+        if self._claims_list[t]:
+            ci, ca = self.claims_fit(t, n)
+            fi = fi and ci
+            fa = fa and ca
         return bool(fi), bool(fa or fi)
 
     def choose_devices(self, t: int, n: int, pipelined: bool, spread: bool | None = None) -> list[int] | None:
@@ -690,7 +868,7 @@ class CycleState:
 
     def _undo(self, rec: tuple) -> None:
         (t, j, state, node, devs, groups, alloc, rel_take, dev_take, n, node_rows, dev_rows, gmap, qpath, qa,
-         nact) = rec
+         nact, dra) = rec
         self.task_rel_take[t] = rel_take
         self.task_dev_take[t] = dev_take
         self.task_state[t] = state
@@ -709,7 +887,11 @@ class CycleState:
                     row[:] = False
                     if gmap:
                         row[[d for d in gmap if d < self.G]] = True
+            if dra is not None:
+                self.dra_free[n], self.dra_rel[n] = dra[2]
             self.node_log.append(n)
+        if dra is not None:
+            self.task_dra[t], self.task_dra_take[t] = dra[0], dra[1]
         self._qab_flat[qpath[1]] = qa
         qv = self.queue_version
         for q in qpath[0]:
@@ -749,13 +931,37 @@ class CycleState:
             gmap = dict(self.dev_group[n]) if self.task_is_shared[t] else None
         else:
             node_rows = dev_rows = gmap = None
+        # DRA: the task's held devices and (on a node) the node's device rows, for tasks with claims
+        dra = None
+        if self._claims_list[t]:
+            dra = (self.task_dra[t], self.task_dra_take[t],
+                   (self.dra_free[n].copy(), self.dra_rel[n].copy()) if n >= 0 else None)
         self._journal.append((
             t, j, state, node, self.task_devices[t], self.task_gpu_groups[t], self.task_alloc[t].copy(),
             self.task_rel_take[t].copy(), self.task_dev_take[t], n, node_rows, dev_rows, gmap,
-            path, self._qab_flat.take(path[1]), int(self.job_num_active_arr[j]),
+            path, self._qab_flat.take(path[1]), int(self.job_num_active_arr[j]), dra,
         ))
 
     # ------------------------------------------------------------------ mutations
+    def _charge_claims(self, t: int, n: int, dra: dict[int, list[int]], pipelined: bool) -> None:
+        """Take the claimed devices ``dra`` on node n (pipelined: what is releasing first, recorded)."""
+        free, rel = self.dra_free[n], self.dra_rel[n]
+        takes: dict[int, list[float]] | None = {} if pipelined else None
+        for c, devs in dra.items():
+            if pipelined:
+                tk = []
+                for d in devs:
+                    x = min(max(rel[c, d], 0.0), 1.0)
+                    rel[c, d] -= x
+                    free[c, d] -= 1.0 - x
+                    tk.append(x)
+                takes[c] = tk
+            else:
+                for d in devs:
+                    free[c, d] -= 1.0
+        self.task_dra[t] = {c: list(v) for c, v in dra.items()}
+        self.task_dra_take[t] = takes
+
     def _charge(self, t: int, n: int, devs: list[int], pipelined: bool, releasing: bool = False) -> None:
         """Take the task's resources on node n (free first for binds; releasing first for pipelines)."""
         req = self.task_request_on_node(t, n)
@@ -786,17 +992,27 @@ class CycleState:
                         drel[d] += per
         self.task_devices[t] = list(devs)
 
-    def place(self, t: int, n: int, pipelined: bool = False, devices: Sequence[int] | None = None) -> None:
-        """Place pending task t on node n: Binding on free resources, or Pipelined on releasing ones."""
+    def place(self, t: int, n: int, pipelined: bool = False, devices: Sequence[int] | None = None,
+              claims: dict[int, list[int]] | None = None) -> None:
+        """Place pending task t on node n: Binding on free resources, or Pipelined on releasing ones.
+        ``devices``: GPU devices (chosen when None); ``claims``: DRA devices per claimed class
+        (chosen when None, for a task with claims)."""
         if self.task_state[t] != _PEND:
             raise ValueError(f"task {self.tasks.names[t]} is not pending")
         if devices is None:
             devices = self.choose_devices(t, n, pipelined)
             if devices is None:
                 raise ValueError(f"task {self.tasks.names[t]} does not fit node {self.nodes.names[n]}")
+        if self._claims_list[t] and claims is None:
+            claims = self.choose_claims(t, n, pipelined)
+            if claims is None:
+                raise ValueError(f"the claims of task {self.tasks.names[t]} ({self.claims_text(t)}) do not fit "
+                                 f"node {self.nodes.names[n]}")
         self._record(t, n)
         devs = list(devices)
         self._charge(t, n, devs, pipelined)
+        if claims is not None:
+            self._charge_claims(t, n, claims, pipelined)
         if self.task_is_shared[t]:
             groups = []
             for d in devs:
@@ -836,6 +1052,8 @@ class CycleState:
         self.task_state[t] = _PIPE
         self.task_rel_take[t] = 0.0
         self.task_dev_take[t] = [0.0] * len(self.task_devices[t])
+        if self._claims_list[t] and self.task_dra[t] is not None:
+            self.task_dra_take[t] = {c: [0.0] * len(v) for c, v in self.task_dra[t].items()}
 
     def evict(self, t: int, for_job: int | str | None = None, reason: str = "Evicted",
               message: str | None = None) -> None:
@@ -853,12 +1071,18 @@ class CycleState:
         alloc = self.task_alloc[t].copy()
         devs = self.task_devices[t]
         per = (alloc[GPU] if self.task_is_shared[t] else 1.0)
+        dra = self.task_dra[t] if self._claims_list[t] else None
         if s == _RUN:
             self.node_releasing[n] += alloc
             if devs:
                 drel = self.dev_rel[n]  # row view: cheaper element access
                 for d in devs:
                     drel[d] += per
+            if dra:
+                rrel = self.dra_rel[n]
+                for c, ds in dra.items():
+                    for d in ds:
+                        rrel[c, d] += 1.0
             self.task_state[t] = _REL
         else:
             # undo a placement made in this cycle: return what it took
@@ -867,6 +1091,11 @@ class CycleState:
                 dfree = self.dev_free[n]
                 for d in devs:
                     dfree[d] += per
+                if dra:
+                    rfree = self.dra_free[n]
+                    for c, ds in dra.items():
+                        for d in ds:
+                            rfree[c, d] += 1.0
             else:  # pipelined: give back exactly what it took from releasing and from free
                 take = self.task_rel_take[t]
                 self.node_releasing[n] += take
@@ -877,6 +1106,14 @@ class CycleState:
                     dfree[d] += per - dt
                 self.task_rel_take[t] = 0.0
                 self.task_dev_take[t] = []
+                if dra:
+                    rrel, rfree = self.dra_rel[n], self.dra_free[n]
+                    takes = self.task_dra_take[t] or {}
+                    for c, ds in dra.items():
+                        for d, x in zip(ds, takes.get(c, [0.0] * len(ds))):
+                            rrel[c, d] += x
+                            rfree[c, d] += 1.0 - x
+                    self.task_dra_take[t] = None
             if s == _PIPE and self._input_state[t] == _RUN and self._input_node[t] >= 0:
                 # a moved task (evicted, then pipelined elsewhere): its pod still runs on its
                 # original node, whose share has been releasing since the first eviction
@@ -886,12 +1123,16 @@ class CycleState:
                 self.task_devices[t] = self._input_devices[t]
                 self.task_gpu_groups[t] = self._input_groups[t]
                 self.task_alloc[t] = self.task_request_on_node(t, a)
+                if dra is not None:
+                    self.task_dra[t] = self._input_dra[t]
             else:
                 self.task_state[t] = _PEND
                 self.task_node[t] = -1
                 self.task_devices[t] = []
                 self.task_gpu_groups[t] = []
                 self.task_alloc[t] = 0.0
+                if dra is not None:
+                    self.task_dra[t] = None
         j = int(self.task_job[t])
         self._queues_add(j, alloc, -1)
         self.job_num_active_arr[j] -= 1
@@ -968,12 +1209,20 @@ class CycleState:
         sig = self._task_sig[t]
         if sig is None:
             r = self.task_request[t]
-            sig = self._task_sig[t] = (float(r[GPU]), float(r[CPU]), float(r[MEM]), float(self.task_gpu_memory[t]),
-                                       self.task_selector_key[t])
+            sig = (float(r[GPU]), float(r[CPU]), float(r[MEM]), float(self.task_gpu_memory[t]),
+                   self.task_selector_key[t])
+            if self._claims_list[t]:  # DRA claims are part of the shape (only tasks that have some)
+                sig = sig + (tuple(self.task_claims[t].tolist()),)
+            self._task_sig[t] = sig
         return sig
 
     def job_signature(self, j: int, tasks: Iterable[int]) -> tuple:
-        """Scheduling shape: queue, preemptibility, topology, sorted task shapes (cache key)."""
+        """Scheduling shape: queue, preemptibility, topology, sorted task shapes (cache key).
+
+        A job with subgroups has a shape of its own (its tree decides where its tasks may go)."""
+        if self._sg_list[j]:
+            return (int(self.job_queue_arr[j]), bool(self.job_preemptible_arr[j]), ("subgroups", j), None,
+                    tuple(sorted(self.task_signature(t) for t in tasks)), j)
         shapes = [self.task_signature(t) for t in tasks]
         if len(shapes) > 1:
             shapes.sort()

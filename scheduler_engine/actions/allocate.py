@@ -25,6 +25,7 @@ import gc
 
 import numpy as np
 
+from .. import subgroups
 from ..ordering import JobQueue, next_tasks_to_allocate, task_order
 from ..plugins.nodeplacement import ShapeIndex, node_keys, placement_strategy
 from ..plugins.topology import allocation_domains
@@ -35,6 +36,7 @@ from ..state import EPS, CycleState, fmt_amount
 _PEND = int(TaskState.PENDING)
 _BIND = int(TaskState.BINDING)
 _PIPE = int(TaskState.PIPELINED)
+_RUN = int(TaskState.RUNNING)
 
 
 class _Fail(Exception):
@@ -175,6 +177,12 @@ class Allocator:
     def _no_attempt_reason(self, j: int) -> str | None:
         """Why a pending job has no next attempt (a gang with too few pending tasks), or None."""
         s = self.state
+        if s._sg_list[j]:
+            if subgroups.root_satisfied(s, j):
+                return None
+            return Reason("gang of subgroups cannot start: its tasks placed or pending do not satisfy it ("
+                          + subgroups.unsatisfied_text(s, j, (_PEND, _BIND, _PIPE, int(TaskState.RUNNING)))
+                          + ")", PENDING_GANG)
         if s.job_num_active(j) < int(s.job_min_available[j]):
             n_pend = len(s.job_pending_tasks(j))
             return Reason(f"gang needs minAvailable={int(s.job_min_available[j])} tasks but only "
@@ -211,6 +219,8 @@ class Allocator:
         topo = np.fromiter((treq[j] is not None or tpref[j] is not None for j in jobs), bool, len(jobs))
         simple = (s.job_count[ja] == 1) & (s.job_num_active_arr[ja] == 0) & ~topo
         simple &= s.task_state[s.job_start[ja]] == _PEND
+        if s.any_sg:
+            simple &= ~s.job_has_sg[ja]
         sj = ja[simple]
         if sj.size:
             st = s.job_start[sj]
@@ -221,7 +231,8 @@ class Allocator:
             else:
                 sel = np.zeros(sj.size)
             cols = np.column_stack([s.job_queue_arr[sj].astype(float), s.job_preemptible_arr[sj].astype(float),
-                                    s.task_request[st], s.task_gpu_memory[st], sel])
+                                    s.task_request[st], s.task_gpu_memory[st], sel]
+                                   + ([s.task_claims[st].astype(float)] if s.D else []))
             _, first, inverse, counts = np.unique(cols, axis=0, return_index=True, return_inverse=True,
                                                   return_counts=True)
             for i, c in zip(first.tolist(), counts.tolist()):
@@ -282,7 +293,8 @@ class Allocator:
         sel_ids: dict[tuple, int] = {(): 0}
         sel = np.asarray([sel_ids.setdefault(keys[t], len(sel_ids)) for t in tasks.tolist()], dtype=float) \
             if any(keys[t] for t in tasks.tolist()) else np.zeros(tasks.size)
-        tcols = np.column_stack([s.task_request[tasks], s.task_gpu_memory[tasks], sel])
+        tcols = np.column_stack([s.task_request[tasks], s.task_gpu_memory[tasks], sel]
+                                + ([s.task_claims[tasks].astype(float)] if s.D else []))
         _, tshape = np.unique(tcols, axis=0, return_inverse=True)
         tshape = tshape.reshape(-1)
         offs = np.concatenate([[0], np.cumsum(m_eff)[:-1]])
@@ -408,6 +420,9 @@ class Allocator:
             raise _Fail(msg)
         if len(tasks) > 1:
             tasks = task_order(s, tasks)
+        if s._sg_list[j]:
+            self._attempt_tree(j, tasks)
+            return
         required = s.jobs.topology_required[j]
         preferred = s.jobs.topology_preferred[j]
         if not required and not preferred:
@@ -429,6 +444,72 @@ class Allocator:
         label = required or preferred
         raise _Fail(Reason.wrap(f"topology: no domain of {label} can hold all {len(tasks)} tasks (last tried {last})",
                                 last_msg))
+
+    def _attempt_tree(self, j: int, tasks: list[int]) -> None:
+        """A job with subgroups: member by member, each subgroup inside one domain of its topology
+        level within its parent's (:func:`scheduler_engine.subgroups.place_tree`)."""
+        s = self.state
+        tree = subgroups.tree_of(s, j)
+
+        def domains(tr, i, ts, within):
+            req, pref = tr.topo[i]
+            if not req and not pref:
+                return [("", within)], ""
+            active = [t for t in tr.subtree_tasks(i) if s.task_state[t] in (_BIND, _PIPE, _RUN)]
+            cands, why = allocation_domains(s, j, ts, req, pref, within=within, active=active)
+            if cands:
+                return cands, why
+            if tr.is_leaf[i]:
+                return [], self._leaf_probe(j, tr.names[i], ts, req, within, active)
+            return [], f"{tr.label(i)}: {why}"
+
+        def place_leaf(i, ts, within):
+            for k, t in enumerate(task_order(s, ts) if len(ts) > 1 else ts):
+                try:
+                    self.place_task(j, t, within, check_queue=True)
+                except _Fail as f:
+                    return k, f.message
+            return len(ts), ""
+
+        try:
+            subgroups.place_tree(s, tree, tasks, None, domains, place_leaf)
+        except subgroups.PlaceFailure as f:
+            raise _Fail(Reason.wrap(f.message, f.inner)) from None
+
+    def _leaf_probe(self, j: int, name: str, ts: list[int], label: str, within, active: list[int]) -> str:
+        """A leaf subgroup no domain of ``label`` has room for: how many of its tasks fit in the best
+        one (each domain tried task by task, then rolled back), for the explanation."""
+        s = self.state
+        values = s.label_values(label)
+        allowed = {values[int(s.task_node[t])] for t in active if s.task_node[t] >= 0} if active else None
+        groups: dict[str, list[int]] = {}
+        for n, v in enumerate(values):
+            if v is None or not s.node_schedulable[n] or (within is not None and not within[n]):
+                continue
+            if allowed is not None and v not in allowed:
+                continue
+            groups.setdefault(v, []).append(n)
+        best, why = 0, ""
+        for v in sorted(groups):
+            mask = np.zeros(s.N, dtype=bool)
+            mask[groups[v]] = True
+            cp = s.checkpoint()
+            k = 0
+            for t in ts:
+                try:
+                    self.place_task(j, t, mask, check_queue=True)
+                except _Fail as f:
+                    if k >= best:
+                        why = f.message
+                    break
+                k += 1
+            s.rollback(cp)
+            best = max(best, k)
+        where = f" in any {label}" + (" holding its running tasks" if allowed else "")
+        if not groups:
+            return f"subgroup {name} needs {len(ts)}: no schedulable node has a {label} label" + (
+                " in its parent's domain" if within is not None else "")
+        return f"subgroup {name} needs {len(ts)}, {best} fit{where}" + (f": {why}" if why else "")
 
     # ------------------------------------------------------------------ tasks -> nodes
     def place_tasks(self, j: int, tasks: list[int], within: np.ndarray | None) -> None:
@@ -574,6 +655,14 @@ class Allocator:
             if best < s.task_gpu_memory[t] - EPS:
                 parts.append(f"no GPU device has {s.task_gpu_memory[t]:g} MiB GPU memory free "
                              f"(largest free: {best:g} MiB)")
+        if s._claims_list[t]:
+            names = s.snap.device_classes.names
+            row = s.task_claims[t]
+            for c in np.flatnonzero(row).tolist():
+                have = ((s.dra_free[idx, c] + s.dra_rel[idx, c] >= 1 - EPS) & s.dra_valid[idx, c]).sum(axis=1)
+                if have.max() < row[c]:
+                    parts.append(f"claim of {int(row[c])} {names[c]}: no node has {int(row[c])} free {names[c]} "
+                                 f"devices (largest free: {int(have.max())})")
         for r, label in ((CPU, "cpu"), (MEM, "memory")):
             if req[r] > 0 and avail[:, r].max() < req[r] - EPS:
                 parts.append(f"no node has {fmt_amount(r, req[r])} free {label} "
@@ -583,5 +672,8 @@ class Allocator:
         want = f"gpu={fmt_amount(GPU, req[GPU] if not s.task_is_mem[t] else 0)}"
         if s.task_is_mem[t]:
             want = f"gpuMemory={s.task_gpu_memory[t]:g}MiB"
+        if s._claims_list[t]:
+            classic = float(req[GPU]) - float(s.task_claims[t][s.dc_gpu].sum())
+            want = (f"gpu={fmt_amount(GPU, classic)}, " if classic > EPS else "") + f"claims {s.claims_text(t)}"
         return (f"no single node has {want}, cpu={fmt_amount(CPU, req[CPU])}, "
                 f"memory={fmt_amount(MEM, req[MEM])} free together ({idx.size} candidate nodes)")

@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from .. import subgroups
 from ..ordering import JobQueue, next_tasks_to_allocate
 from ..snapshot import CPU, GPU, MEM
 from ..solvers.job_solver import Candidates, Solution, Validator, VictimSolver
@@ -22,7 +23,10 @@ from ..state import EPS, CycleState, fmt_amount
 
 
 def job_ready(state: CycleState, j: int) -> bool:
-    """Ready for scheduling: active plus pending tasks can reach ``minAvailable``."""
+    """Ready for scheduling: active plus pending tasks can reach ``minAvailable`` (a job with
+    subgroups: every required subgroup can, :func:`scheduler_engine.subgroups.job_ready`)."""
+    if state._sg_list[j]:
+        return subgroups.job_ready(state, j)
     return state.job_num_active(j) + len(state.job_pending_tasks(j)) >= int(state.job_min_available[j])
 
 
@@ -37,6 +41,11 @@ def within_preemption_delay(state: CycleState, j: int) -> bool:
 def _constraint_signature(state: CycleState, j: int) -> tuple:
     """Scheduling-constraint signature (node selectors, topology): not the resource shape."""
     sel = tuple(sorted({state.task_selector_key[t] for t in state.job_task_range(j)}))
+    if state._sg_list[j]:  # its subgroup tree constrains it: compared with no other job
+        return (sel, ("subgroups", j), None)
+    if state.D:  # DRA claims constrain where tasks go, like selectors
+        claims = tuple(sorted({tuple(state.task_claims[t].tolist()) for t in state.job_task_range(j)}))
+        return (sel, state.jobs.topology_required[j], state.jobs.topology_preferred[j], claims)
     return (sel, state.jobs.topology_required[j], state.jobs.topology_preferred[j])
 
 

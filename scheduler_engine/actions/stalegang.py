@@ -4,7 +4,9 @@ Spec g. A job is stale when it uses resources (Running, Binding, Pipelined or Re
 fewer than ``minAvailable`` of them, and none of its tasks Succeeded (a job that completed work is
 never stale). It has been stale for ``staleFor`` before ``now`` (unset: it just became stale).
 Once that reaches its grace period (the job's ``stalenessGracePeriod`` or the config's; negative
-means never) every active task is evicted (Releasing) with a ``StaleGang`` event.
+means never) every active task is evicted (Releasing) with a ``StaleGang`` event. A job with
+subgroups is stale when its root is no longer satisfied by the tasks that use resources
+(:func:`scheduler_engine.subgroups.is_stale`).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import math
 
 import numpy as np
 
+from .. import subgroups
 from ..snapshot import TaskState
 from ..state import CycleState
 
@@ -43,6 +46,9 @@ def candidates(state: CycleState) -> np.ndarray:
     used = np.bincount(tj[np.isin(st, _USED)], minlength=state.J)
     succ = np.bincount(tj[st == _SUCC], minlength=state.J)
     stale = (succ == 0) & (used > 0) & (used < state.job_min_available)
+    if state.any_sg:
+        sg = np.flatnonzero(state.job_has_sg)
+        stale[sg] = [subgroups.is_stale(state, j) for j in sg.tolist()]
     if not stale.any():
         return np.zeros(0, dtype=np.int64)
     grace = np.asarray(state.jobs.staleness_grace_period, dtype=float)
@@ -60,6 +66,8 @@ def grace_period(state: CycleState, j: int) -> float:
 
 
 def is_stale(state: CycleState, j: int) -> bool:
+    if state._sg_list[j]:
+        return subgroups.is_stale(state, j)
     st = [int(state.task_state[t]) for t in state.job_task_range(j)]
     if any(x == _SUCC for x in st):
         return False
@@ -86,10 +94,12 @@ def check_job(state: CycleState, j: int) -> bool:
         return False
     used = sum(1 for t in state.job_task_range(j) if int(state.task_state[t]) in _USED)
     m = int(state.job_min_available[j])
+    short = f"the gang has {used} of minAvailable={m} tasks"
+    if state._sg_list[j]:
+        short = f"the gang of subgroups is no longer satisfied ({subgroups.unsatisfied_text(state, j)})"
     for t in active:
         node = state.nodes.names[int(state.task_node[t])] if state.task_node[t] >= 0 else "?"
         state.evict(t, reason="StaleGang",
-                    message=(f"task {state.tasks.names[t]} on node {node} evicted: the gang has {used} of "
-                             f"minAvailable={m} tasks and has been below it for {stale_for:g}s "
-                             f"(grace period {grace:g}s)"))
+                    message=(f"task {state.tasks.names[t]} on node {node} evicted: {short} and has been below it "
+                             f"for {stale_for:g}s (grace period {grace:g}s)"))
     return True

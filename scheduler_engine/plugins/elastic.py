@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .. import subgroups
 from ..ordering import task_order
 from ..state import ACTIVE_STATES, CycleState
 
 
 def is_elastic(state: CycleState, j: int) -> bool:
     """KAI ``IsElastic``: fewer tasks are required (minAvailable) than the job has."""
+    if state._sg_list[j]:  # some leaf subgroup has more tasks than its minAvailable
+        return subgroups.is_elastic(state, j)
     return int(state.job_min_available[j]) < int(state.job_count[j])
 
 

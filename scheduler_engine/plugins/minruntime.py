@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import subgroups
 from ..state import CycleState
 from .elastic import is_elastic
 
@@ -33,16 +34,26 @@ def min_runtime_protected(state: CycleState, j: int, min_runtime: float) -> bool
 def protected_non_elastic(state: CycleState, min_runtime: float) -> np.ndarray:
     """(J,) bool: non-elastic jobs started less than ``min_runtime`` seconds ago (vectorised filter)."""
     ago = np.asarray(state.jobs.started_minutes_ago, dtype=float) * 60.0
-    elastic = state.job_min_available < state.job_count
+    elastic = _elastic_jobs(state)
     with np.errstate(invalid="ignore"):
         young = ago < min_runtime
     return young & ~np.isnan(ago) & ~elastic & (min_runtime > 0)
 
 
+def _elastic_jobs(state: CycleState) -> np.ndarray:
+    """(J,) bool: elastic jobs (more tasks than minAvailable; with subgroups, some leaf is)."""
+    elastic = state.job_min_available < state.job_count
+    if state.any_sg:
+        elastic = elastic.copy()
+        for j in np.flatnonzero(state.job_has_sg).tolist():
+            elastic[j] = is_elastic(state, j)
+    return elastic
+
+
 def protected_non_elastic_by(state: CycleState, min_runtime: np.ndarray) -> np.ndarray:
     """(J,) bool: :func:`protected_non_elastic` with a per-job ``min_runtime`` (J,) array."""
     ago = np.asarray(state.jobs.started_minutes_ago, dtype=float) * 60.0
-    elastic = state.job_min_available < state.job_count
+    elastic = _elastic_jobs(state)
     with np.errstate(invalid="ignore"):
         young = ago < min_runtime
     return young & ~np.isnan(ago) & ~elastic & (min_runtime > 0)
@@ -96,6 +107,11 @@ def min_runtime_elastic(state: CycleState, released: list[int], min_runtime_of: 
             continue
         mr = min_runtime_of(vj)
         if not min_runtime_protected(state, vj, mr):
+            continue
+        if state._sg_list[vj]:
+            if not subgroups.root_satisfied(state, vj):
+                return (f"job {state.jobs.names[vj]} is protected by a min-runtime of {mr:g}s and would no "
+                        f"longer satisfy its subgroups ({subgroups.unsatisfied_text(state, vj, subgroups.ACTIVE)})")
             continue
         if state.job_num_active(vj) < int(state.job_min_available[vj]):
             return (f"job {state.jobs.names[vj]} is protected by a min-runtime of {mr:g}s and would keep fewer "

@@ -33,18 +33,25 @@ def node_keys(state: CycleState, t: int, rows, idle_ok_rows: np.ndarray, col: in
     nodes where the task fits on free resources (nodeavailability, 1000), then a CPU-only task on
     a node without GPUs (resourcetype, 10), then binpack (least non-allocated first) or spread
     (largest non-allocated share first) on GPU for GPU tasks and on CPU otherwise (nodeplacement,
-    non-allocated = free + releasing; GPU counted in devices with nothing but releasing load).
+    non-allocated = free + releasing; GPU counted in devices with nothing but releasing load). Devices
+    of DRA classes that count as gpu are GPUs of the node here too (KAI adds them to the node's GPU
+    vector), for every GPU task; a CPU-only task's "node without GPUs" means without either kind.
     """
     s = state
     if not isinstance(rows, slice) and len(rows) <= 4:
         return np.fromiter((node_key_one(s, t, int(n), bool(i), col, spread) for n, i in zip(rows, idle_ok_rows)),
                            float, len(rows))
+    dra = s.has_dra_gpus
     if col == GPU:
         if s.G:
             whole = ((s.dev_free[rows] + s.dev_rel[rows] >= 1 - EPS) & s.dev_valid[rows]).sum(axis=1).astype(float)
         else:
             whole = np.zeros(len(idle_ok_rows))
-        free, overall, top = whole, s.node_devices[rows].astype(float), float(max(s.G, 1))
+        if dra:
+            free, overall = whole + s.dra_gpu_whole(rows), s.node_capacity[rows, GPU].astype(float)
+            top = float(max(s.node_capacity[:, GPU].max() if s.N else 1.0, 1.0))
+        else:
+            free, overall, top = whole, s.node_devices[rows].astype(float), float(max(s.G, 1))
     else:
         free = s.node_idle[rows, col] + s.node_releasing[rows, col]
         overall = s.node_capacity[rows, col]
@@ -67,18 +74,23 @@ def node_keys(state: CycleState, t: int, rows, idle_ok_rows: np.ndarray, col: in
         fits = used & (s.dev_free[rows] + s.dev_rel[rows] >= f - EPS)
         tier = tier + 10000.0 * fits.any(axis=1)
     elif col == CPU:
-        tier = tier + 10.0 * (s.node_devices[rows] == 0)
+        tier = tier + 10.0 * ((s.node_capacity[rows, GPU] if dra else s.node_devices[rows]) == 0)
     return base - tier * width
 
 
 def node_key_one(s: CycleState, t: int, n: int, idle_ok: bool, col: int, spread: bool) -> float:
     """:func:`node_keys` for one node in plain Python (same formula)."""
     nd = int(s.node_devices[n])
+    dra = s.has_dra_gpus
     if col == GPU:
         fr = s.dev_free[n, :nd].tolist() if nd else []
         rl = s.dev_rel[n, :nd].tolist() if nd else []
         free = float(sum(1 for a, b in zip(fr, rl) if a + b >= 1 - EPS))
         overall, top = float(nd), float(max(s.G, 1))
+        if dra:
+            free += s.dra_gpu_whole_one(n)
+            overall = float(s.node_capacity[n, GPU])
+            top = float(max(s.node_capacity[:, GPU].max(), 1.0))
     else:
         free = float(s.node_idle[n, col] + s.node_releasing[n, col])
         overall = float(s.node_capacity[n, col])
@@ -95,7 +107,7 @@ def node_key_one(s: CycleState, t: int, n: int, idle_ok: bool, col: int, spread:
         rl = s.dev_rel[n, :nd].tolist()
         if any(h and a < 1 - EPS and a + b >= f - EPS for h, a, b in zip(sh, fr, rl)):
             tier += 10000.0
-    elif col == CPU and nd == 0:
+    elif col == CPU and (s.node_capacity[n, GPU] if dra else nd) == 0:
         tier += 10.0
     return base - tier * width
 
@@ -117,7 +129,9 @@ class ShapeIndex:
         # constants of the fused single-node updates (tasks without / with a shared GPU)
         self._fast = None
         self._shared = bool(s.task_is_shared[t])
-        if not s.task_is_shared[t]:
+        if s.task_has_claims[t] or s.has_dra_gpus:
+            pass  # DRA devices: the general single-node update (fit_one + node_key_one)
+        elif not s.task_is_shared[t]:
             key = s.task_selector_key[t]
             req = s.task_request[t]
             if col == GPU:

@@ -19,23 +19,29 @@ def fmt_vec(v) -> str:
 
 
 def allocation_domains(state: CycleState, j: int, tasks: list[int], required: str | None,
-                       preferred: str | None) -> tuple[list[tuple[str, np.ndarray | None]], str]:
+                       preferred: str | None, within: np.ndarray | None = None,
+                       active: list[int] | None = None) -> tuple[list[tuple[str, np.ndarray | None]], str]:
     """Node sets to try, in KAI's order: every preferred-level domain (inside the required
     domains when both are set), then the required-level domains (or, with only a preference,
     the whole cluster). Domains are sorted by how packed the job would leave them (largest
     job-to-free ratio first, then name) and those that cannot hold the job's total request
     (free + releasing, whole GPUs) are skipped. A required domain must contain the job's
-    active tasks, if it has any."""
+    active tasks, if it has any.
+
+    Subgroups (KAI ``SubsetNodesFn`` per subgroup): ``within`` is the parent's domain (node mask),
+    ``active`` the running tasks of the subtree (instead of the job's); the fallback of a preference
+    is then ``within``."""
     s = state
     total = s.task_order_req[tasks].sum(axis=0)  # GPU memory as a fraction of the smallest device
     out: list[tuple[str, np.ndarray | None]] = []
     if required:
         allowed = None
-        active = s.job_active_tasks(j)
+        if active is None:
+            active = s.job_active_tasks(j)
         if active:
             vals = s.label_values(required)
             allowed = {vals[int(s.task_node[t])] for t in active if s.task_node[t] >= 0}
-        req_domains = _fitting_domains(s, required, None, total, allowed)
+        req_domains = _fitting_domains(s, required, within, total, allowed)
         if not req_domains:
             where = " that holds the job's running tasks" if allowed else ""
             return [], (f"topology: no domain of {required}{where} has room for the job's "
@@ -46,9 +52,9 @@ def allocation_domains(state: CycleState, j: int, tasks: list[int], required: st
                     out.append((f"{required}={rname}/{preferred}={pname}", pmask))
         out.extend((f"{required}={name}", mask) for name, mask in req_domains)
         return out, ""
-    for name, mask in _fitting_domains(s, preferred, None, total, None):
+    for name, mask in _fitting_domains(s, preferred, within, total, None):
         out.append((f"{preferred}={name}", mask))
-    out.append(("whole cluster", None))
+    out.append(("whole cluster" if within is None else "", within))
     return out, ""
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
+from .. import subgroups
 from ..plugins.elastic import tasks_to_evict
 from ..snapshot import GPU, TaskState
 from ..state import EPS, CycleState
@@ -188,7 +189,10 @@ class PrefixSearch:
                 vleaf = int(s.job_queue_arr[vj])
                 if vleaf in retook or not blocked.isdisjoint(s.queue_path_list[vleaf]):
                     continue
-            evict, more = tasks_to_evict(s, vtasks, int(s.job_min_available[vj]))
+            if s._sg_list[vj]:  # subgroups: surplus tasks of leaves, then surplus members, then all
+                evict, more = subgroups.tasks_to_evict(s, vj, vtasks)
+            else:
+                evict, more = tasks_to_evict(s, vtasks, int(s.job_min_available[vj]))
             if not evict:
                 continue
             if any(t in recorded_set for t in evict):

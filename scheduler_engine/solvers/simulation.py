@@ -27,6 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import subgroups
 from ..ordering import _QueueProfile, _profile_less, job_order_key, task_order
 from ..plugins.nodeplacement import ShapeIndex, node_key_one, node_keys, placement_strategy
 from ..plugins.topology import simulation_domains
@@ -60,10 +61,19 @@ def unevict(state: CycleState, t: int) -> bool:
     drel = state.dev_rel[n]  # row view (element access is cheaper than [n, d])
     if any(drel[d] < per - EPS for d in devs):
         return False
+    dra = state.task_dra[t] if state._claims_list[t] else None
+    if dra:  # its claimed devices must still be releasing (not promised to a pipelined task)
+        rrel = state.dra_rel[n]
+        if any(rrel[c, d] < 1 - EPS for c, ds in dra.items() for d in ds):
+            return False
     state._record(t, n)
     state.node_releasing[n] -= alloc
     for d in devs:
         drel[d] -= per
+    if dra:
+        for c, ds in dra.items():
+            for d in ds:
+                rrel[c, d] -= 1.0
     state.task_state[t] = _RUN
     j = int(state.task_job[t])
     state._queues_add(j, alloc, 1)
@@ -141,6 +151,8 @@ class Placer:
             if s.queue_over_capacity(q, s.task_quota_req[list(tasks)].sum(axis=0), not s.job_preemptible_arr[j]):
                 return False
             tasks = task_order(s, tasks)
+        if s._sg_list[j]:
+            return self._place_tree(j, tasks)
         required = s.jobs.topology_required[j]
         preferred = s.jobs.topology_preferred[j]
         if required:
@@ -149,6 +161,31 @@ class Placer:
                     return True
             return False
         return self._place_preferred(j, tasks, None, preferred)
+
+    def _place_tree(self, j: int, tasks: Sequence[int]) -> bool:
+        """A job with subgroups: member by member, each subgroup in one domain of its topology level
+        inside its parent's (:func:`scheduler_engine.subgroups.place_tree`), every task pipelined."""
+        s = self.state
+        placement = self.placement
+
+        def domains(tr, i, ts, within):
+            req, pref = tr.topo[i]
+            out = []
+            for rmask in (simulation_domains(s, placement, req, within, ts) if req else [within]):
+                if pref:
+                    out.extend(("", m) for m in simulation_domains(s, placement, pref, rmask, ts))
+                out.append(("", rmask))
+            return out, ""
+
+        def place_leaf(i, ts, within):
+            ts = task_order(s, ts) if len(ts) > 1 else list(ts)
+            return (len(ts), "") if self._place_all(j, ts, within) else (0, "")
+
+        try:
+            subgroups.place_tree(s, subgroups.tree_of(s, j), tasks, None, domains, place_leaf, rollback=self.rollback)
+        except subgroups.PlaceFailure:
+            return False
+        return True
 
     def _place_preferred(self, j, tasks, within, preferred) -> bool:
         if preferred:
@@ -307,6 +344,8 @@ class Simulation:
         """Tasks a victim job would re-allocate: its pending and just-evicted tasks (gang or one)."""
         s = self.state
         st = s.task_state
+        if s._sg_list[vj]:
+            return subgroups.tasks_to_allocate(s, vj, lambda t: st[t] == _PEND or (t in evicted and st[t] == _REL))
         t0 = int(s.job_start[vj])
         cnt = int(s.job_count[vj])
         if cnt == 1:  # single-task job: nothing to order

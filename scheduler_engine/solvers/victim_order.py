@@ -13,6 +13,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..ordering import _QueueProfile, _alloc_part, _dom, _profile_less, _queue_key, _static, chain_tiebreaks
+from .. import subgroups
 from ..state import ACTIVE_STATES, CycleState
 
 
@@ -171,6 +172,9 @@ class VictimQueue:
             act = s.job_num_active_arr[jobs]
             m = s.job_min_available[jobs]
             el = np.where(act < m, 0, np.where(act == m, 1, 2))
+            if s.any_sg:
+                for i in np.flatnonzero(s.job_has_sg[jobs]).tolist():
+                    el[i] = subgroups.elastic_state(s, int(jobs[i]))
             # victim order inside each leaf, leaves grouped: one sort of one integer key, then
             # split at leaf bounds. The key is (leaf, priority) group, elastic state descending,
             # then the static (older first, name descending) rank: the lexsort of those five
@@ -185,10 +189,14 @@ class VictimQueue:
                 self.sorted[q] = jobs[lo:hi]
                 self.ptr[q] = 0
 
-    def _key_of(self, j: int, n_active: int, seq: int) -> tuple:
+    def _key_of(self, j: int, n_active: int, seq: int, tasks: Sequence[int] | None = None) -> tuple:
         s = self.state
-        m = int(s.job_min_available[j])
-        el = 0 if n_active < m else (1 if n_active == m else 2)
+        if s._sg_list[j]:  # a job with subgroups: the leaves' elastic state over the tasks it offers
+            tree = subgroups.tree_of(s, j)
+            el = subgroups.elastic_state(s, j, subgroups.leaf_counts(tree, s.task_state, only=tasks))
+        else:
+            m = int(s.job_min_available[j])
+            el = 0 if n_active < m else (1 if n_active == m else 2)
         return (int(s.jobs.priority[j]), -el, float(s.jobs.created_minutes_ago[j]), -int(_name_rank(s)[j]), seq)
 
     def push(self, j: int, tasks: Sequence[int]) -> None:
@@ -198,7 +206,7 @@ class VictimQueue:
         rep = _Rep(self.state, j, tasks, self._seq)
         n_act = sum(1 for t in rep.tasks if self.state.task_state[t] in ACTIVE_STATES)
         q = int(self.state.job_queue_arr[j])
-        heapq.heappush(self.heaps.setdefault(q, []), (self._key_of(j, n_act, self._seq), self._seq, rep))
+        heapq.heappush(self.heaps.setdefault(q, []), (self._key_of(j, n_act, self._seq, rep.tasks), self._seq, rep))
         self.head_rep.pop(q, None)
         if self._live is not None and q not in self._live:
             self._live.add(q)
