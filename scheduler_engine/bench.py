@@ -18,6 +18,15 @@ The generated cluster (:func:`generate`, deterministic for a seed):
   GPU) and GPU-memory jobs, gangs of 2-8 tasks, CPU-only jobs, with train / interactive / build /
   inference priorities; ``one-gpu`` = every pending job is one task of 1 GPU.
 
+Options that add KAI's newer workload kinds on top of that cluster (off by default, so the default
+command lines generate the same cluster and decide the same; :func:`with_features`, its own random
+stream): ``--subgroups F`` turns a fraction F of the pending jobs into hierarchical gangs (2- and 3-level
+subgroup trees: prefill / decode leaves with rack topology, leader + workers under zone-level
+subgroups, replicas with ``minSubGroups``); ``--dra-nodes F`` turns a fraction F of the nodes (the last
+ones, whole racks) into a DRA-only pool (8 ``gpu.nvidia.com`` devices and one ``compute-domain``
+channel each, no classic GPUs; their running load claims devices) and about as large a share of the
+pending whole-GPU jobs into device claims (8-GPU tasks also claim a channel).
+
 Reported per phase (wall clock, ``time.perf_counter``): ``fair_share`` (inside the cycle state
 construction), ``open`` (the rest of the state construction), ``allocate``, ``consolidation``,
 ``reclaim``, ``preempt``, ``stalegangeviction``, ``result``, and ``ordering`` = time spent inside the
@@ -61,7 +70,7 @@ from .snapshot import (
     ACTION_NAMES, CPU, GPU, MEM, NRES, Config, Jobs, Nodes, Queues, Snapshot, TaskState, Tasks,
 )
 
-__all__ = ["generate", "run_bench", "main", "queue_tree_sizes", "decision_digest"]
+__all__ = ["generate", "with_features", "run_bench", "main", "queue_tree_sizes", "decision_digest"]
 
 GI = 1024.0 ** 3
 _NODE_TYPES = (  # (gpu memory MiB, cores, memory bytes, weight)
@@ -273,6 +282,110 @@ def generate(*, nodes: int, jobs: int, queues: int, seed: int = 1, shape: str = 
                     config=cfg, nodes=nd, queues=qs, jobs=jb, tasks=ts, usage=usage)
 
 
+# ---------------------------------------------------------------------------------------- features
+
+DRA_GPU_CLASS = "gpu.nvidia.com"
+DRA_CHANNEL_CLASS = "compute-domain.nvidia.com"
+
+
+def with_features(snap: Snapshot, *, sub_groups: float = 0.0, dra_nodes: float = 0.0, seed: int = 1) -> Snapshot:
+    """``snap`` with a share of subgroup jobs and a DRA node pool (module docstring), through the
+    scenario format (so the loader checks what is generated). Its random stream is its own: the
+    generated base cluster is the one :func:`generate` gives for the seed."""
+    if not sub_groups and not dra_nodes:
+        return snap
+    if not 0.0 <= sub_groups <= 1.0 or not 0.0 <= dra_nodes <= 1.0:
+        raise ValueError("sub_groups and dra_nodes are fractions in [0, 1]")
+    from .loader import load_dict, snapshot_to_dict
+
+    rng = np.random.default_rng([seed, 21])
+    d = snapshot_to_dict(snap)
+    if dra_nodes:
+        _dra_pool(d, rng, dra_nodes)
+    if sub_groups:
+        for job in d["jobs"]:
+            if all(t["state"] == "Pending" for t in job["tasks"]) and rng.random() < sub_groups:
+                _tree_job(job, rng)
+    out = load_dict(d, source=snap.name)
+    out.name = snap.name + (f" subgroups={sub_groups:g}" if sub_groups else "") + (
+        f" dra-nodes={dra_nodes:g}" if dra_nodes else "")
+    return out
+
+
+def _dra_pool(d: dict, rng: np.random.Generator, frac: float) -> None:
+    """The last ``frac`` of the nodes (rounded up to whole racks of 16) become DRA-only; tasks running
+    there claim devices instead of GPUs (a shared device's first half claims it, the second half keeps
+    only its CPU and memory); a matching share of pending whole-GPU jobs claim devices."""
+    n = len(d["nodes"])
+    k = min(n, int(math.ceil(frac * n / 16.0)) * 16)
+    pool = set()
+    d["deviceClasses"] = [{"name": DRA_GPU_CLASS, "countsAs": "gpu"}, {"name": DRA_CHANNEL_CLASS}]
+    for node in d["nodes"][n - k:]:
+        node["gpus"] = 0
+        node["devices"] = {DRA_GPU_CLASS: 8, DRA_CHANNEL_CLASS: 1}
+        pool.add(node["name"])
+    shared_seen: set[tuple[str, str]] = set()
+    for job in d["jobs"]:
+        tasks = job["tasks"]
+        if any(t["node"] in pool for t in tasks):
+            for t in tasks:
+                g = float(t["gpu"])
+                if g >= 1:
+                    t["claims"] = [{"deviceClass": DRA_GPU_CLASS, "count": int(g)}]
+                elif g > 0:
+                    key = (t["node"], (t["gpuGroups"] or ["?"])[0])
+                    if key not in shared_seen:
+                        shared_seen.add(key)
+                        t["claims"] = [{"deviceClass": DRA_GPU_CLASS, "count": 1}]
+                t["gpu"] = 0
+                t["gpuGroups"] = []
+        elif (all(t["state"] == "Pending" for t in tasks)
+              and all(float(t["gpu"]) >= 1 and not t.get("gpuMemory") for t in tasks) and rng.random() < frac):
+            for t in tasks:
+                g = int(float(t["gpu"]))
+                t["claims"] = [{"deviceClass": DRA_GPU_CLASS, "count": g}]
+                if g == 8:
+                    t["claims"].append({"deviceClass": DRA_CHANNEL_CLASS, "count": 1})
+                t["gpu"] = 0
+
+
+_RACK, _ZONE = "kai.scheduler/rack", "topology.kubernetes.io/zone"
+
+
+def _tree_job(job: dict, rng: np.random.Generator) -> None:
+    """Replace a pending job's tasks by a subgroup tree (2 or 3 levels; the job keeps its name,
+    queue and priority)."""
+    name = job["name"]
+
+    def tasks(group: str, count: int, gpu: int) -> list[dict]:
+        return [{"name": f"{name}-{group}-{i}", "subGroup": group, "gpu": gpu, "cpu": str(8 * gpu),
+                 "memory": f"{64 * gpu}Gi"} for i in range(count)]
+
+    kind = rng.random()
+    groups: list[dict] = []
+    ts: list[dict] = []
+    if kind < 0.4:  # 2 levels: prefill and decode leaves, decode in one rack
+        np_, nd = int(rng.integers(2, 5)), int(rng.integers(2, 5))
+        groups = [{"name": "prefill", "minAvailable": np_},
+                  {"name": "decode", "minAvailable": max(1, nd - 1), "topology": {"required": _RACK}}]
+        ts = tasks("prefill", np_, 1) + tasks("decode", nd, int(rng.choice([1, 2])))
+    elif kind < 0.8:  # 3 levels: leader + workers under zone-level decode / prefill
+        for part in ("decode", "prefill"):
+            nw = int(rng.integers(2, 5))
+            groups += [{"name": part, "topology": {"required": _ZONE}},
+                       {"name": f"{part}-leader", "parent": part, "minAvailable": 1, "topology": {"required": _RACK}},
+                       {"name": f"{part}-workers", "parent": part, "minAvailable": 2, "topology": {"required": _RACK}}]
+            ts += tasks(f"{part}-leader", 1, 1) + tasks(f"{part}-workers", nw, 1)
+    else:  # replicas: 2 of 3 needed, each replica in one rack
+        job["minSubGroups"] = 2
+        for r in range(3):
+            groups.append({"name": f"replica-{r}", "minAvailable": 2, "topology": {"required": _RACK}})
+            ts += tasks(f"replica-{r}", 2, 1)
+    job.pop("minAvailable", None)
+    job["subGroups"] = groups
+    job["tasks"] = ts
+
+
 # ---------------------------------------------------------------------------------------- timing
 
 
@@ -413,10 +526,19 @@ def _cluster_stats(snap: Snapshot) -> dict[str, Any]:
     pend_j[np.asarray(snap.tasks.job)[pend_t]] = True
     run = st == int(TaskState.RUNNING)
     gpus = float(np.asarray(snap.nodes.gpus)[np.asarray(snap.nodes.ready)].sum())
+    if len(snap.device_classes):  # DRA devices of gpu classes are GPUs too
+        dra = np.asarray(snap.nodes.devices)[:, np.asarray(snap.device_classes.counts_as_gpu)].sum(axis=1)
+        gpus += float(dra[np.asarray(snap.nodes.ready)].sum())
     used = float(np.asarray(snap.tasks.request)[run, GPU].sum())
     shapes = {(tuple(r), g) for r, g in zip(map(tuple, np.asarray(snap.tasks.request)[pend_t]),
                                              np.asarray(snap.tasks.gpu_memory)[pend_t])}
-    return {"nodes": len(snap.nodes), "queues": len(snap.queues), "jobs": len(snap.jobs),
+    extra = {}
+    if len(snap.sub_groups):
+        extra["sub_group_jobs"] = int((np.asarray(snap.jobs.sg_count) > 0).sum())
+    if len(snap.device_classes):
+        extra["dra_nodes"] = int((np.asarray(snap.nodes.devices).sum(axis=1) > 0).sum())
+        extra["claim_tasks"] = int((np.asarray(snap.tasks.claims).sum(axis=1) > 0).sum())
+    return {**extra, "nodes": len(snap.nodes), "queues": len(snap.queues), "jobs": len(snap.jobs),
             "tasks": len(snap.tasks), "pending_jobs": int(pend_j.sum()), "pending_tasks": int(pend_t.sum()),
             "running_tasks": int(run.sum()), "gpus": gpus, "gpu_fill": round(used / gpus, 4) if gpus else 0.0,
             "distinct_pending_task_shapes": len(shapes)}
@@ -486,7 +608,8 @@ def reference_size(nodes: int, jobs: int, queues: int, reference_nodes: int | No
 
 def run_bench(*, nodes: int, jobs: int, queues: int, seed: int = 1, shape: str = "mixed", repeat: int = 1,
               compare: bool = False, actions: Sequence[str] | None = None,
-              reference_nodes: int | None = REFERENCE_NODES, calibrate: bool = True) -> dict[str, Any]:
+              reference_nodes: int | None = REFERENCE_NODES, calibrate: bool = True, sub_groups: float = 0.0,
+              dra_nodes: float = 0.0) -> dict[str, Any]:
     """Generate, run ``repeat`` full cycles, report the best (and all) timings.
 
     ``calibrate``: also time the calibration workload (:func:`calibration_seconds`) right before
@@ -498,6 +621,7 @@ def run_bench(*, nodes: int, jobs: int, queues: int, seed: int = 1, shape: str =
     """
     t0 = time.perf_counter()
     snap = generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    snap = with_features(snap, sub_groups=sub_groups, dra_nodes=dra_nodes, seed=seed)
     gen = time.perf_counter() - t0
     rss_generated = _peak_rss_bytes()
     cal = calibration_seconds() if calibrate else None
@@ -512,7 +636,9 @@ def run_bench(*, nodes: int, jobs: int, queues: int, seed: int = 1, shape: str =
     best = min(runs, key=lambda t: t["total"])
     out: dict[str, Any] = {
         "params": {"nodes": nodes, "jobs": jobs, "queues": queues, "seed": seed, "shape": shape, "repeat": repeat,
-                   "actions": list(actions or ACTION_NAMES)},
+                   "actions": list(actions or ACTION_NAMES),
+                   **({"subgroups": sub_groups} if sub_groups else {}),
+                   **({"dra_nodes": dra_nodes} if dra_nodes else {})},
         "cluster": _cluster_stats(snap), "generate_seconds": gen, "timings": best,
         "all_totals": [r["total"] for r in runs], "decisions": decisions,
         "peak_rss_bytes_after_generate": rss_generated,
@@ -552,7 +678,10 @@ def format_text(rep: dict[str, Any]) -> str:
     lines = [
         f"cluster: {c['nodes']} nodes ({c['gpus']:.0f} GPUs, {c['gpu_fill'] * 100:.1f}% allocated), "
         f"{c['queues']} queues, {c['jobs']} jobs, {c['pending_jobs']} pending jobs / {c['pending_tasks']} pending "
-        f"tasks ({c['distinct_pending_task_shapes']} distinct task shapes), {c['running_tasks']} running tasks",
+        f"tasks ({c['distinct_pending_task_shapes']} distinct task shapes), {c['running_tasks']} running tasks"
+        + (f"; {c['sub_group_jobs']} jobs with subgroups" if "sub_group_jobs" in c else "")
+        + (f"; {c['dra_nodes']} DRA-only nodes, {c['claim_tasks']} tasks with device claims" if "dra_nodes" in c
+           else ""),
         f"generated in {rep['generate_seconds']:.2f}s; actions {','.join(rep['params']['actions'])}; "
         f"best of {len(rep['all_totals'])} cycle(s):",
     ]
@@ -618,6 +747,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --target: the time target is R times the calibration workload of this run")
     p.add_argument("--no-calibration", action="store_true", help="do not time the calibration workload")
     p.add_argument("--write-scenario", metavar="FILE", help="also write the generated snapshot as a scenario (JSON)")
+    p.add_argument("--subgroups", type=float, default=0.0, metavar="F",
+                   help="turn a fraction F of the pending jobs into subgroup trees (2-3 levels; e.g. 0.05)")
+    p.add_argument("--dra-nodes", type=float, default=0.0, metavar="F",
+                   help="turn a fraction F of the nodes into a DRA-only pool, and as many pending jobs into claims")
     return p
 
 
@@ -644,6 +777,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         problems.append("--target-seconds: must be positive")
     if args.target_ratio is not None and not (args.target_ratio > 0 and math.isfinite(args.target_ratio)):
         problems.append("--target-ratio: must be a positive number")
+    for flag, val in (("--subgroups", args.subgroups), ("--dra-nodes", args.dra_nodes)):
+        if not (0.0 <= val <= 1.0):
+            problems.append(f"{flag}: must be a fraction between 0 and 1")
     if args.target_ratio is not None and args.no_calibration:
         problems.append("--target-ratio: needs the calibration workload (drop --no-calibration)")
     actions = None
@@ -659,13 +795,15 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         return 2
     rep = run_bench(nodes=args.nodes, jobs=args.jobs, queues=args.queues, seed=args.seed, shape=args.shape,
                     repeat=args.repeat, compare=args.compare_reference, actions=actions,
-                    reference_nodes=args.reference_nodes, calibrate=not args.no_calibration)
+                    reference_nodes=args.reference_nodes, calibrate=not args.no_calibration,
+                    sub_groups=args.subgroups, dra_nodes=args.dra_nodes)
     if args.target:
         rep["target"] = target_summary(rep, seconds=args.target_seconds, ratio=args.target_ratio)
     if args.write_scenario:
         from .loader import snapshot_to_dict
 
         snap = generate(nodes=args.nodes, jobs=args.jobs, queues=args.queues, seed=args.seed, shape=args.shape)
+        snap = with_features(snap, sub_groups=args.subgroups, dra_nodes=args.dra_nodes, seed=args.seed)
         with open(args.write_scenario, "w", encoding="utf-8") as fh:
             json.dump(snapshot_to_dict(snap), fh)
     if args.json:

@@ -98,6 +98,8 @@ def test_cli_text_and_json(capsys):
     (["--nodes", "2", "--jobs", "-1"], "--jobs"),
     (["--nodes", "2", "--jobs", "1", "--queues", "2"], "--queues"),
     (["--nodes", "2", "--jobs", "1", "--actions", "allocate,bogus"], "--actions"),
+    (["--nodes", "2", "--jobs", "1", "--subgroups", "1.5"], "--subgroups"),
+    (["--nodes", "2", "--jobs", "1", "--dra-nodes", "-0.1"], "--dra-nodes"),
 ])
 def test_cli_rejects_bad_sizes(args, msg, capsys):
     assert cli.main(["bench", *args]) == 2
@@ -190,3 +192,47 @@ def test_decision_digest_is_stable_and_tells_decisions_apart(capsys):
 
     assert cli.main(["bench", "--nodes", "12", "--jobs", "40", "--queues", "9"]) == 0
     assert "digest " in capsys.readouterr().out
+
+
+def test_features_off_leave_the_cluster_as_generated():
+    from scheduler_engine.bench import with_features
+
+    snap = generate(nodes=20, jobs=100, queues=10, seed=3)
+    assert with_features(snap, sub_groups=0.0, dra_nodes=0.0, seed=3) is snap
+
+
+def test_subgroup_share_and_dra_pool_decide_within_capacity():
+    """The generated subgroup trees and DRA pool are valid scenario input, and a full cycle on them
+    never gives one device to two tasks that both keep it (a Pipelined task only takes devices
+    that are free or released by a victim)."""
+    from scheduler_engine.bench import with_features
+    from scheduler_engine.cycle import run_cycle_with_state
+
+    base = generate(nodes=64, jobs=400, queues=20, seed=5)
+    snap = with_features(base, sub_groups=0.2, dra_nodes=0.25, seed=5)
+    assert int((snap.jobs.sg_count > 0).sum()) > 20
+    assert int((snap.nodes.devices.sum(axis=1) > 0).sum()) == 16
+    assert int(snap.nodes.gpus[snap.nodes.devices[:, 0] > 0].sum()) == 0
+    run = int(TaskState.RUNNING)
+    on_pool = (snap.tasks.state == run) & np.isin(snap.tasks.node, np.flatnonzero(snap.nodes.devices[:, 0] > 0))
+    assert on_pool.any() and (snap.tasks.request[on_pool, GPU] == 0).all()
+    state, res = run_cycle_with_state(snap)
+    holders: dict[tuple, list[str]] = {}
+    for t, held in enumerate(state.task_dra):
+        if held and state.task_node[t] >= 0:
+            for c, devs in held.items():
+                for dv in devs:
+                    holders.setdefault((int(state.task_node[t]), c, dv), []).append(int(state.task_state[t]))
+    keep = (int(TaskState.RUNNING), int(TaskState.BINDING), int(TaskState.STUCK_RELEASING))
+    for key, states in holders.items():
+        assert sum(1 for x in states if x in keep) <= 1, key
+        assert sum(1 for x in states if x in keep or x == int(TaskState.PIPELINED)) <= 1 or \
+            int(TaskState.RELEASING) in states, key
+    assert (state.dra_free >= -1e-9).all() and (state.dra_rel >= -1e-9).all()
+    from scheduler_engine import subgroups
+
+    trees = np.flatnonzero(snap.jobs.sg_count > 0).tolist()
+    started = [j for j in trees if state.job_num_active(j) > 0]
+    assert started  # some trees were placed ...
+    for j in started:  # ... and none is left partly placed below its root's requirement
+        assert subgroups.root_satisfied(state, j), snap.jobs.names[j]
