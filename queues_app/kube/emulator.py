@@ -23,6 +23,12 @@ passes against it makes the same requests it would make against a cluster:
   API defaults and validation, cascading deletion as the garbage collector does (Jobs orphan by
   default); policy/v1 PodDisruptionBudgets enforced by the eviction subresource;
 * a node lifecycle controller (not-ready taints) and taint-based eviction (NoExecute, tolerationSeconds);
+* KAI's PodGroups (``scheduling.run.ai/v2alpha2``: ``spec.subGroups``, ``minSubGroup``,
+  ``topologyConstraint``; the CRD's structural schema, no admission webhook) and dynamic resource
+  allocation (``resource.k8s.io/v1`` DeviceClasses, ResourceSlices with their ``spec.nodeName`` /
+  ``spec.driver`` / ``spec.pool.name`` field selectors, ResourceClaims whose spec is immutable and whose
+  ``status.allocation`` can only be set once, ``reservedFor`` needing it); the kubelet starts a pod only
+  when each of its ResourceClaims is allocated and reserved for it;
 * fault injection (error statuses, "performed but answered with an error", dropped connections,
   delays), watch disconnection, and a request log so tests can assert on exact traffic.
 
@@ -685,8 +691,26 @@ _WORKLOADS = (JOBS, CRONJOBS, REPLICASETS, STATEFULSETS, DEPLOYMENTS)
 # Disruption budgets: the eviction subresource enforces them; status is kept by run_due (the PDB controller).
 PDBS = _Resource("poddisruptionbudgets", "poddisruptionbudgets", "policy", "PodDisruptionBudget", "policy/v1", True,
                  _meta_fields, has_status=True, has_generation=True)
-_BY_KIND = {r.store: r for r in (NODES, PODS, EVENTS, *_WORKLOADS, PDBS)}
-_KIND_TO_STORE = {r.kind: r.store for r in (NODES, PODS, *_WORKLOADS, PDBS)}
+
+
+def _slice_fields(obj: dict) -> dict[str, str]:
+    return {"metadata.name": obj["metadata"].get("name", ""), "spec.nodeName": str(_deep(obj, "spec.nodeName", "") or ""),
+            "spec.driver": str(_deep(obj, "spec.driver", "") or ""), "spec.pool.name": str(_deep(obj, "spec.pool.name", "") or "")}
+
+
+# KAI's PodGroup custom resource (the CRD is served; its validating webhook is not emulated).
+PODGROUPS = _Resource("podgroups", "podgroups", "scheduling.run.ai", "PodGroup", "scheduling.run.ai/v2alpha2", True,
+                      _meta_fields, has_status=True, has_generation=True)
+# Dynamic resource allocation (resource.k8s.io/v1).
+DEVICECLASSES = _Resource("deviceclasses", "deviceclasses", "resource.k8s.io", "DeviceClass", "resource.k8s.io/v1",
+                          False, _meta_fields, has_generation=True)
+RESOURCESLICES = _Resource("resourceslices", "resourceslices", "resource.k8s.io", "ResourceSlice",
+                           "resource.k8s.io/v1", False, _slice_fields, has_generation=True)
+RESOURCECLAIMS = _Resource("resourceclaims", "resourceclaims", "resource.k8s.io", "ResourceClaim",
+                           "resource.k8s.io/v1", True, _meta_fields, has_status=True, has_generation=True)
+_DRA = (DEVICECLASSES, RESOURCESLICES, RESOURCECLAIMS)
+_BY_KIND = {r.store: r for r in (NODES, PODS, EVENTS, *_WORKLOADS, PDBS, PODGROUPS, *_DRA)}
+_KIND_TO_STORE = {r.kind: r.store for r in (NODES, PODS, *_WORKLOADS, PDBS, PODGROUPS, *_DRA)}
 
 
 @dataclass
@@ -1111,6 +1135,8 @@ class KubeEmulator:
             bound = self._bound_at.setdefault(pod["metadata"]["uid"], now)
             if now - bound < self.kubelet_start_seconds:
                 continue
+            if not self._claims_ready(pod):
+                continue  # the kubelet prepares claimed devices only once they are allocated and reserved
             new = copy.deepcopy(pod)
             st = new.setdefault("status", {})
             st["phase"] = "Running"
@@ -1134,6 +1160,23 @@ class KubeEmulator:
                 for c in (new.get("spec") or {}).get("containers") or []
             ]
             self._commit(PODS, "MODIFIED", new, pod)
+
+    def _claims_ready(self, pod: dict) -> bool:
+        """Every ResourceClaim of the pod exists, is allocated and lists the pod in ``reservedFor``."""
+        refs = _deep(pod, "spec.resourceClaims") or []
+        if not refs:
+            return True
+        ns = pod["metadata"].get("namespace", "default")
+        statuses = {s.get("name"): s.get("resourceClaimName") for s in _deep(pod, "status.resourceClaimStatuses") or []
+                    if isinstance(s, dict)}
+        for ref in refs:
+            cname = ref.get("resourceClaimName") or statuses.get(ref.get("name"))
+            claim = self._objects["resourceclaims"].get((ns, cname)) if cname else None
+            if claim is None or not _deep(claim, "status.allocation"):
+                return False
+            if not any(r.get("uid") == pod["metadata"]["uid"] for r in _deep(claim, "status.reservedFor") or []):
+                return False
+        return True
 
     # ---- store primitives -----------------------------------------------------------------------
 
@@ -1342,8 +1385,10 @@ class KubeEmulator:
         priority: int | None = None,
         priority_class_name: str | None = None,
         phase: str | None = None,
+        resource_claims: list[dict] | None = None,
     ) -> dict:
-        """A pod as a workload controller would create it (defaults applied as the API server does)."""
+        """A pod as a workload controller would create it (defaults applied as the API server does).
+        ``resource_claims``: ``spec.resourceClaims`` entries (``{"name", "resourceClaimName"}``)."""
         resources: dict[str, Any] = {}
         if requests:
             resources["requests"] = {k: str(v) for k, v in requests.items()}
@@ -1381,6 +1426,9 @@ class KubeEmulator:
             spec["priority"] = int(priority)
         if priority_class_name:
             spec["priorityClassName"] = priority_class_name
+        if resource_claims:
+            spec["resourceClaims"] = [dict(c) for c in resource_claims]
+            spec["containers"][0]["resources"]["claims"] = [{"name": c["name"]} for c in resource_claims]
         body = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
         with self._lock:
             obj = self.create_object(PODS, namespace, body)
@@ -1445,6 +1493,56 @@ class KubeEmulator:
                 spec["replicas"] = replicas
         with self._lock:
             return res.view(copy.deepcopy(self.create_object(res, namespace, {"metadata": meta, "spec": spec})))
+
+    # ---- PodGroups and dynamic resource allocation ----------------------------------------------
+
+    def add_pod_group(self, namespace: str, name: str, *, queue: str | None = None, min_member: int | None = None,
+                      min_subgroup: int | None = None, sub_groups: list[dict] | None = None,
+                      topology: dict | None = None, priority_class_name: str | None = None) -> dict:
+        """A KAI PodGroup (``scheduling.run.ai/v2alpha2``) as the podgrouper would create it."""
+        spec: dict[str, Any] = {}
+        if queue is not None:
+            spec["queue"] = queue
+        if min_member is not None:
+            spec["minMember"] = min_member
+        if min_subgroup is not None:
+            spec["minSubGroup"] = min_subgroup
+        if sub_groups is not None:
+            spec["subGroups"] = [dict(g) for g in sub_groups]
+        if topology is not None:
+            spec["topologyConstraint"] = dict(topology)
+        if priority_class_name:
+            spec["priorityClassName"] = priority_class_name
+        body = {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+        with self._lock:
+            return PODGROUPS.view(copy.deepcopy(self.create_object(PODGROUPS, namespace, body)))
+
+    def add_device_class(self, name: str, *, driver: str | None = None, extended_resource_name: str | None = None) -> dict:
+        """A DeviceClass selecting the devices of ``driver`` (default: the class name), as DRA drivers install them."""
+        spec: dict[str, Any] = {"selectors": [{"cel": {"expression": f'device.driver == "{driver or name}"'}}]}
+        if extended_resource_name:
+            spec["extendedResourceName"] = extended_resource_name
+        with self._lock:
+            return DEVICECLASSES.view(copy.deepcopy(self.create_object(DEVICECLASSES, None, {"metadata": {"name": name},
+                                                                                             "spec": spec})))
+
+    def add_resource_slice(self, node: str, driver: str, devices: int | list[str], *, pool: str | None = None,
+                           name: str | None = None) -> dict:
+        """The ResourceSlice a DRA driver's kubelet plugin publishes for ``node`` (one pool per node)."""
+        names = [f"dev-{i}" for i in range(devices)] if isinstance(devices, int) else list(devices)
+        spec = {"driver": driver, "nodeName": node, "pool": {"name": pool or node, "generation": 0, "resourceSliceCount": 1},
+                "devices": [{"name": d} for d in names]}
+        meta = {"name": name} if name else {"generateName": f"{node}-{driver.split('.')[0]}-"}
+        with self._lock:
+            return RESOURCESLICES.view(copy.deepcopy(self.create_object(RESOURCESLICES, None, {"metadata": meta, "spec": spec})))
+
+    def add_resource_claim(self, namespace: str, name: str, requests: list[dict]) -> dict:
+        """A ResourceClaim; ``requests``: ``{"name", "deviceClassName", "count"?}`` (``exactly`` requests)."""
+        reqs = [{"name": r["name"], "exactly": {"deviceClassName": r["deviceClassName"],
+                                                **({"count": r["count"]} if "count" in r else {})}} for r in requests]
+        body = {"metadata": {"name": name, "namespace": namespace}, "spec": {"devices": {"requests": reqs}}}
+        with self._lock:
+            return RESOURCECLAIMS.view(copy.deepcopy(self.create_object(RESOURCECLAIMS, namespace, body)))
 
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> dict:
         """What the kubelet reports: Running / Succeeded / Failed (container states follow)."""
@@ -1569,6 +1667,11 @@ class KubeEmulator:
                 meta["generation"] = 1
                 _validate_pdb(obj)
                 obj["status"] = self._pdb_status(obj)
+            elif res.store in _VALIDATORS:
+                meta["generation"] = 1
+                _VALIDATORS[res.store](obj, None)
+                if res.has_status:
+                    obj["status"] = {}
             else:
                 meta["generation"] = 1
                 _default_and_validate_workload(res, obj)
@@ -1600,6 +1703,8 @@ class KubeEmulator:
             if subresource == "status":
                 result = copy.deepcopy(cur)
                 result["status"] = new.get("status") or {}
+                if res is RESOURCECLAIMS:
+                    _validate_claim_status(result, cur)
             else:
                 result = new
                 keep = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
@@ -1623,6 +1728,8 @@ class KubeEmulator:
                     _default_and_validate_workload(res, result)
                 elif res is PDBS:
                     _validate_pdb(result)
+                elif res.store in _VALIDATORS:
+                    _VALIDATORS[res.store](result, cur)
                 if res.has_generation and result.get("spec") != cur.get("spec"):
                     meta["generation"] = cur["metadata"].get("generation", 1) + 1
                 if res.store == "events":
@@ -2066,6 +2173,17 @@ def _default_and_validate_pod(pod: dict, *, admission: bool = True) -> None:
         c.setdefault("imagePullPolicy", "Always" if ":" not in tag or tag.endswith(":latest") else "IfNotPresent")
         c.setdefault("terminationMessagePath", "/dev/termination-log")
         c.setdefault("terminationMessagePolicy", "File")
+    claims = spec.get("resourceClaims") or []
+    if not isinstance(claims, list):
+        causes.append(("spec.resourceClaims", "Invalid value: must be a list"))
+        claims = []
+    for i, rc in enumerate(claims):
+        if not isinstance(rc, dict) or not isinstance(rc.get("name"), str) or not _DNS1123_LABEL.match(rc["name"]):
+            causes.append((f"spec.resourceClaims[{i}].name", "Invalid value: must be a DNS label"))
+            continue
+        if bool(rc.get("resourceClaimName")) == bool(rc.get("resourceClaimTemplateName")):
+            causes.append((f"spec.resourceClaims[{i}]", "Invalid value: exactly one of `resourceClaimName` or "
+                                                      "`resourceClaimTemplateName` is required"))
     grace = spec.get("terminationGracePeriodSeconds", 30)
     if grace is not None and (not isinstance(grace, int) or grace < 0):
         causes.append(("spec.terminationGracePeriodSeconds", f"Invalid value: {grace!r}: must be greater than or equal to 0"))
@@ -2175,6 +2293,206 @@ def _default_and_validate_workload(res: _Resource, obj: dict) -> None:
 
 
 _MUTABLE_POD_SPEC = ("activeDeadlineSeconds", "tolerations", "schedulingGates", "terminationGracePeriodSeconds")
+
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _validate_pod_group(obj: dict, old: dict | None) -> None:
+    """The PodGroup CRD's structural schema (types only; KAI's webhook rules are not emulated)."""
+    name = obj["metadata"]["name"]
+    spec = obj.setdefault("spec", {})
+    causes: list[tuple[str, str]] = []
+    if not isinstance(spec, dict):
+        raise _invalid("PodGroup", name, [("spec", "Invalid value: spec in body must be of type object")])
+    for key in ("minMember", "minSubGroup"):
+        v = spec.get(key)
+        if v is not None and not _is_int(v):
+            causes.append((f"spec.{key}", f"Invalid value: {v!r}: spec.{key} in body must be of type integer"))
+    for key in ("queue", "priorityClassName"):
+        if spec.get(key) is not None and not isinstance(spec[key], str):
+            causes.append((f"spec.{key}", f"Invalid value: spec.{key} in body must be of type string"))
+    if spec.get("topologyConstraint") is not None and not isinstance(spec["topologyConstraint"], dict):
+        causes.append(("spec.topologyConstraint", "Invalid value: spec.topologyConstraint in body must be of type object"))
+    sgs = spec.get("subGroups")
+    if sgs is not None and not isinstance(sgs, list):
+        causes.append(("spec.subGroups", "Invalid value: spec.subGroups in body must be of type array"))
+    for i, g in enumerate(sgs if isinstance(sgs, list) else []):
+        where = f"spec.subGroups[{i}]"
+        if not isinstance(g, dict):
+            causes.append((where, "Invalid value: must be of type object"))
+            continue
+        if not isinstance(g.get("name"), str) or not g["name"]:
+            causes.append((f"{where}.name", "Required value"))
+        if g.get("parent") is not None and not isinstance(g["parent"], str):
+            causes.append((f"{where}.parent", "Invalid value: must be of type string"))
+        for key in ("minMember", "minSubGroup"):
+            if g.get(key) is not None and not _is_int(g[key]):
+                causes.append((f"{where}.{key}", "Invalid value: must be of type integer"))
+        if g.get("topologyConstraint") is not None and not isinstance(g["topologyConstraint"], dict):
+            causes.append((f"{where}.topologyConstraint", "Invalid value: must be of type object"))
+    if causes:
+        raise _invalid("PodGroup", name, causes)
+
+
+def _validate_device_class(obj: dict, old: dict | None) -> None:
+    name = obj["metadata"]["name"]
+    spec = obj.setdefault("spec", {})
+    causes: list[tuple[str, str]] = []
+    if not isinstance(spec, dict):
+        raise _invalid("DeviceClass", name, [("spec", "Invalid value: must be an object")])
+    sels = spec.get("selectors") or []
+    if not isinstance(sels, list) or len(sels) > 32:
+        causes.append(("spec.selectors", "Invalid value: must be a list of at most 32 selectors"))
+    else:
+        for i, sel in enumerate(sels):
+            expr = _deep(sel, "cel.expression") if isinstance(sel, dict) else None
+            if not isinstance(expr, str) or not expr.strip():
+                causes.append((f"spec.selectors[{i}].cel.expression", "Required value"))
+    ern = spec.get("extendedResourceName")
+    if ern is not None and (not isinstance(ern, str) or not ern):
+        causes.append(("spec.extendedResourceName", "Invalid value: must be a resource name"))
+    if causes:
+        raise _invalid("DeviceClass", name, causes)
+
+
+def _validate_resource_slice(obj: dict, old: dict | None) -> None:
+    name = obj["metadata"]["name"]
+    spec = obj.get("spec")
+    causes: list[tuple[str, str]] = []
+    if not isinstance(spec, dict):
+        raise _invalid("ResourceSlice", name, [("spec.driver", "Required value")])
+    driver = spec.get("driver")
+    if not isinstance(driver, str) or not _DNS1123_SUBDOMAIN.match(driver) or len(driver) > 63:
+        causes.append(("spec.driver", "Required value: a DNS subdomain of at most 63 characters"))
+    pool = spec.get("pool")
+    if not isinstance(pool, dict) or not isinstance(pool.get("name"), str) or not pool["name"]:
+        causes.append(("spec.pool.name", "Required value"))
+    else:
+        if not _is_int(pool.get("generation")) or pool["generation"] < 0:
+            causes.append(("spec.pool.generation", "Invalid value: must be greater than or equal to 0"))
+        if not _is_int(pool.get("resourceSliceCount")) or pool["resourceSliceCount"] < 1:
+            causes.append(("spec.pool.resourceSliceCount", "Invalid value: must be greater than zero"))
+    where = [k for k in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection") if spec.get(k) not in (None, "", False)]
+    if len(where) != 1:
+        causes.append(("spec", "Invalid value: exactly one of `nodeName`, `nodeSelector`, `allNodes`, "
+                               "`perDeviceNodeSelection` is required"))
+    devices = spec.get("devices") or []
+    if not isinstance(devices, list) or len(devices) > 128:
+        causes.append(("spec.devices", "Too many: must have at most 128 items"))
+    else:
+        seen: set[str] = set()
+        for i, d in enumerate(devices):
+            dn = d.get("name") if isinstance(d, dict) else None
+            if not isinstance(dn, str) or not _DNS1123_LABEL.match(dn) or len(dn) > 63:
+                causes.append((f"spec.devices[{i}].name", "Invalid value: must be a DNS label"))
+            elif dn in seen:
+                causes.append((f"spec.devices[{i}].name", f"Duplicate value: {dn!r}"))
+            else:
+                seen.add(dn)
+    if old is not None and _deep(old, "spec.driver") != driver:
+        causes.append(("spec.driver", "Invalid value: field is immutable"))
+    if causes:
+        raise _invalid("ResourceSlice", name, causes)
+
+
+def _validate_resource_claim(obj: dict, old: dict | None) -> None:
+    """Defaults (allocationMode ExactCount, count 1) and validation of a claim's spec; the spec is
+    immutable once created."""
+    name = obj["metadata"]["name"]
+    spec = obj.get("spec")
+    causes: list[tuple[str, str]] = []
+    if not isinstance(spec, dict):
+        raise _invalid("ResourceClaim", name, [("spec", "Required value")])
+    requests = _deep(spec, "devices.requests")
+    if requests is None:
+        requests = []
+    if not isinstance(requests, list) or len(requests) > 32:
+        causes.append(("spec.devices.requests", "Too many: must have at most 32 items"))
+        requests = []
+    seen: set[str] = set()
+    for i, r in enumerate(requests):
+        where = f"spec.devices.requests[{i}]"
+        rn = r.get("name") if isinstance(r, dict) else None
+        if not isinstance(rn, str) or not _DNS1123_LABEL.match(rn):
+            causes.append((f"{where}.name", "Invalid value: must be a DNS label"))
+            continue
+        if rn in seen:
+            causes.append((f"{where}.name", f"Duplicate value: {rn!r}"))
+        seen.add(rn)
+        ex = r.get("exactly")
+        if not isinstance(ex, dict):
+            causes.append((f"{where}.exactly", "Required value: exactly one of `exactly` or `firstAvailable` is required"))
+            continue
+        if not isinstance(ex.get("deviceClassName"), str) or not ex["deviceClassName"]:
+            causes.append((f"{where}.exactly.deviceClassName", "Required value"))
+        mode = ex.setdefault("allocationMode", "ExactCount")
+        if mode == "ExactCount":
+            n = ex.setdefault("count", 1)
+            if not _is_int(n) or n < 1:
+                causes.append((f"{where}.exactly.count", f"Invalid value: {n!r}: must be greater than zero"))
+        elif mode != "All":
+            causes.append((f"{where}.exactly.allocationMode", f'Unsupported value: {mode!r}: supported values: "All", "ExactCount"'))
+    if old is not None and old.get("spec") != spec:
+        causes.append(("spec", "Invalid value: field is immutable"))
+    if causes:
+        raise _invalid("ResourceClaim", name, causes)
+
+
+def _validate_claim_status(new: dict, old: dict) -> None:
+    """Status rules of a ResourceClaim: ``allocation`` is set once (cleared only when nothing reserves
+    the claim), its results name the claim's requests; ``reservedFor`` needs an allocation, at most 256
+    unique consumers."""
+    name = new["metadata"]["name"]
+    st = new.get("status") or {}
+    ost = old.get("status") or {}
+    causes: list[tuple[str, str]] = []
+    alloc, oalloc = st.get("allocation"), ost.get("allocation")
+    if oalloc and alloc and alloc != oalloc:
+        causes.append(("status.allocation", "Invalid value: field is immutable"))
+    requests = {r.get("name") for r in _deep(new, "spec.devices.requests", []) or [] if isinstance(r, dict)}
+    if alloc:
+        results = _deep(alloc, "devices.results", [])
+        if not isinstance(results, list):
+            causes.append(("status.allocation.devices.results", "Invalid value: must be a list"))
+            results = []
+        for i, res in enumerate(results):
+            where = f"status.allocation.devices.results[{i}]"
+            if not isinstance(res, dict):
+                causes.append((where, "Invalid value: must be an object"))
+                continue
+            if res.get("request") not in requests:
+                causes.append((f"{where}.request", f"Invalid value: {res.get('request')!r}: must be the name of a request "
+                                                  "in the claim"))
+            for key in ("driver", "pool", "device"):
+                if not isinstance(res.get(key), str) or not res[key]:
+                    causes.append((f"{where}.{key}", "Required value"))
+    reserved = st.get("reservedFor") or []
+    if not isinstance(reserved, list) or len(reserved) > 256:
+        causes.append(("status.reservedFor", "Too many: must have at most 256 items"))
+        reserved = []
+    uids: set[str] = set()
+    for i, ref in enumerate(reserved):
+        if not isinstance(ref, dict) or not ref.get("resource") or not ref.get("name") or not ref.get("uid"):
+            causes.append((f"status.reservedFor[{i}]", "Required value: resource, name and uid"))
+            continue
+        if ref["uid"] in uids:
+            causes.append((f"status.reservedFor[{i}].uid", f"Duplicate value: {ref['uid']!r}"))
+        uids.add(ref["uid"])
+    if reserved and not alloc:
+        causes.append(("status.reservedFor", "Forbidden: may not be specified when `allocated` is not set"))
+    if causes:
+        raise _invalid("ResourceClaim", name, causes)
+
+
+_VALIDATORS: dict[str, Callable[[dict, dict | None], None]] = {
+    "podgroups": _validate_pod_group, "deviceclasses": _validate_device_class,
+    "resourceslices": _validate_resource_slice, "resourceclaims": _validate_resource_claim,
+}
 
 
 def _check_pod_update(old: dict, new: dict) -> None:
@@ -2401,6 +2719,14 @@ _GROUPS = {
         ("poddisruptionbudgets/status", "PodDisruptionBudget", True, ["get", "patch", "update"]),
     ])),
     "events.k8s.io": ("v1", _resource_list("events.k8s.io/v1", [("events", "Event", True, _RW)])),
+    "scheduling.run.ai": ("v2alpha2", _resource_list("scheduling.run.ai/v2alpha2", [
+        ("podgroups", "PodGroup", True, _RW), ("podgroups/status", "PodGroup", True, ["get", "patch", "update"]),
+    ])),
+    "resource.k8s.io": ("v1", _resource_list("resource.k8s.io/v1", [
+        ("deviceclasses", "DeviceClass", False, _RW), ("resourceslices", "ResourceSlice", False, _RW),
+        ("resourceclaims", "ResourceClaim", True, _RW),
+        ("resourceclaims/status", "ResourceClaim", True, ["get", "patch", "update"]),
+    ])),
 }
 
 _NS = r"(?P<ns>[^/]+)"
@@ -2421,6 +2747,19 @@ _ROUTES: list[tuple[re.Pattern, _Resource, str | None]] = [
     (re.compile(rf"^/apis/events\.k8s\.io/v1/namespaces/{_NS}/events$"), EVENTS_V1, None),
     (re.compile(rf"^/apis/events\.k8s\.io/v1/namespaces/{_NS}/events/{_NAME}$"), EVENTS_V1, None),
 ]
+for _w in (PODGROUPS, RESOURCECLAIMS):
+    _prefix = f"/apis/{_w.api_version}"
+    _ROUTES += [
+        (re.compile(rf"^{_prefix}/{_w.store}$"), _w, None),
+        (re.compile(rf"^{_prefix}/namespaces/{_NS}/{_w.store}$"), _w, None),
+        (re.compile(rf"^{_prefix}/namespaces/{_NS}/{_w.store}/{_NAME}$"), _w, None),
+        (re.compile(rf"^{_prefix}/namespaces/{_NS}/{_w.store}/{_NAME}/(?P<sub>status)$"), _w, None),
+    ]
+for _w in (DEVICECLASSES, RESOURCESLICES):
+    _ROUTES += [
+        (re.compile(rf"^/apis/{_w.api_version}/{_w.store}$"), _w, None),
+        (re.compile(rf"^/apis/{_w.api_version}/{_w.store}/{_NAME}$"), _w, None),
+    ]
 for _w in (*_WORKLOADS, PDBS):
     _prefix = f"/apis/{_w.group}/v1"
     _ROUTES += [
