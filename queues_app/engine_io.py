@@ -569,7 +569,7 @@ def dry_run_workload(*, submit: Any, now: datetime | None = None) -> dict[str, A
     Actions named in the config whose module is not available are skipped and listed.
     """
     from scheduler_engine.actions import get_action
-    from scheduler_engine.cycle import _state_class
+    from scheduler_engine.state import CycleState
     from scheduler_engine.result import build_result
 
     holder: dict[str, Any] = {}
@@ -585,7 +585,7 @@ def dry_run_workload(*, submit: Any, now: datetime | None = None) -> dict[str, A
     engine_input: EngineInput = holder["input"]
     job_name = next(n for n, wid in engine_input.index.workload_id.items() if wid == holder["workload_id"])
     snapshot = engine_loader.load_dict(engine_input.data, source="dry-run")
-    state = _state_class()(snapshot)
+    state = CycleState(snapshot)
     skipped: list[str] = []
     for action in snapshot.config.actions:
         try:
