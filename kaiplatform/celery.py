@@ -58,17 +58,27 @@ def _beat_schedule() -> dict:
             "schedule": every,
             "options": {"expires": max(2 * every, 5.0)},
         }
+        # Cluster autoscaling (issue #22): the scale adjuster, on its own entry so its period is its
+        # own; single-flight through a database lease, `expires` = two periods.
+        if getattr(settings, "KAI_AUTOSCALE_ENABLED", False):
+            period = float(settings.KAI_AUTOSCALE_SECONDS)
+            schedule["kube-scale-adjust"] = {
+                "task": "queues_app.tasks.kube_scale_adjust",
+                "schedule": period,
+                "options": {"expires": max(2 * period, 5.0)},
+            }
     return schedule
 
 
 def _task_routes() -> dict:
-    """The dispatcher has its own queue ("dispatch", the Helm dispatcher role), so slow API calls
-    never delay a scheduling cycle; only in kubernetes mode (embedded workers consume the default
-    queue only)."""
+    """The dispatcher (and the scale adjuster, which only talks to the API server too) have their
+    own queue ("dispatch", the Helm dispatcher role), so slow API calls never delay a scheduling
+    cycle; only in kubernetes mode (embedded workers consume the default queue only)."""
     from django.conf import settings
 
     if getattr(settings, "KAI_CLUSTER_MODE", "embedded") == "kubernetes":
-        return {"queues_app.tasks.kube_dispatch": {"queue": "dispatch"}}
+        return {"queues_app.tasks.kube_dispatch": {"queue": "dispatch"},
+                "queues_app.tasks.kube_scale_adjust": {"queue": "dispatch"}}
     return {}
 
 

@@ -22,6 +22,7 @@ KAI_MAX_QUEUE_DEPTH         deepest allowed queue tree level (top level = 1)
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -30,6 +31,7 @@ from django.core.exceptions import ImproperlyConfigured
 from kaiplatform.env import (
     development_secret_key,
     envbool,
+    envfloat,
     envint,
     envlist,
     envstr,
@@ -274,3 +276,27 @@ KAI_KUBE_WATCH_TIMEOUT = envint("KAI_KUBE_WATCH_TIMEOUT", 300, minimum=1)  # ser
 KAI_KUBE_DISPATCH_SECONDS = envint("KAI_KUBE_DISPATCH_SECONDS", 2, minimum=1)  # reconcile interval (beat)
 KAI_KUBE_MAX_ATTEMPTS = envint("KAI_KUBE_MAX_ATTEMPTS", 8, minimum=1)
 KAI_KUBE_STUCK_EVICTION_SECONDS = envint("KAI_KUBE_STUCK_EVICTION_SECONDS", 300, minimum=1)
+
+# --------------------------------------------------------------------------- cluster autoscaling (issue #22)
+# Kubernetes mode always writes the PodScheduled condition of waiting pods (``Unschedulable`` only
+# for capacity, so cluster-autoscaler / Karpenter act on those alone).  The flag below adds what
+# GPU sharing needs on top: the scale adjuster (utility pods asking for whole GPUs for the sum of
+# the unschedulable fractions, beat entry ``kube-scale-adjust``) and ``karpenter.sh/do-not-disrupt``
+# on the shared-GPU pods we bind.
+KAI_AUTOSCALE_ENABLED = envbool("KAI_AUTOSCALE_ENABLED", False)
+KAI_AUTOSCALE_NAMESPACE = (envstr("KAI_AUTOSCALE_NAMESPACE", "kai-scale-adjust") or "kai-scale-adjust").strip()
+if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", KAI_AUTOSCALE_NAMESPACE):
+    raise ImproperlyConfigured(f"KAI_AUTOSCALE_NAMESPACE={KAI_AUTOSCALE_NAMESPACE!r} is not a namespace name "
+                               "(lower-case letters, digits and '-', at most 63 characters)")
+# GPUs counted for one unschedulable pod that asks for GPU memory (the memory of the node an
+# autoscaler would add is unknown in advance): KAI's --gpu-memory-to-fraction-ratio, default 0.1.
+KAI_AUTOSCALE_GPU_MEMORY_FRACTION = envfloat("KAI_AUTOSCALE_GPU_MEMORY_FRACTION", 0.1, minimum=0.0)
+if not 0.0 < KAI_AUTOSCALE_GPU_MEMORY_FRACTION <= 1.0:
+    raise ImproperlyConfigured(f"KAI_AUTOSCALE_GPU_MEMORY_FRACTION={KAI_AUTOSCALE_GPU_MEMORY_FRACTION} must be "
+                               "above 0 and at most 1")
+KAI_AUTOSCALE_POD_IMAGE = (envstr("KAI_AUTOSCALE_POD_IMAGE", "registry.k8s.io/pause:3.10")
+                           or "registry.k8s.io/pause:3.10").strip()
+KAI_AUTOSCALE_SECONDS = envint("KAI_AUTOSCALE_SECONDS", 10, minimum=1)  # scale adjuster period (beat)
+# After utility pods that got a node are removed, no new one is created for this long, so the
+# scheduler can place the waiting pods on the new node first (KAI: DefaultCoolDownSeconds = 60).
+KAI_AUTOSCALE_COOLDOWN_SECONDS = envint("KAI_AUTOSCALE_COOLDOWN_SECONDS", 60, minimum=0)

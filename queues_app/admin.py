@@ -20,6 +20,7 @@ from queues_app.choices import TASK_STATES_HOLDING
 from queues_app.errors import ApplicationError
 from queues_app.models import (
     Heartbeat,
+    KubeAutoscaleState,
     Node,
     Queue,
     QueueResource,
@@ -526,11 +527,33 @@ class SchedulingCycleAdmin(ReadOnlyAdmin):
 
 @admin.register(SchedulingEvent)
 class SchedulingEventAdmin(ReadOnlyAdmin):
-    list_display = ("created_at", "reason", "workload", "task", "cycle", "message")
-    list_filter = ("reason",)
+    list_display = ("created_at", "reason", "category", "workload", "task", "cycle", "message")
+    list_filter = ("reason", "category")
     list_select_related = ("workload", "task", "cycle")
     search_fields = ("workload__name", "message")
     show_full_result_count = False
+
+
+@admin.register(KubeAutoscaleState)
+class KubeAutoscaleStateAdmin(ReadOnlyAdmin):
+    """What the scale adjuster (cluster autoscaling, Kubernetes mode) did last."""
+
+    list_display = ("name", "last_run_at", "cooldown_until", "summary")
+    readonly_fields = ("name", "last_run_at", "cooldown_until", "report")
+    exclude = ("last_report",)
+
+    @admin.display(description="last run")
+    def summary(self, obj: KubeAutoscaleState) -> str:
+        r = obj.last_report or {}
+        return (f"{r.get('status', '-')}: {r.get('demand_pods', 0)} unschedulable shared-GPU pod(s), "
+                f"{r.get('wanted', 0)} utility pod(s) wanted, {len(r.get('created') or [])} created, "
+                f"{len(r.get('deleted') or [])} deleted, {len(r.get('errors') or [])} error(s)")
+
+    @admin.display(description="last report")
+    def report(self, obj: KubeAutoscaleState) -> str:
+        import json
+
+        return format_html("<pre>{}</pre>", json.dumps(obj.last_report or {}, indent=2, sort_keys=True))
 
 
 @admin.register(Heartbeat)

@@ -51,6 +51,19 @@ class WorkloadStatus(models.TextChoices):
 WORKLOAD_STATUSES_ACTIVE = (WorkloadStatus.PENDING, WorkloadStatus.RUNNING, WorkloadStatus.RELEASING)
 
 
+class PendingCategory(models.TextChoices):
+    """Why a workload waits (``SchedulingEvent.category``): the engine's categories
+    (``scheduler_engine.result.PENDING_CATEGORIES``) plus ``invalid`` for a workload the cycle
+    could not give to the engine (a broken queue tree, a workload on a queue with children).
+    Only ``capacity`` can be fixed by adding nodes (what cluster autoscaling acts on)."""
+
+    CAPACITY = "capacity", "capacity (no node has room; more nodes would help)"
+    QUOTA = "quota", "quota (non-preemptible work over the queue's deserved quota)"
+    LIMIT = "limit", "limit (the queue's limit)"
+    GANG = "gang", "gang (waiting for the gang's pods)"
+    INVALID = "invalid", "invalid (not schedulable as configured)"
+
+
 class CycleStatus(models.TextChoices):
     RUNNING = "running"
     APPLIED = "applied"

@@ -31,7 +31,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from queues_app.choices import TASK_STATES_HOLDING, WORKLOAD_STATUSES_ACTIVE, Resource, TaskState
+from queues_app.choices import TASK_STATES_HOLDING, WORKLOAD_STATUSES_ACTIVE, PendingCategory, Resource, TaskState
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Queue, QueueResource, Task, Workload
 from scheduler_engine import loader as engine_loader
@@ -114,6 +114,9 @@ class EngineInput:
     index: EngineIndex
     excluded_queues: dict[str, str] = field(default_factory=dict)  # queue name -> reason
     excluded_workloads: dict[int, str] = field(default_factory=dict)  # workload id -> reason
+    #: workload id -> PendingCategory of its exclusion (``gang`` for a gang waiting for its pods;
+    #: absent = ``invalid``)
+    excluded_categories: dict[int, str] = field(default_factory=dict)
 
 
 def _corrupt_queues(rows: list[dict[str, Any]]) -> dict[int, str]:
@@ -282,6 +285,7 @@ def build_engine_input(
         "node_selector", "version", "queue_id",
     ))
     excluded_workloads: dict[int, str] = {}
+    excluded_categories: dict[int, str] = {}
     for w in wl_rows:
         if w["queue_id"] in corrupt:
             excluded_workloads[w["id"]] = f"not scheduled: {corrupt[w['queue_id']]}"
@@ -306,6 +310,7 @@ def build_engine_input(
             if not any(t["state"] in TASK_STATES_HOLDING for t in have):
                 excluded_workloads[w["id"]] = (f"waiting for pods: gang needs {w['min_available']}, "
                                                f"{len(have)} exist")
+                excluded_categories[w["id"]] = PendingCategory.GANG
                 continue
             w["min_available"] = len(have)
         kept.append(w)
@@ -390,7 +395,7 @@ def build_engine_input(
         data["usage"] = usage_map
         cfg.update({k: v for k, v in fair.get("config", {}).items() if k not in (config or {})})
     return EngineInput(data=data, index=index, excluded_queues=excluded_queues,
-                       excluded_workloads=excluded_workloads)
+                       excluded_workloads=excluded_workloads, excluded_categories=excluded_categories)
 
 
 def build_scenario_dict(**kwargs: Any) -> dict[str, Any]:
@@ -562,7 +567,7 @@ def dry_run_workload(*, submit: Any, now: datetime | None = None) -> dict[str, A
     back, after reading the engine input; the engine then runs outside the transaction, so no
     lock is held while it computes and nothing at all is stored.
 
-    Returns ``{"placed", "status", "tasks": [{name, status, node}], "events": [...],
+    Returns ``{"placed", "status", "tasks": [{name, status, node}], "events": [...], "waiting_for",
     "queue": {"fairShare", "allocated"}, "skipped_actions"}`` where ``status`` is the
     candidate's engine status: ``Binding`` = would start this cycle, ``Pipelined`` = would
     start once victims release their resources, ``Pending`` = blocked (the events say why).
@@ -605,6 +610,7 @@ def dry_run_workload(*, submit: Any, now: datetime | None = None) -> dict[str, A
         "status": job["status"],
         "tasks": tasks,
         "events": events,
+        "waiting_for": result.pending_categories().get(job_name),
         "queue": result.queues.get(holder["queue"], {}),
         "skipped_actions": skipped,
     }

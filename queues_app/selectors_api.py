@@ -13,7 +13,7 @@ from typing import Any, Iterable
 from django.db.models import Count, Q, QuerySet
 
 from queues_app import selectors
-from queues_app.choices import WorkloadStatus
+from queues_app.choices import PendingCategory, WorkloadStatus
 from queues_app.models import Queue, SchedulingEvent, Tenant, Workload
 
 #: Event reasons that explain an eviction (the engine's and the cycle's names).
@@ -54,6 +54,34 @@ def workload_queue_position(*, tenant: Tenant | None, workload: Workload) -> int
 def workload_events(*, tenant: Tenant | None, workload: Workload, limit: int = 20) -> list[SchedulingEvent]:
     """The latest scheduling events of one workload the caller can see, newest first."""
     return list(selectors.event_list(tenant=tenant, workload=workload)[:limit])
+
+
+#: What each PendingCategory means for the tenant, and whether more nodes would help.
+WAITING_FOR_NOTES = {
+    PendingCategory.CAPACITY: ("Waiting for capacity: no node has room for it now. More nodes of a matching shape "
+                               "would let it start (in Kubernetes mode its pods are marked Unschedulable, which a "
+                               "cluster autoscaler acts on)."),
+    PendingCategory.QUOTA: ("Waiting for quota: as a non-preemptible workload it would put its queue over the deserved "
+                            "quota. More nodes would not help; a lower priority (preemptible) or a larger quota would."),
+    PendingCategory.LIMIT: ("Waiting for its queue's limit: more nodes would not help. It starts when the queue uses "
+                            "less or the limit is raised."),
+    PendingCategory.GANG: "Waiting for the rest of its gang's pods (minAvailable). More nodes would not help.",
+    PendingCategory.INVALID: "Not schedulable as configured (see the events). More nodes would not help.",
+}
+
+
+def workload_waiting_for(*, events: list[SchedulingEvent]) -> str | None:
+    """The PendingCategory of the newest categorised event among ``events`` (newest first) of the
+    latest cycle that explained the workload; None when that cycle gave no category."""
+    if not events:
+        return None
+    latest = events[0].cycle_id
+    for e in events:
+        if e.cycle_id != latest:
+            break
+        if e.category:
+            return e.category
+    return None
 
 
 def workload_last_eviction(*, tenant: Tenant | None, workload: Workload) -> SchedulingEvent | None:

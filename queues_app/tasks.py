@@ -80,3 +80,18 @@ def kube_dispatch(limit: int = 500) -> dict:
 
     report = kube_dispatch_due(limit=int(limit))
     return {"status": report.status, "done": report.done, "failed": report.failed, "retried": report.retried}
+
+
+KUBE_SCALE_ADJUST_TASK = "queues_app.tasks.kube_scale_adjust"
+
+
+@shared_task(name=KUBE_SCALE_ADJUST_TASK, ignore_result=True, acks_late=False)
+def kube_scale_adjust() -> dict:
+    """Reconcile the utility pods that show GPU-sharing demand to cluster autoscalers (kubernetes
+    mode with ``KAI_AUTOSCALE_ENABLED``; beat entry ``kube-scale-adjust``).  Single-flight through
+    a database lease; no autoretry (the next beat reconciles again)."""
+    from queues_app.services.kube_autoscale import kube_scale_adjust as adjust
+
+    report = adjust()
+    return {"status": report.status, "wanted": report.wanted, "created": len(report.created),
+            "deleted": len(report.deleted), "errors": len(report.errors)}

@@ -18,7 +18,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from queues_app import constants, selectors
-from queues_app.choices import Resource
+from queues_app.choices import PendingCategory, Resource
 
 name_validator = RegexValidator(constants.NAME_REGEX, "Use letters, digits, '-', '_' or '.', starting and ending "
                                                       "with a letter or digit.")
@@ -247,6 +247,9 @@ class DryRunOutputSerializer(serializers.Serializer):
     status = serializers.CharField(help_text="Binding: starts now; Pipelined: after evictions; Pending: blocked.")
     tasks = DryRunTaskSerializer(many=True)
     blocked_by = DryRunEventSerializer(many=True, help_text="What the engine reported for the candidate.")
+    waiting_for = serializers.ChoiceField(
+        choices=PendingCategory.choices, allow_null=True,
+        help_text="When it would stay Pending: what it would wait for ('capacity' = more nodes would help).")
     queue_fair_share = serializers.DictField(child=serializers.FloatField())
     queue_allocated = serializers.DictField(child=serializers.FloatField())
     skipped_actions = serializers.ListField(child=serializers.CharField())
@@ -271,6 +274,11 @@ class WhyOutputSerializer(serializers.Serializer):
     estimated_start = serializers.DateTimeField(allow_null=True)
     estimated_start_note = serializers.CharField()
     last_cycle_at = serializers.DateTimeField(allow_null=True)
+    waiting_for = serializers.ChoiceField(
+        choices=PendingCategory.choices, allow_null=True,
+        help_text="Pending only: what it waits for. 'capacity' is the only one more nodes (a cluster autoscaler) "
+                  "can fix; 'quota' / 'limit' are its queue's, 'gang' its missing pods, 'invalid' its configuration.")
+    waiting_for_note = serializers.CharField(help_text="waiting_for in one sentence ('' when not pending).")
     last_eviction = EventOutputSerializer(allow_null=True)
     events = EventOutputSerializer(many=True)
 

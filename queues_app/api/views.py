@@ -258,6 +258,7 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
             "tasks": outcome["tasks"],
             "blocked_by": [{**e, "message": selectors_api.redact_message(tenant=tenant, message=e["message"],
                                                                           allowed=allowed)} for e in events],
+            "waiting_for": outcome.get("waiting_for"),
             "queue_fair_share": queue.get("fairShare", {}), "queue_allocated": queue.get("allocated", {}),
             "skipped_actions": outcome["skipped_actions"],
         }).data
@@ -298,6 +299,8 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
         else:
             summary = workload.status_message or f"{workload.status}."
         started = workload.started_at if workload.status != WorkloadStatus.PENDING else None
+        waiting_for = selectors_api.workload_waiting_for(events=events) \
+            if workload.status == WorkloadStatus.PENDING else None
         return Response(s.WhyOutputSerializer({
             "workload": workload.pk, "status": workload.status, "summary": summary,
             "position_in_queue": position,
@@ -306,6 +309,8 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
             "estimated_start_note": "Started." if started else (
                 NO_ESTIMATE if workload.status == WorkloadStatus.PENDING else "Not pending."),
             "last_cycle_at": selectors_api.latest_cycle_time(tenant=tenant),
+            "waiting_for": waiting_for,
+            "waiting_for_note": selectors_api.WAITING_FOR_NOTES.get(waiting_for, "") if waiting_for else "",
             "last_eviction": ev(eviction) if eviction is not None else None,
             "events": rendered,
         }).data)

@@ -19,13 +19,15 @@ Real API server behaviour relied on (documented upstream):
   eviction would violate a PodDisruptionBudget (retry later).
 * ``POST events``: 201; 409 AlreadyExists if the same event name was already created (a retry
   of a request that succeeded but whose reply was lost).
+* ``PATCH pods/{name}/status`` (strategic merge patch): 200 with the pod; 409 Conflict when the
+  patch's ``metadata.resourceVersion`` is not the pod's current one; 404 when the pod is gone.
 """
 from __future__ import annotations
 
 import json
 import socket
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 import urllib3
@@ -112,10 +114,13 @@ def read_node(core: k8s.CoreV1Api, *, name: str, timeout: float) -> Reply:
     return _call(core.read_node, name=name, _request_timeout=timeout)
 
 
-def bind_pod(core: k8s.CoreV1Api, *, namespace: str, name: str, uid: str, node: str, timeout: float) -> Reply:
+def bind_pod(core: k8s.CoreV1Api, *, namespace: str, name: str, uid: str, node: str, timeout: float,
+             annotations: dict[str, str] | None = None) -> Reply:
+    """``annotations`` are set on the pod by the binding itself (the API server copies a
+    Binding's annotations onto the pod it binds): no separate pod patch, no window without them."""
     body = k8s.V1Binding(
         api_version="v1", kind="Binding",
-        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
+        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None, annotations=annotations or None),
         target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=node),
     )
     return _call(core.create_namespaced_pod_binding, name=name, namespace=namespace, body=body,
@@ -151,6 +156,25 @@ def post_event(core: k8s.CoreV1Api, *, namespace: str, event_name: str, pod_name
         first_timestamp=at, last_timestamp=at, count=1,
     )
     return _call(core.create_namespaced_event, namespace=namespace, body=body, _request_timeout=timeout)
+
+
+def patch_pod_scheduled(core: k8s.CoreV1Api, *, namespace: str, name: str, resource_version: str, status: str,
+                        reason: str, message: str, transition: bool, at: datetime, timeout: float) -> Reply:
+    """PATCH pods/{name}/status: the PodScheduled condition, as kube-scheduler writes it.
+
+    A strategic merge patch (``status.conditions`` merge on ``type``, so the kubelet's other
+    conditions stay); ``metadata.resourceVersion`` makes it conditional (409 if the pod changed);
+    ``lastTransitionTime`` only when the condition's status changes.  RBAC: ``pods/status``
+    patch."""
+    cond: dict[str, Any] = {"type": "PodScheduled", "status": status, "reason": reason, "message": message,
+                            "lastProbeTime": None}
+    if transition:
+        cond["lastTransitionTime"] = at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body: dict[str, Any] = {"status": {"conditions": [cond]}}
+    if resource_version:
+        body["metadata"] = {"resourceVersion": resource_version}
+    return _call(core.patch_namespaced_pod_status, name=name, namespace=namespace, body=body,
+                 _content_type="application/strategic-merge-patch+json", _request_timeout=timeout)
 
 
 def pod_uid(pod: dict[str, Any] | None) -> str:

@@ -32,8 +32,15 @@ passes against it makes the same requests it would make against a cluster:
 * fault injection (error statuses, "performed but answered with an error", dropped connections,
   delays), watch disconnection, and a request log so tests can assert on exact traffic.
 
-Not emulated (requests for them get a 404 / 405 / 415 / 400 Status): namespaces as objects (any
-namespace is accepted), other resource types, server-side apply, dryRun on create, protobuf,
+* namespaces (``default``, ``kube-system``, ``kube-public``, ``kube-node-lease`` exist from the start;
+  the first three cannot be deleted): creating content in a namespace that does not exist is ``404``
+  and in a terminating one ``403`` (the NamespaceLifecycle admission plugin); deleting a namespace
+  marks it Terminating and the namespace controller deletes its content, then the namespace.  The
+  Python helpers (``add_pod``, ``add_owner``, ``add_namespace``) create the namespace they need;
+* pod status patches (``pods/{name}/status``) with a ``metadata.resourceVersion`` precondition (409);
+  the Binding subresource sets ``PodScheduled=True`` and copies the Binding's annotations onto the pod.
+
+Not emulated (requests for them get a 404 / 405 / 415 / 400 Status): other resource types, server-side apply, dryRun on create, protobuf,
 authn/authz/admission webhooks, workload controllers creating pods, the scheduler, the node
 monitor (a node is NotReady only when told: ``set_node_ready``).  ``kubectl get`` works (Table
 output for pods, nodes, events; name + age for the other kinds).  Binding to a node that does not exist succeeds, as on a real API server (pod GC then
@@ -709,8 +716,22 @@ RESOURCESLICES = _Resource("resourceslices", "resourceslices", "resource.k8s.io"
 RESOURCECLAIMS = _Resource("resourceclaims", "resourceclaims", "resource.k8s.io", "ResourceClaim",
                            "resource.k8s.io/v1", True, _meta_fields, has_status=True, has_generation=True)
 _DRA = (DEVICECLASSES, RESOURCESLICES, RESOURCECLAIMS)
-_BY_KIND = {r.store: r for r in (NODES, PODS, EVENTS, *_WORKLOADS, PDBS, PODGROUPS, *_DRA)}
-_KIND_TO_STORE = {r.kind: r.store for r in (NODES, PODS, *_WORKLOADS, PDBS, PODGROUPS, *_DRA)}
+
+
+def _namespace_fields(obj: dict) -> dict[str, str]:
+    return {"metadata.name": obj["metadata"].get("name", ""), "status.phase": _deep(obj, "status.phase", "") or ""}
+
+
+# Namespaces: created Active; NamespaceLifecycle admission refuses content in a namespace that does not
+# exist (404) or is terminating (403); deletion marks it Terminating and the namespace controller
+# (run_due) deletes its content, then the namespace.
+NAMESPACES = _Resource("namespaces", "namespaces", "", "Namespace", "v1", False, _namespace_fields, has_status=True)
+#: Namespaces a new cluster has; the first three cannot be deleted (the API server's immortal namespaces).
+_INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+_IMMORTAL_NAMESPACES = ("default", "kube-system", "kube-public")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_BY_KIND = {r.store: r for r in (NODES, PODS, EVENTS, *_WORKLOADS, PDBS, PODGROUPS, *_DRA, NAMESPACES)}
+_KIND_TO_STORE = {r.kind: r.store for r in (NODES, PODS, *_WORKLOADS, PDBS, PODGROUPS, *_DRA, NAMESPACES)}
 
 
 @dataclass
@@ -877,6 +898,9 @@ class KubeEmulator:
         self._realtime: threading.Thread | None = None
         self._realtime_stop = threading.Event()
         self._closing = False
+        for i, ns in enumerate(_INITIAL_NAMESPACES):  # present "since before" the watch history starts
+            self._objects["namespaces"][("", ns)] = _new_namespace(ns, uid=str(uuid.uuid4()), now=self._clock(),
+                                                                   rv=str(i + 1))
 
     # ---- lifecycle ------------------------------------------------------------------------------
 
@@ -996,6 +1020,24 @@ class KubeEmulator:
             self._pod_gc(now)
             self._kubelet(now)
             self._pdb_controller()
+            self._namespace_controller()
+
+    def _namespace_controller(self) -> None:
+        """A terminating namespace: delete what is in it (pods gracefully), then the namespace."""
+        for ns in list(self._objects["namespaces"].values()):
+            if not ns["metadata"].get("deletionTimestamp"):
+                continue
+            name = ns["metadata"]["name"]
+            for res in _BY_KIND.values():
+                if not res.namespaced:
+                    continue
+                for key, obj in list(self._objects[res.store].items()):
+                    if key[0] == name and not obj["metadata"].get("deletionTimestamp"):
+                        self.delete_object(res, name, key[1], {"propagationPolicy": "Background"})
+            if not any(k[0] == name for r in _BY_KIND.values() if r.namespaced for k in self._objects[r.store]):
+                cur = self._objects["namespaces"].get(("", name))
+                if cur is not None:
+                    self._remove(NAMESPACES, cur)
 
     def _node_lifecycle(self, now: float) -> None:
         """A node whose Ready condition is not True gets the not-ready NoSchedule + NoExecute taints."""
@@ -1371,6 +1413,15 @@ class KubeEmulator:
             fn(new)
             return copy.deepcopy(self._commit(res, "MODIFIED", new, cur))
 
+    def add_namespace(self, name: str, *, labels: dict[str, str] | None = None) -> dict:
+        """A namespace (as ``kubectl create namespace``); an existing one is returned as is."""
+        with self._lock:
+            cur = self._objects["namespaces"].get(("", name))
+            if cur is not None:
+                return NAMESPACES.view(copy.deepcopy(cur))
+            body = {"metadata": {"name": name, "labels": dict(labels or {})}}
+            return NAMESPACES.view(copy.deepcopy(self.create_object(NAMESPACES, None, body)))
+
     def add_pod(
         self,
         namespace: str,
@@ -1431,6 +1482,7 @@ class KubeEmulator:
             spec["containers"][0]["resources"]["claims"] = [{"name": c["name"]} for c in resource_claims]
         body = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
         with self._lock:
+            self.add_namespace(namespace)  # the test/demo helper creates it, as kubectl users do first
             obj = self.create_object(PODS, namespace, body)
             if phase and phase != "Pending":
                 obj = self.set_pod_phase(namespace, name, phase)
@@ -1492,6 +1544,7 @@ class KubeEmulator:
             if replicas is not None:
                 spec["replicas"] = replicas
         with self._lock:
+            self.add_namespace(namespace)
             return res.view(copy.deepcopy(self.create_object(res, namespace, {"metadata": meta, "spec": spec})))
 
     # ---- PodGroups and dynamic resource allocation ----------------------------------------------
@@ -1515,6 +1568,7 @@ class KubeEmulator:
             spec["priorityClassName"] = priority_class_name
         body = {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
         with self._lock:
+            self.add_namespace(namespace)
             return PODGROUPS.view(copy.deepcopy(self.create_object(PODGROUPS, namespace, body)))
 
     def add_device_class(self, name: str, *, driver: str | None = None, extended_resource_name: str | None = None) -> dict:
@@ -1542,6 +1596,7 @@ class KubeEmulator:
                                                 **({"count": r["count"]} if "count" in r else {})}} for r in requests]
         body = {"metadata": {"name": name, "namespace": namespace}, "spec": {"devices": {"requests": reqs}}}
         with self._lock:
+            self.add_namespace(namespace)
             return RESOURCECLAIMS.view(copy.deepcopy(self.create_object(RESOURCECLAIMS, namespace, body)))
 
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> dict:
@@ -1623,6 +1678,7 @@ class KubeEmulator:
                 if body_ns and namespace and body_ns != namespace:
                     raise ApiError(400, "the namespace of the provided object does not match the namespace sent on the request")
                 meta["namespace"] = namespace or body_ns or "default"
+                self._admit_namespace(meta["namespace"])
             else:
                 meta.pop("namespace", None)
             if not meta.get("name"):
@@ -1663,6 +1719,14 @@ class KubeEmulator:
             elif res.store == "nodes":
                 obj.setdefault("spec", {})
                 obj.setdefault("status", {})
+            elif res is NAMESPACES:
+                if len(name) > 63 or not _DNS1123_LABEL.match(name):
+                    raise _invalid("Namespace", name, [("metadata.name", f"Invalid value: {name!r}: a lowercase RFC "
+                                                        "1123 label must consist of lower case alphanumeric characters "
+                                                        "or '-', and must start and end with an alphanumeric character")])
+                fresh = _new_namespace(name, uid=meta["uid"], now=now, rv="")
+                meta.setdefault("labels", {}).update(fresh["metadata"]["labels"])
+                obj["spec"], obj["status"] = fresh["spec"], fresh["status"]
             elif res is PDBS:
                 meta["generation"] = 1
                 _validate_pdb(obj)
@@ -1676,6 +1740,19 @@ class KubeEmulator:
                 meta["generation"] = 1
                 _default_and_validate_workload(res, obj)
             return self._commit(res, "ADDED", obj, None)
+
+    def _admit_namespace(self, namespace: str) -> None:
+        """The NamespaceLifecycle admission plugin: content only in a namespace that exists and is not
+        terminating (404 NotFound / 403 Forbidden with cause NamespaceTerminating otherwise)."""
+        ns = self._objects["namespaces"].get(("", namespace))
+        if ns is None:
+            raise ApiError(404, f'namespaces "{namespace}" not found', reason="NotFound",
+                           details={"name": namespace, "kind": "namespaces"})
+        if _deep(ns, "status.phase") == "Terminating":
+            message = f"unable to create new content in namespace {namespace} because it is being terminated"
+            raise ApiError(403, message, reason="Forbidden", details={
+                "name": namespace, "kind": "namespaces",
+                "causes": [{"reason": "NamespaceTerminating", "message": message, "field": "metadata.namespace"}]})
 
     def update_object(
         self, res: _Resource, namespace: str | None, name: str, body: dict, *, subresource: str | None = None
@@ -1790,6 +1867,8 @@ class KubeEmulator:
                 raise _conflict(res.qualified, name, f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, ResourceVersion in object meta: {cur['metadata']['resourceVersion']}")
             if options.get("dryRun"):
                 return 200, cur
+            if res is NAMESPACES:
+                return 200, self._delete_namespace(cur)
             grace = options.get("gracePeriodSeconds")
             if grace is not None:
                 grace = int(grace)
@@ -1818,6 +1897,21 @@ class KubeEmulator:
             new["metadata"]["deletionTimestamp"] = _rfc3339(now + grace)
             new["metadata"]["deletionGracePeriodSeconds"] = grace
             return 200, self._commit(res, "MODIFIED", new, cur)
+
+    def _delete_namespace(self, cur: dict) -> dict:
+        name = cur["metadata"]["name"]
+        if name in _IMMORTAL_NAMESPACES:
+            raise ApiError(403, f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                           reason="Forbidden", details={"name": name, "kind": "namespaces"})
+        if cur["metadata"].get("deletionTimestamp"):
+            return cur
+        new = copy.deepcopy(cur)
+        new["metadata"]["deletionTimestamp"] = _rfc3339(self.now())
+        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        new["status"] = {"phase": "Terminating"}
+        out = self._commit(NAMESPACES, "MODIFIED", new, cur)
+        self._namespace_controller()  # an empty namespace goes at once; content first otherwise
+        return out
 
     def _collect_dependents(self, res: _Resource, owner: dict, options: dict) -> None:
         """The garbage collector's cascade: Background/Foreground delete what the owner controls.
@@ -1871,7 +1965,14 @@ class KubeEmulator:
             if bmeta.get("annotations"):
                 new["metadata"].setdefault("annotations", {}).update(bmeta["annotations"])
             now = self.now()
-            _set_condition(new.setdefault("status", {}), "PodScheduled", "True", now)
+            # podutil.UpdatePodCondition: the condition is replaced as a whole (a reason/message an
+            # Unschedulable condition carried is gone), lastTransitionTime kept only if the status is
+            st = new.setdefault("status", {})
+            old = next((c for c in st.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+            st["conditions"] = [c for c in st.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            _set_condition(st, "PodScheduled", "True", now)
+            if old is not None and old.get("status") == "True" and old.get("lastTransitionTime"):
+                st["conditions"][-1]["lastTransitionTime"] = old["lastTransitionTime"]
             self._bound_at[cur["metadata"]["uid"]] = now
             self._commit(PODS, "MODIFIED", new, cur)
             return status_body(201, "")
@@ -2007,6 +2108,16 @@ class KubeEmulator:
             meta["continue"] = next_token
             meta["remainingItemCount"] = remaining
         return {"kind": res.kind + "List", "apiVersion": res.api_version, "metadata": meta, "items": out_items}
+
+
+def _new_namespace(name: str, *, uid: str, now: float, rv: str) -> dict:
+    """A namespace as the API server stores it: the immutable name label, the kubernetes finalizer, Active."""
+    return {
+        "metadata": {"name": name, "uid": uid, "resourceVersion": rv, "creationTimestamp": _rfc3339(now),
+                     "labels": {"kubernetes.io/metadata.name": name}},
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
 
 
 def _strip_rv(obj: dict) -> dict:
@@ -2705,6 +2816,8 @@ _CORE_RESOURCES = _resource_list(
         ("pods/eviction", "Eviction", True, ["create"]),
         ("pods/status", "Pod", True, ["get", "patch", "update"]),
         ("events", "Event", True, _RW),
+        ("namespaces", "Namespace", False, ["create", "delete", "get", "list", "patch", "update", "watch"]),
+        ("namespaces/status", "Namespace", False, ["get", "patch", "update"]),
     ],
 )
 _GROUPS = {
@@ -2735,6 +2848,9 @@ _ROUTES: list[tuple[re.Pattern, _Resource, str | None]] = [
     (re.compile(r"^/api/v1/nodes$"), NODES, None),
     (re.compile(rf"^/api/v1/nodes/{_NAME}$"), NODES, None),
     (re.compile(rf"^/api/v1/nodes/{_NAME}/(?P<sub>status)$"), NODES, None),
+    (re.compile(r"^/api/v1/namespaces$"), NAMESPACES, None),
+    (re.compile(rf"^/api/v1/namespaces/{_NAME}$"), NAMESPACES, None),
+    (re.compile(rf"^/api/v1/namespaces/{_NAME}/(?P<sub>status)$"), NAMESPACES, None),
     (re.compile(r"^/api/v1/pods$"), PODS, None),
     (re.compile(rf"^/api/v1/namespaces/{_NS}/pods$"), PODS, None),
     (re.compile(rf"^/api/v1/namespaces/{_NS}/pods/{_NAME}$"), PODS, None),

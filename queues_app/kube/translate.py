@@ -21,6 +21,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping
 
 from queues_app.errors import ApplicationError
+from queues_app.kube.conditions import observed_key
 
 GPU_RESOURCE = "nvidia.com/gpu"
 #: Pod annotations (KAI Scheduler names).
@@ -210,6 +211,8 @@ class PodStatus:
     phase: str
     deleting: bool
     deletion_timestamp: str | None
+    #: key of the PodScheduled condition (``conditions.observed_key``; '' = none)
+    scheduled: str = ""
 
 
 @dataclass(frozen=True)
@@ -239,7 +242,7 @@ def pod_status(obj: Mapping[str, Any]) -> PodStatus:
     deletion = md.get("deletionTimestamp") or None
     node = spec.get("nodeName")
     return PodStatus(node_name=node if isinstance(node, str) else "", phase=str(status.get("phase") or "Pending"),
-                     deleting=deletion is not None, deletion_timestamp=deletion)
+                     deleting=deletion is not None, deletion_timestamp=deletion, scheduled=observed_key(obj))
 
 
 def _container_requests(container: Mapping[str, Any], *, where: str) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 from queues_app.models.api import IdempotencyKey
 from queues_app.models.cycles import Heartbeat, SchedulerState, SchedulingCycle, SchedulingEvent
 from queues_app.models.kube import (
+    KubeAutoscaleState,
     KubeLease,
     KubeNode,
     KubeOutbox,
@@ -19,6 +20,7 @@ from queues_app.models.workloads import Task, Workload
 __all__ = [
     "Heartbeat",
     "IdempotencyKey",
+    "KubeAutoscaleState",
     "KubeLease",
     "KubeNode",
     "KubeOutbox",

@@ -5,7 +5,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from queues_app.choices import CycleStatus
+from queues_app.choices import CycleStatus, PendingCategory
 
 
 class SchedulerState(models.Model):
@@ -74,6 +74,10 @@ class SchedulingEvent(models.Model):
     task = models.ForeignKey("queues_app.Task", null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
     reason = models.CharField(max_length=64, db_index=True)
     message = models.TextField(blank=True)
+    category = models.CharField(
+        max_length=16, blank=True, default="", choices=PendingCategory.choices,
+        help_text="Why the workload waits, machine-readable (Unschedulable / NotScheduled events): only "
+                  "'capacity' can be fixed by adding nodes.")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:

@@ -55,6 +55,10 @@ class KubePod(models.Model):
     last_event_digest = models.CharField(max_length=64, blank=True,
                                          help_text="Digest of the last Kubernetes Event written for this pod "
                                                    "(an unchanged pending reason is not written again).")
+    pod_scheduled = models.CharField(
+        max_length=120, blank=True,
+        help_text="The pod's PodScheduled condition as observed: '<status>:<reason>:<message digest>' "
+                  "('' = none). The cycle compares it with the condition it wants (queues_app.kube.conditions).")
     observed_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -69,6 +73,8 @@ class KubeOutboxKind(models.TextChoices):
     BIND = "bind"
     EVICT = "evict"
     EVENT = "event"
+    #: a patch of the pod's status subresource (the PodScheduled condition)
+    STATUS = "status"
 
 
 class KubeOutboxStatus(models.TextChoices):
@@ -93,7 +99,8 @@ class KubeOutbox(models.Model):
     pod_uid = models.CharField(max_length=64, blank=True)
     node_name = models.CharField(max_length=253, blank=True, help_text="Bind target.")
     payload = models.JSONField(default=dict, blank=True, help_text="Event: reason, message, type; evict: "
-                                                                  "grace_seconds.")
+                                                                  "grace_seconds; status: the PodScheduled "
+                                                                  "condition (status, reason, message, key).")
     attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(default=timezone.now)
     outcome = models.CharField(max_length=64, blank=True)
@@ -138,3 +145,22 @@ class KubeLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.holder or '-'}"
+
+
+class KubeAutoscaleState(models.Model):
+    """What the scale adjuster (``services/kube_autoscale.py``) keeps between runs: the end of
+    its cool-down and its last report.  Everything else it needs is read from the cluster on
+    every run (utility pods carry their identity in labels), so a restart loses nothing."""
+
+    name = models.CharField(max_length=64, unique=True)
+    cooldown_until = models.DateTimeField(null=True, blank=True,
+                                          help_text="No utility pod is created before this time (set when "
+                                                    "utility pods that got a node are removed).")
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_report = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        verbose_name = "Kubernetes scale adjuster"
+
+    def __str__(self) -> str:
+        return self.name

@@ -33,7 +33,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from queues_app import engine_io
-from queues_app.choices import CycleStatus, TaskState
+from queues_app.choices import CycleStatus, PendingCategory, TaskState
 from queues_app.errors import ApplicationError
 from queues_app.models import SchedulerState, SchedulingCycle, SchedulingEvent, Task, Workload
 from queues_app.services import cycle_apply
@@ -157,6 +157,7 @@ class Snap:
     workload_status: dict[int, str]
     now: datetime
     excluded: dict[int, str] = field(default_factory=dict)  # workload id -> why it is not in the snapshot
+    excluded_categories: dict[int, str] = field(default_factory=dict)  # workload id -> PendingCategory
 
 
 def take_snapshot(*, now: datetime) -> Snap:
@@ -189,7 +190,8 @@ def take_snapshot(*, now: datetime) -> Snap:
     task_workload = {index.task_id[t["name"]]: index.workload_id[j["name"]]
                      for j in engine_input.data["jobs"] for t in j["tasks"]}
     return Snap(generation=generation, data=engine_input.data, index=index, task_workload=task_workload,
-                workload_status=status, now=now, excluded=dict(engine_input.excluded_workloads))
+                workload_status=status, now=now, excluded=dict(engine_input.excluded_workloads),
+                excluded_categories=dict(engine_input.excluded_categories))
 
 
 # ----------------------------------------------------------------------------- the cycle
@@ -286,11 +288,14 @@ def _apply(*, plan: cycle_apply.Plan, snap: Snap, holder: str, trigger: str, sta
         cycle_apply.write_workloads(plan, final, now=apply_started)
         cycle_apply.write_queue_status(plan, cycle=cycle, now=apply_started)
         n_events = cycle_apply.write_events(plan, snap.index, drops, cycle=cycle, now=apply_started)
-        n_events += cycle_apply.write_exclusion_events(snap.excluded, cycle=cycle, now=apply_started)
+        n_events += cycle_apply.write_exclusion_events(snap.excluded, cycle=cycle, now=apply_started,
+                                                       categories=snap.excluded_categories)
         if cfg.cluster_mode == "kubernetes":  # the orders to the cluster commit with the decisions (issue #7)
             from queues_app.services.kube_dispatch import kube_outbox_write
 
-            kube_outbox_write(plan=plan, final=final, drops=drops, index=snap.index, cycle=cycle, now=apply_started)
+            kube_outbox_write(plan=plan, final=final, drops=drops, index=snap.index, cycle=cycle, now=apply_started,
+                              exclusions={wid: (snap.excluded_categories.get(wid, PendingCategory.INVALID), why)
+                                          for wid, why in snap.excluded.items()})
         _prune(generation=generation, cfg=cfg)
         state.generation = generation
         state.lease_holder, state.lease_expires_at, state.updated_at = "", None, apply_started

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 from django.db import connection
 from django.db.models import Count, Sum
 
-from queues_app.choices import TaskState, WorkloadStatus
+from queues_app.choices import PendingCategory, TaskState, WorkloadStatus
 from queues_app.errors import ApplicationError
 from queues_app.models import (
     Node,
@@ -642,7 +642,8 @@ def write_events(plan: Plan, index: Any, drops: Mapping[int, str], *, cycle: Sch
         if ev.get("victimOf"):
             message = f"{message} (for {ev['victimOf']})"
         rows.append(SchedulingEvent(cycle=cycle, workload_id=wid, task_id=tid,
-                                    reason=str(ev.get("reason") or "Event")[:64], message=message, created_at=now))
+                                    reason=str(ev.get("reason") or "Event")[:64], message=message, created_at=now,
+                                    category=_category(ev.get("category"))))
     dropped_by_workload: dict[int, list[str]] = defaultdict(list)
     for tid, reason in drops.items():
         w = plan.writes[tid]
@@ -657,10 +658,19 @@ def write_events(plan: Plan, index: Any, drops: Mapping[int, str], *, cycle: Sch
     return len(rows)
 
 
-def write_exclusion_events(excluded: Mapping[int, str], *, cycle: SchedulingCycle, now: datetime) -> int:
+def _category(value: Any) -> str:
+    """An engine event's category if it is one we know ('' otherwise: never a write error)."""
+    return value if value in PendingCategory.values else ""
+
+
+def write_exclusion_events(excluded: Mapping[int, str], *, cycle: SchedulingCycle, now: datetime,
+                           categories: Mapping[int, str] | None = None) -> int:
     """Why a workload was left out of the snapshot (a gang still waiting for its pods, a queue
-    tree corrupted by raw SQL): one ``NotScheduled`` event each, so "why pending" has an answer."""
-    rows = [SchedulingEvent(cycle=cycle, workload_id=wid, reason="NotScheduled", message=why[:1000], created_at=now)
+    tree corrupted by raw SQL): one ``NotScheduled`` event each, so "why pending" has an answer;
+    its category is ``categories[wid]`` (``gang``), else ``invalid``."""
+    categories = categories or {}
+    rows = [SchedulingEvent(cycle=cycle, workload_id=wid, reason="NotScheduled", message=why[:1000], created_at=now,
+                            category=_category(categories.get(wid)) or PendingCategory.INVALID)
             for wid, why in excluded.items()]
     SchedulingEvent.objects.bulk_create(rows, batch_size=1000)
     return len(rows)

@@ -132,7 +132,8 @@ def _digest(items: list[tuple[str, str]]) -> str:
 
 
 def kube_outbox_write(*, plan: Any, final: Mapping[int, str], drops: Mapping[int, str], index: Any,
-                      cycle: SchedulingCycle, now: datetime) -> int:
+                      cycle: SchedulingCycle, now: datetime,
+                      exclusions: Mapping[int, tuple[str, str]] | None = None) -> int:
     """The cycle's orders to the cluster, written in its apply transaction (kubernetes mode).
 
     * one ``bind`` row per task whose ``Binding`` decision applied (payload: workload id, the
@@ -144,9 +145,16 @@ def kube_outbox_write(*, plan: Any, final: Mapping[int, str], drops: Mapping[int
       explanation -- only when their digest differs from the pod's ``last_event_digest``, so
       an unchanged pending reason is not written every cycle.
 
+    * one ``status`` row per pod whose ``PodScheduled`` condition must change
+      (``kube_conditions``: ``Unschedulable`` for capacity, other reasons for quota, limit, gangs
+      waiting for pods and ``exclusions`` -- workload id -> (PendingCategory, message) of the
+      workloads the cycle left out of the snapshot).
+
     Tasks without a ``KubePod`` (not from the cluster) get no rows: there is nothing to act on.
     Returns the number of rows written; the dispatcher is enqueued after commit when > 0.
     """
+    from queues_app.services.kube_conditions import status_rows, wanted_conditions
+
     node_name = {v: k for k, v in index.node_id.items()}
     applied = {tid: w for tid, w in plan.writes.items()
                if w.decision is not None and tid not in drops and w.kind in ("bind", "evict")}
@@ -167,7 +175,8 @@ def kube_outbox_write(*, plan: Any, final: Mapping[int, str], drops: Mapping[int
             job_events[wid].append((reason, message))
     waiting = [tid for wid in job_events for tid in plan.workload_tasks.get(wid, ())
                if final.get(tid, plan.final_state.get(tid)) in PENDING_STATES]
-    pods = _pods_of(set(applied) | set(victim_events) | set(waiting))
+    wanted, pipelined = wanted_conditions(plan=plan, final=final, index=index, exclusions=exclusions)
+    pods = _pods_of(set(applied) | set(victim_events) | set(waiting) | set(wanted) | pipelined)
 
     rows: list[KubeOutbox] = []
     touched_digest: list[KubePod] = []
@@ -219,6 +228,7 @@ def kube_outbox_write(*, plan: Any, final: Mapping[int, str], drops: Mapping[int
             updated_at=now)
     if touched_digest:
         KubePod.objects.bulk_update(touched_digest, ["last_event_digest"], batch_size=500)
+    rows.extend(status_rows(wanted=wanted, pipelined=pipelined, pods=pods, cycle=cycle, now=now))
     KubeOutbox.objects.bulk_create(rows, batch_size=500)
     if rows:
         request_dispatch()
@@ -514,7 +524,7 @@ def _bind_unit(run: _Run, rows: list[KubeOutbox]) -> None:
     for row in live:
         _attempted(run, row)
         reply = run.call(api.bind_pod, namespace=row.namespace, name=row.pod_name, uid=row.pod_uid,
-                         node=row.node_name)
+                         node=row.node_name, annotations=_bind_annotations(row))
         pod = _readback(run, row)
         verdict = _verdict(row, pod)
         if verdict == "bound" or (verdict == "unknown" and reply.ok):
@@ -537,6 +547,26 @@ def _bind_unit(run: _Run, rows: list[KubeOutbox]) -> None:
         _scheduled(run, row)
     if lost:
         _bind_lost(run, lost, unit)
+
+
+#: Karpenter leaves nodes alone while a pod on them carries this annotation (voluntary disruption).
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
+
+def _bind_annotations(row: KubeOutbox) -> dict[str, str] | None:
+    """With cluster autoscaling on, a pod bound onto a shared GPU (a fraction or GPU memory,
+    invisible in its resource requests) is annotated ``karpenter.sh/do-not-disrupt``: Karpenter's
+    consolidation simulates from requests and would otherwise see a node running only such pods as
+    GPU-free and replace it with a node without GPUs.  (KAI puts the annotation on the reservation
+    pod that holds the shared device; here the engine keeps the device's share itself, so the
+    annotation goes on the shared pod.)"""
+    if not getattr(settings, "KAI_AUTOSCALE_ENABLED", False) or row.task_id is None:
+        return None
+    t = Task.objects.filter(pk=row.task_id).values("gpu", "gpu_memory_mib").first()
+    if t is None:
+        return None
+    shared = bool(t["gpu_memory_mib"]) or 0 < float(t["gpu"] or 0) < 1
+    return {DO_NOT_DISRUPT: "true"} if shared else None
 
 
 def _scheduled(run: _Run, row: KubeOutbox) -> None:
@@ -591,6 +621,82 @@ def _event(run: _Run, row: KubeOutbox) -> None:
     elif reply.not_found:
         _finish(run, row, KubeOutboxStatus.DONE, "namespace_gone", reply.describe())
     elif reply.transient:
+        _retry_or_fail(run, row, reply)
+    else:
+        _finish(run, row, KubeOutboxStatus.FAILED, f"rejected_{reply.status}", reply.describe())
+
+
+def _status_stale(row: KubeOutbox) -> str:
+    """Why a condition row no longer applies ('' = it does): the task is gone, no longer waiting
+    (bound meanwhile: the binding set PodScheduled=True), or its pod was replaced."""
+    if row.task_id is None:
+        return "task gone"
+    state = Task.objects.filter(pk=row.task_id).values_list("state", flat=True).first()
+    if state is None:
+        return "task gone"
+    if state not in PENDING_STATES:
+        return f"task is {state}"
+    uid = KubePod.objects.filter(task_id=row.task_id).values_list("uid", flat=True).first()
+    if row.pod_uid and uid is not None and uid != row.pod_uid:
+        return "pod replaced"
+    return ""
+
+
+def _status_row(run: _Run, row: KubeOutbox) -> None:
+    """PATCH pods/{name}/status with the wanted PodScheduled condition.
+
+    The pod's last observed resourceVersion is the patch's precondition: a condition never lands
+    on a pod that changed meanwhile (bound by another binder, replaced, deleted).  On 409 the pod
+    is read back and handed to the sync services; a pod now bound or terminating needs nothing
+    (superseded), one already showing the condition is done, otherwise the patch is retried once
+    at once with the fresh resourceVersion (then with backoff)."""
+    from queues_app.kube.conditions import condition_key, key_status, observed_key
+
+    why = _status_stale(row)
+    if why:
+        _finish(run, row, KubeOutboxStatus.SUPERSEDED, "superseded", why)
+        return
+    p = row.payload or {}
+    kpod = KubePod.objects.filter(task_id=row.task_id).values("resource_version", "pod_scheduled").first() or {}
+    rv, current = kpod.get("resource_version") or "", kpod.get("pod_scheduled") or ""
+    want = condition_key(str(p.get("status")), str(p.get("reason")), str(p.get("message") or ""))
+    _attempted(run, row)
+    for _try in range(2):
+        reply = run.call(api.patch_pod_scheduled, namespace=row.namespace, name=row.pod_name, resource_version=rv,
+                         status=str(p.get("status") or "False"), reason=str(p.get("reason") or ""),
+                         message=str(p.get("message") or ""), transition=key_status(current) != p.get("status"),
+                         at=run.now)
+        if reply.ok:
+            if reply.body and api.pod_uid(reply.body) == row.pod_uid:
+                _observe(reply.body)
+            _finish(run, row, KubeOutboxStatus.DONE, "patched")
+            return
+        if reply.not_found:
+            _gone(row)
+            _finish(run, row, KubeOutboxStatus.DONE, "pod_gone", reply.describe())
+            return
+        if not reply.conflict:
+            break
+        back = _readback(run, row)
+        if back.not_found or (back.ok and row.pod_uid and api.pod_uid(back.body) != row.pod_uid):
+            _gone(row)
+            if back.ok and back.body:
+                _observe(back.body)
+            _finish(run, row, KubeOutboxStatus.DONE, "pod_gone", reply.describe())
+            return
+        if not back.ok:
+            reply = back
+            break
+        _observe(back.body)
+        if api.pod_node(back.body) or api.pod_terminating(back.body):
+            _finish(run, row, KubeOutboxStatus.SUPERSEDED, "pod_bound_or_terminating", reply.describe())
+            return
+        current = observed_key(back.body)
+        if current == want:
+            _finish(run, row, KubeOutboxStatus.DONE, "already_set")
+            return
+        rv = str(((back.body or {}).get("metadata") or {}).get("resourceVersion") or "")
+    if reply.transient or reply.conflict:
         _retry_or_fail(run, row, reply)
     else:
         _finish(run, row, KubeOutboxStatus.FAILED, f"rejected_{reply.status}", reply.describe())
@@ -742,6 +848,8 @@ def kube_dispatch_due(*, limit: int = 500, api_client: Any = None, now: datetime
                         _bind_unit(run, unit)
                     elif unit[0].kind == KubeOutboxKind.EVICT:
                         _evict_row(run, unit[0])
+                    elif unit[0].kind == KubeOutboxKind.STATUS:
+                        _status_row(run, unit[0])
                     else:
                         _event(run, unit[0])
                 except Exception:  # noqa: BLE001 - one bad row must not stop the others

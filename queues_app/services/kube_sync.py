@@ -212,7 +212,7 @@ def _kpod_status(kpod: KubePod) -> translate.PodStatus:
     return translate.PodStatus(node_name=kpod.node_name, phase=kpod.phase or "Pending",
                                deleting=kpod.deletion_timestamp is not None,
                                deletion_timestamp=kpod.deletion_timestamp.isoformat() if kpod.deletion_timestamp
-                               else None)
+                               else None, scheduled=kpod.pod_scheduled)
 
 
 # ----------------------------------------------------------------------------- pods
@@ -262,7 +262,7 @@ def _create_pod(obj: Mapping[str, Any], *, owner: translate.OwnerInfo | None, no
     KubePod.objects.create(task=task, uid=info.uid, namespace=info.namespace, name=info.name,
                            resource_version=info.resource_version, node_name=info.status.node_name,
                            phase=info.status.phase, deletion_timestamp=_parse_time(info.status.deletion_timestamp),
-                           observed_at=now)
+                           pod_scheduled=info.status.scheduled[:120], observed_at=now)
     _follow(task, info.status, now=now)
     refresh_workload_statuses([workload.id], now=now, observed=True)
     return task
@@ -277,16 +277,17 @@ def _update_pod(kpod: KubePod, obj: Mapping[str, Any], *, now: datetime) -> Task
     if not status.node_name and kpod.node_name:
         # spec.nodeName cannot be unset once set (the API refuses it): a copy without it is older
         status = translate.PodStatus(node_name=kpod.node_name, phase=status.phase, deleting=status.deleting,
-                                     deletion_timestamp=status.deletion_timestamp)
+                                     deletion_timestamp=status.deletion_timestamp, scheduled=status.scheduled)
     known = _kpod_status(kpod)
-    if rv == kpod.resource_version and (status.node_name, status.phase, status.deleting) == (
-            known.node_name, known.phase, known.deleting):
+    if rv == kpod.resource_version and (status.node_name, status.phase, status.deleting, status.scheduled) == (
+            known.node_name, known.phase, known.deleting, known.scheduled):
         return task
     _lock_workload(task.workload_id)
     task = Task.objects.select_for_update().get(pk=task.pk)
     KubePod.objects.filter(pk=kpod.pk).update(
         resource_version=rv, node_name=status.node_name, phase=status.phase,
-        deletion_timestamp=_parse_time(status.deletion_timestamp), observed_at=now)
+        deletion_timestamp=_parse_time(status.deletion_timestamp), pod_scheduled=status.scheduled[:120],
+        observed_at=now)
     if _follow(task, status, now=now):
         refresh_workload_statuses([task.workload_id], now=now, observed=True)
     return task

@@ -25,7 +25,7 @@ SECRETS = {"secrets": {"databaseUrl": "postgres://kai:pw@db:5432/kai", "brokerUr
 VALUE_SETS = {
     "defaults+secrets": SECRETS,
     "existing-secret": {"existingSecret": "kai-secrets"},
-    "everything-on": {**SECRETS, "dispatcher": {"enabled": True}, "ingress": {"enabled": True, "className": "nginx", "tlsSecretName": "kai-tls"},
+    "everything-on": {**SECRETS, "dispatcher": {"enabled": True}, "autoscaling": {"enabled": True}, "ingress": {"enabled": True, "className": "nginx", "tlsSecretName": "kai-tls"},
                       "bundled": {"postgresql": True, "redis": True}, "nodeSelector": {"pool": "system"},
                       "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]},
     "minimal": {"existingSecret": "s", "dispatcher": {"enabled": False}, "sync": {"enabled": False},
@@ -146,7 +146,7 @@ def test_rbac_is_exactly_the_minimal_set():
     assert granted == {
         ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
         ("pods", "get"), ("pods", "list"), ("pods", "watch"),
-        ("pods/binding", "create"), ("pods/eviction", "create"),
+        ("pods/binding", "create"), ("pods/eviction", "create"), ("pods/status", "patch"),
         ("events", "create"), ("events", "patch"),
         ("jobs", "get"), ("cronjobs", "get"), ("replicasets", "get"), ("statefulsets", "get"), ("deployments", "get"),
     }
@@ -166,6 +166,36 @@ def test_readme_lists_exactly_the_chart_rbac():
     for m in re.finditer(r"^\| `([^`]*)` \| `([^`]+)` \| ([^|]+) \|", readme, re.M):
         for verb in re.findall(r"`([a-z]+)`", m.group(3)):
             documented.add((m.group(1) or "core", m.group(2), verb))
+    assert documented == granted
+
+
+def test_autoscaling_adds_its_namespace_a_role_there_and_nothing_cluster_wide_but_get_on_it():
+    """The scale adjuster creates and deletes pods only in its own namespace; the README's second
+    RBAC table lists exactly these additions."""
+    values = {**SECRETS, "autoscaling": {"enabled": True, "namespace": "scale-here"}}
+    docs = manifests(values)
+    (ns,) = [d for d in docs if d["kind"] == "Namespace"]
+    assert ns["metadata"]["name"] == "scale-here"
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    (binding,) = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "scale-here"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}]
+    cluster = next(d for d in docs if d["kind"] == "ClusterRole")
+    base = next(d for d in manifests(SECRETS) if d["kind"] == "ClusterRole")
+    extra = [r for r in cluster["rules"] if r not in base["rules"]]
+    assert extra == [{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["scale-here"], "verbs": ["get"]}]
+    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert cm["data"]["KAI_AUTOSCALE_ENABLED"] == "true" and cm["data"]["KAI_AUTOSCALE_NAMESPACE"] == "scale-here"
+    assert next(d for d in manifests(SECRETS) if d["kind"] == "ConfigMap")["data"]["KAI_AUTOSCALE_ENABLED"] == "false"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("| API group | resource | verbs | where (autoscaling only) |")
+    table = readme[start:readme.index("\n\n", start)]
+    documented = set()
+    for m in re.finditer(r"^\| `([^`]*)` \| `([^`]+)` \| ([^|]+) \|", table, re.M):
+        for verb in re.findall(r"`([a-z]+)`", m.group(3)):
+            documented.add((m.group(1) or "core", m.group(2), verb))
+    granted = {(g or "core", res, verb) for rule in extra + role["rules"] for g in rule["apiGroups"]
+               for res in rule["resources"] for verb in rule["verbs"]}
     assert documented == granted
 
 

@@ -382,3 +382,4 @@ def test_a_consolidation_move_is_applied_as_an_eviction_from_the_old_node():
     task.refresh_from_db()
     assert (task.state, task.node.name) == ("Releasing", "n0" if other == "n1" else "n1")
     assert_invariants()
+

@@ -194,7 +194,13 @@ class DryRunTests:
         assert response.status_code == 200 and body["could_run_now"] is False and body["status"] == "Pending"
         assert body["blocked_by"] and body["blocked_by"][0]["reason"] == "Unschedulable"
         assert "limit" in body["blocked_by"][0]["message"]
+        assert body["waiting_for"] == "limit"
         assert Workload.objects.count() == 0
+
+    def test_it_says_when_more_nodes_would_help(self, alice_client, nodes):
+        body = alice_client.post(URL + "?dry_run=1", workload_body(replicas=3, task={"gpu": 8}), format="json").json()
+        assert body["status"] == "Pending" and body["waiting_for"] == "capacity"
+        assert alice_client.post(URL + "?dry_run=1", workload_body(), format="json").json()["waiting_for"] is None
 
     def test_invalid_dry_run_is_400_like_a_submit(self, alice_client, nodes):
         response = alice_client.post(URL + "?dry_run=1", workload_body(task={"gpu": -1}), format="json")
@@ -219,6 +225,27 @@ class WhyTests:
         assert body["events"][0]["cycle"] == cycle.pk and body["estimated_start"] is None
         assert body["last_cycle_at"] is not None
         assert alice_client.get(f"{URL}{urgent.pk}/why/").json()["position_in_queue"] == 1
+
+    def test_why_says_capacity_versus_quota_from_real_cycles(self, alice_client, operator_client, tenants,
+                                                              queue_tree, nodes):
+        """The category comes from the engine's result through the cycle's events, never from text."""
+        from queues_app.services.cycle import cycle_run
+
+        big = workload_submit(queue=queue_tree["a-train"], name="big", tenant=tenants["team_a"], task={"gpu": 8},
+                              replicas=3)  # 24 GPUs on a 16-GPU cluster: capacity
+        np_ = workload_submit(queue=queue_tree["a-train"], name="np", tenant=tenants["team_a"], task={"gpu": 5},
+                              priority=150)  # non-preemptible, over a-train's deserved 4: quota
+        small = workload_submit(queue=queue_tree["a-train"], name="small", tenant=tenants["team_a"], task={"gpu": 1})
+        assert cycle_run(trigger="test").status == "applied"
+        body = alice_client.get(f"{URL}{big.pk}/why/").json()
+        assert body["waiting_for"] == "capacity" and "More nodes" in body["waiting_for_note"]
+        body = alice_client.get(f"{URL}{np_.pk}/why/").json()
+        assert body["waiting_for"] == "quota" and "would not help" in body["waiting_for_note"]
+        assert alice_client.get(f"{URL}{small.pk}/why/").json()["waiting_for"] is None  # bound: not pending
+        operator_client.patch(f"/api/v1/queues/{queue_tree['a-train'].pk}/quotas/", {"gpu": {"limit": 2}},
+                              format="json")
+        assert cycle_run(trigger="test").status == "applied"
+        assert alice_client.get(f"{URL}{big.pk}/why/").json()["waiting_for"] == "limit"
 
     def test_why_evicted(self, alice_client, tenants, queue_tree, nodes):
         wl = workload_import(queue=queue_tree["a-train"], name="victim", tenant=tenants["team_a"],

@@ -333,7 +333,7 @@ def test_beat_and_route_exist_only_in_kubernetes_mode(settings):
     from kaiplatform.celery import _beat_schedule, _task_routes
 
     assert _beat_schedule()["kube-dispatch"]["schedule"] == 2.0
-    assert _task_routes() == {"queues_app.tasks.kube_dispatch": {"queue": "dispatch"}}
+    assert _task_routes()["queues_app.tasks.kube_dispatch"] == {"queue": "dispatch"}
     settings.KAI_CLUSTER_MODE = "embedded"
     assert "kube-dispatch" not in _beat_schedule() and _task_routes() == {}
 

@@ -19,6 +19,13 @@ from kubernetes.client.rest import ApiException
 from queues_app.kube.emulator import KubeEmulator, ManualClock
 
 
+@pytest.fixture(autouse=True)
+def _ns(request):
+    """The namespace most tests write into exists (the API refuses content in a missing namespace)."""
+    if "kube_emulator" in request.fixturenames:
+        request.getfixturevalue("kube_emulator").add_namespace("ns")
+
+
 @pytest.fixture
 def core(kube_client):
     return client.CoreV1Api(kube_client)
@@ -673,3 +680,69 @@ def test_kubectl_get_pods_wide(kube_emulator, tmp_path):
                          capture_output=True, text=True, timeout=30, check=True).stdout.splitlines()
     assert out[0].split()[:3] == ["NAME", "READY", "STATUS"]
     assert out[1].split()[:3] == ["p", "1/1", "Running"] and "n1" in out[1].split()
+
+
+# ---- namespaces, pod status conditions (cluster autoscaling, issue #22) ---------------------------
+
+
+def test_namespaces_gate_content_and_are_deleted_with_it(kube_emulator, core):
+    names = {n.metadata.name for n in core.list_namespace().items}
+    assert {"default", "kube-system", "kube-public", "kube-node-lease", "ns"} <= names
+    pod = client.V1Pod(metadata=client.V1ObjectMeta(name="p"),
+                       spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="x:1")]))
+    with pytest.raises(ApiException) as exc:  # NamespaceLifecycle: no content in a missing namespace
+        core.create_namespaced_pod("scale", pod)
+    assert exc.value.status == 404 and json.loads(exc.value.body)["message"] == 'namespaces "scale" not found'
+    made = core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="scale")))
+    assert made.status.phase == "Active" and made.metadata.labels["kubernetes.io/metadata.name"] == "scale"
+    with pytest.raises(ApiException) as exc:
+        core.create_namespace({"metadata": {"name": "Not_A_Label"}})
+    assert exc.value.status == 422
+    kube_emulator.add_node("n1")
+    core.create_namespaced_pod("scale", pod)
+    kube_emulator.add_pod("scale", "bound", node_name="n1")
+    kube_emulator.advance(0)
+    core.delete_namespace("scale")
+    assert kube_emulator.get("namespaces", None, "scale")["status"]["phase"] == "Terminating"
+    with pytest.raises(ApiException) as exc:  # no new content while terminating
+        core.create_namespaced_pod("scale", client.V1Pod(metadata=client.V1ObjectMeta(name="q"), spec=pod.spec))
+    assert exc.value.status == 403 and "being terminated" in json.loads(exc.value.body)["message"]
+    assert json.loads(exc.value.body)["details"]["causes"][0]["reason"] == "NamespaceTerminating"
+    assert kube_emulator.get("pods", "scale", "p") is None  # unbound: removed at once
+    assert kube_emulator.get("pods", "scale", "bound")["metadata"]["deletionTimestamp"]
+    assert core.read_namespace("scale").status.phase == "Terminating"
+    kube_emulator.advance(31)  # the bound pod's grace period ends, then the namespace goes
+    with pytest.raises(ApiException) as exc:
+        core.read_namespace("scale")
+    assert exc.value.status == 404
+    for immortal in ("default", "kube-system", "kube-public"):
+        with pytest.raises(ApiException) as exc:
+            core.delete_namespace(immortal)
+        assert exc.value.status == 403
+
+
+def test_pod_status_patch_with_a_resource_version_precondition(kube_emulator, core):
+    kube_emulator.add_node("n1")
+    p = kube_emulator.add_pod("ns", "w", requests={"nvidia.com/gpu": "1"})
+    body = {"metadata": {"resourceVersion": p["metadata"]["resourceVersion"]},
+            "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                       "message": "no node has 1 free GPU"}]}}
+    out = core.patch_namespaced_pod_status("w", "ns", body, _content_type="application/strategic-merge-patch+json")
+    (cond,) = [c for c in out.status.conditions if c.type == "PodScheduled"]
+    assert (cond.status, cond.reason) == ("False", "Unschedulable")
+    with pytest.raises(ApiException) as exc:  # the same precondition again: the pod has moved on
+        core.patch_namespaced_pod_status("w", "ns", body, _content_type="application/strategic-merge-patch+json")
+    assert exc.value.status == 409
+    body["spec"] = {"nodeName": "n1"}  # a status patch cannot change anything but the status
+    body["metadata"] = {}
+    core.patch_namespaced_pod_status("w", "ns", body, _content_type="application/strategic-merge-patch+json")
+    assert not kube_emulator.get("pods", "ns", "w")["spec"].get("nodeName")
+    # binding sets PodScheduled=True and copies the Binding's annotations onto the pod
+    binding = client.V1Binding(metadata=client.V1ObjectMeta(name="w", annotations={"karpenter.sh/do-not-disrupt": "true"}),
+                               target=client.V1ObjectReference(kind="Node", name="n1"))
+    core.create_namespaced_pod_binding("w", "ns", binding, _preload_content=False)
+    pod = kube_emulator.get("pods", "ns", "w")
+    assert pod["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+    # podutil.UpdatePodCondition replaces the condition: no reason or message of the old one stays
+    assert [(c["status"], c.get("reason"), c.get("message")) for c in pod["status"]["conditions"]
+            if c["type"] == "PodScheduled"] == [("True", None, None)]
