@@ -503,6 +503,7 @@ def write_tasks(plan: Plan, drops: Mapping[int, str], *, now: datetime, mid_appl
     counts = ApplyCounts()
     freeing: list[Task] = []
     adding: list[Task] = []
+    moved = 0
     final: dict[int, str] = dict(plan.final_state)
     for tid, w in plan.writes.items():
         reason = drops.get(tid)
@@ -529,13 +530,22 @@ def write_tasks(plan: Plan, drops: Mapping[int, str], *, now: datetime, mid_appl
         if w.confirm is not None:
             counts.confirmed += 1
         neutral = w.db_state in HOLDING and target.state in HOLDING and target.node_id == w.db_node_id
-        (freeing if target.state not in HOLDING and target.state not in PLACE_STATES or neutral
-         else adding).append(row)
+        if target.state not in HOLDING and target.state not in PLACE_STATES or neutral:
+            freeing.append(row)
+            continue
+        if w.db_state in HOLDING and w.db_node_id is not None and target.node_id != w.db_node_id:
+            # a move (a released task placed again elsewhere in the same cycle): leave the old
+            # node in the freeing statement first, or a task arriving there earlier in the adding
+            # statement would find it still held (SQLite's guard checks every row)
+            freeing.append(Task(id=tid, state=TaskState.PENDING, node_id=None, gpu_groups=[], version=w.version + 1,
+                                updated_at=now))
+            moved += 1
+        adding.append(row)
     _bulk_set("queues_app_task", TASK_COLUMNS, _task_rows(freeing), now=now)
     if mid_apply is not None:
         mid_apply()
     _bulk_set("queues_app_task", TASK_COLUMNS, _task_rows(adding), now=now)
-    counts.task_writes = len(freeing) + len(adding)
+    counts.task_writes = len(freeing) + len(adding) - moved
     return counts, final
 
 

@@ -383,3 +383,30 @@ def test_a_consolidation_move_is_applied_as_an_eviction_from_the_old_node():
     assert (task.state, task.node.name) == ("Releasing", "n0" if other == "n1" else "n1")
     assert_invariants()
 
+
+def test_tasks_that_swap_nodes_in_one_cycle_never_overcommit_a_node_mid_statement():
+    """Two released victims placed again on each other's node in the same cycle (embedded mode:
+    the release is confirmed and the task re-placed at once).  The task written first must not
+    land on the other's node while the other still holds it: SQLite's guard checks every row,
+    so a move is written as a release first, then the placement."""
+    from queues_app import engine_io
+
+    unl = {"quota": -1, "overQuotaWeight": 1, "limit": -1}
+    engine_io.import_scenario({
+        "name": "swap", "nodes": [{"name": "a", "gpus": 1}, {"name": "b", "gpus": 1}],
+        "queues": [{"name": "q", "resources": {"gpu": {"quota": 2, "overQuotaWeight": 1, "limit": -1},
+                                               "cpu": dict(unl), "memory": dict(unl)}}],
+        "jobs": [
+            {"name": "x", "queue": "q", "createdMinutesAgo": 9,
+             "tasks": [{"gpu": 1, "state": "Releasing", "node": "a", "nodeSelector": {"kubernetes.io/hostname": "b"}}]},
+            {"name": "y", "queue": "q", "createdMinutesAgo": 8,
+             "tasks": [{"gpu": 1, "state": "Releasing", "node": "b", "nodeSelector": {"kubernetes.io/hostname": "a"}}]},
+        ],
+    })
+    node_upsert(name="a", labels={"kubernetes.io/hostname": "a"})
+    node_upsert(name="b", labels={"kubernetes.io/hostname": "b"})
+    out = cycle_run(trigger="test")
+    assert out.status == CycleStatus.APPLIED, out.reason
+    assert sorted(Task.objects.values_list("name", "state", "node__name")) == [
+        ("x-0", TaskState.BINDING, "b"), ("y-0", TaskState.BINDING, "a")]
+    assert check_invariants() == []
