@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from queues_app.admin_whatif import WhatIfAdminMixin
+from queues_app.admin_whatif import ScaleUpAdminMixin, WhatIfAdminMixin
 from queues_app.choices import TASK_STATES_HOLDING
 from queues_app.errors import ApplicationError
 from queues_app.models import (
@@ -324,7 +324,7 @@ class QueueStatusAdmin(admin.ModelAdmin):
 
 
 @admin.register(Node)
-class NodeAdmin(ServiceErrorsMixin, admin.ModelAdmin):
+class NodeAdmin(ScaleUpAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
     list_display = ("name", "gpus", "gpus_held", "gpu_memory_mib", "cpu_millis", "memory_bytes", "ready",
                     "unschedulable", "label_summary", "version")
     list_filter = ("ready", "unschedulable", "gpus")

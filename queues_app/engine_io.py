@@ -56,6 +56,7 @@ __all__ = [
     "usage_period_reset",
     "usage_window_start",
     "preview_queue_edit",
+    "preview_scale_up",
     "cycle_replay_record",
     "replay_recorded_cycle",
     "ReplayOutcome",
@@ -226,10 +227,13 @@ def build_engine_input(
     index = EngineIndex()
 
     nodes = []
-    for n in Node.objects.order_by("name").values(
+    # ordered in Python (not by the database collation): the engine breaks placement ties by node
+    # order, so SQLite and PostgreSQL decide the same and a preview that adds nodes orders as a cycle
+    # after adding them would (scheduler_engine.simulate.apply_edits sorts the same way)
+    for n in sorted(Node.objects.values(
         "id", "name", "gpus", "gpu_memory_mib", "cpu_millis", "memory_bytes", "labels", "unschedulable", "ready",
         "reserved_gpus", "reserved_cpu_millis", "reserved_memory_bytes", "version",
-    ):
+    ), key=lambda n: n["name"]):
         index.node_id[n["name"]] = n["id"]
         index.node_version[n["id"]] = n["version"]
         nodes.append({
@@ -689,6 +693,99 @@ def preview_queue_edit(*, queue_id: int, priority: int | None = None,
             extra.setdefault(_edit_problem_field(path), []).append(msg)
         raise ApplicationError("The edited queue is not valid.", extra=extra) from None
     answer["queue"] = name
+    return answer
+
+
+#: Labels not copied from a node used as the shape of added nodes (they name that one node).
+_NODE_IDENTITY_LABELS = ("kubernetes.io/hostname",)
+MAX_PREVIEW_NODES = 1000
+
+
+def _next_cycle_input(now: datetime | None) -> tuple[dict[str, Any], EngineIndex]:
+    """The engine input the next scheduling cycle would run on: the cycle's own snapshot plus the
+    cluster confirmations it folds in first (embedded mode: Binding -> Running, released tasks
+    gone), so a preview answers for exactly that cycle."""
+    from queues_app.services.cycle import take_snapshot
+    from queues_app.services.cycle_cluster import cycle_confirmations, fold_into_input
+    from queues_app.services.cycle_config import cycle_config
+
+    snap = take_snapshot(now=now or timezone.now())
+    conf = cycle_confirmations(mode=cycle_config().cluster_mode, task_db_state=snap.index.task_db_state,
+                               task_workload=snap.task_workload, workload_status=snap.workload_status)
+    fold_into_input(snap.data, task_id=snap.index.task_id, job_id=snap.index.workload_id, conf=conf)
+    return snap.data, snap.index
+
+
+def _scale_up_shape(*, node: Mapping[str, Any] | None, like: str | None, name: str) -> Node:
+    """An unsaved Node with the shape of the added nodes, validated like any node write."""
+    from queues_app.services.common import validate
+
+    if (node is None) == (like is None):
+        raise ApplicationError("Give the shape of the added nodes.",
+                               extra={"like": ["Name an existing node to copy, or give 'node' (not both)."]})
+    if like is not None:
+        src = Node.objects.filter(name=like).first()
+        if src is None:
+            raise ApplicationError("Unknown node.", extra={"like": [f"No node named {like!r}."]})
+        fields = {"gpus": src.gpus, "gpu_memory_mib": src.gpu_memory_mib, "cpu_millis": src.cpu_millis,
+                  "memory_bytes": src.memory_bytes,
+                  "labels": {k: v for k, v in (src.labels or {}).items() if k not in _NODE_IDENTITY_LABELS}}
+    else:
+        allowed = ("gpus", "gpu_memory_mib", "cpu_millis", "memory_bytes", "labels")
+        unknown = sorted(set(node) - set(allowed))
+        if unknown:
+            raise ApplicationError("Invalid node shape.", extra={f"node.{k}": ["Unknown field."] for k in unknown})
+        fields = {k: node[k] for k in allowed if k in node and node[k] is not None}
+    shape = Node(name=name, **fields)
+    try:
+        validate(shape, message="Invalid node shape.", exclude=["name"])
+    except ApplicationError as exc:
+        raise ApplicationError(exc.message, extra={f"node.{k}": v for k, v in exc.extra.items()}) from None
+    return shape
+
+
+def preview_scale_up(*, count: int, node: Mapping[str, Any] | None = None, like: str | None = None,
+                     name_prefix: str = "scale-up", now: datetime | None = None) -> dict[str, Any]:
+    """What would ``count`` more nodes of one shape do in the next cycle?  Nothing is stored.
+
+    The shape is ``like`` (an existing node's capacity and labels, without its hostname label) or
+    ``node`` (Node fields: ``gpus``, ``gpu_memory_mib``, ``cpu_millis``, ``memory_bytes``,
+    ``labels``), validated like a node write.  The next cycle's input (:func:`_next_cycle_input`)
+    runs through ``scheduler_engine.simulate.preview_edits`` as is and with the nodes
+    ``<name_prefix>-1..count`` added, which answers per queue the fair share before / after and
+    the allocation, which pending workloads would start (``starts``) and why the others still
+    wait (``jobs[...]["waitingAfter"]``: ``capacity`` means more nodes of another shape could
+    help).  Added: ``"workloads"`` (job name -> workload id) and ``"node"`` (the shape).
+    ``ApplicationError`` names the field of a bad request.
+    """
+    from scheduler_engine.simulate import preview_edits
+
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PREVIEW_NODES:
+        raise ApplicationError("Invalid count.", extra={"count": [f"A whole number from 1 to {MAX_PREVIEW_NODES}."]})
+    if not isinstance(name_prefix, str) or not name_prefix.strip():
+        raise ApplicationError("Invalid name prefix.", extra={"name_prefix": ["Required."]})
+    shape = _scale_up_shape(node=node, like=like, name=f"{name_prefix}-1")
+    clash = Node.objects.filter(name__in=[f"{name_prefix}-{i}" for i in range(1, count + 1)]).values_list(
+        "name", flat=True).first()
+    if clash:
+        raise ApplicationError("Node names taken.", extra={"name_prefix": [f"Node {clash} exists; choose another."]})
+    data, index = _next_cycle_input(now)
+    template = {"gpus": int(shape.gpus), "gpuMemory": int(shape.gpu_memory_mib or 0),
+                "cpu": f"{int(shape.cpu_millis)}m", "memory": int(shape.memory_bytes),
+                "labels": dict(shape.labels or {}), "unschedulable": False, "ready": True,
+                "reservedByOthers": {"gpu": 0, "cpu": "0m", "memory": 0}}
+    edit = {"addNodes": {"count": count, "namePrefix": name_prefix, "node": template}}
+    try:
+        answer = preview_edits(data, [edit])
+    except ScenarioError as exc:
+        extra: dict[str, list[str]] = {}
+        for path, msg in exc.problems:
+            extra.setdefault(f"node.{path.rsplit('.', 1)[-1]}" if path.startswith("nodes[") else path, []).append(msg)
+        raise ApplicationError("The added nodes are not valid.", extra=extra) from None
+    answer["workloads"] = {j: index.workload_id[j] for j in answer["jobs"] if j in index.workload_id}
+    answer["node"] = {"gpus": template["gpus"], "gpu_memory_mib": template["gpuMemory"],
+                      "cpu_millis": int(shape.cpu_millis), "memory_bytes": template["memory"],
+                      "labels": template["labels"]}
     return answer
 
 

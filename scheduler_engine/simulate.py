@@ -59,7 +59,7 @@ from .units import parse_cpu, parse_duration, parse_gpu, parse_memory
 from .usage import history_usage
 
 __all__ = ["SimulationParams", "SimulationResult", "simulation_params", "simulate_snapshot", "write_csv",
-           "write_plots", "main", "switch_points", "apply_queue_edits", "preview_edits"]
+           "write_plots", "main", "switch_points", "apply_queue_edits", "apply_edits", "preview_edits"]
 
 _PEND = int(TaskState.PENDING)
 _RUN = int(TaskState.RUNNING)
@@ -530,15 +530,55 @@ def summary(result: SimulationResult) -> str:
 
 _EDIT_KEYS = ("queue", "priority", "resources")
 _EDIT_RES_KEYS = ("quota", "overQuotaWeight", "limit")
+_ADD_NODES_KEYS = ("count", "node", "namePrefix")
+#: Most nodes one what-if may add (each is a full row of every per-node array of the cycle).
+MAX_ADDED_NODES = 10_000
 EVICTION_REASONS = ("Reclaimed", "Preempted", "Consolidated", "StaleGang")
 
 
-def apply_queue_edits(data: dict, edits: Sequence[dict]) -> dict:
-    """A copy of scenario ``data`` with queue edits applied.
+def _add_nodes(out: dict, spec: Any, p: str, problems: list[tuple[str, str]]) -> None:
+    """``{"count": N, "node": {<scenario node without name>}, "namePrefix": "preview"}``: N copies
+    of the node named ``<prefix>-1..N``, placed among the cluster's nodes in name order (the order
+    the live snapshot lists nodes in, so placement ties break as they would with real nodes)."""
+    if not isinstance(spec, dict):
+        problems.append((p, "must be a mapping"))
+        return
+    for k in spec:
+        if k not in _ADD_NODES_KEYS:
+            problems.append((f"{p}.{k}", f"unknown key (expected one of {', '.join(_ADD_NODES_KEYS)})"))
+    count = spec.get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_ADDED_NODES:
+        problems.append((f"{p}.count", f"must be a whole number from 1 to {MAX_ADDED_NODES}"))
+        return
+    node = spec.get("node")
+    if not isinstance(node, dict):
+        problems.append((f"{p}.node", "must be a mapping (a scenario node without its name)"))
+        return
+    if "name" in node:
+        problems.append((f"{p}.node.name", "not allowed: the added nodes are named <namePrefix>-1..N"))
+        return
+    prefix = spec.get("namePrefix", "added")
+    if not isinstance(prefix, str) or not prefix:
+        problems.append((f"{p}.namePrefix", "must be a non-empty string"))
+        return
+    nodes = out.setdefault("nodes", [])
+    taken = {n.get("name") for n in nodes if isinstance(n, dict)}
+    names = [f"{prefix}-{i}" for i in range(1, count + 1)]
+    clash = [n for n in names if n in taken]
+    if clash:
+        problems.append((f"{p}.namePrefix", f"node {clash[0]} already exists; choose another prefix"))
+        return
+    nodes.extend({"name": n, **node} for n in names)
+    nodes.sort(key=lambda n: str(n.get("name")) if isinstance(n, dict) else "")
 
-    Each edit: ``{"queue": name, "priority": int?, "resources": {res: {"quota"?, "overQuotaWeight"?,
-    "limit"?}}}`` in scenario units. Structural problems raise :class:`ScenarioError` with the edit's
-    path; values are validated by the loader when the edited scenario is loaded.
+
+def apply_edits(data: dict, edits: Sequence[dict]) -> dict:
+    """A copy of scenario ``data`` with what-if edits applied.
+
+    A queue edit: ``{"queue": name, "priority": int?, "resources": {res: {"quota"?, "overQuotaWeight"?,
+    "limit"?}}}``; a scale-up: ``{"addNodes": {"count": N, "node": {...}, "namePrefix": str?}}``
+    (see :func:`_add_nodes`); scenario units. Structural problems raise :class:`ScenarioError` with
+    the edit's path; values are validated by the loader when the edited scenario is loaded.
     """
     import copy
 
@@ -549,6 +589,12 @@ def apply_queue_edits(data: dict, edits: Sequence[dict]) -> dict:
         p = f"edits[{i}]"
         if not isinstance(e, dict):
             problems.append((p, "must be a mapping"))
+            continue
+        if "addNodes" in e:
+            for k in e:
+                if k != "addNodes":
+                    problems.append((f"{p}.{k}", "not allowed next to addNodes (one edit, one kind)"))
+            _add_nodes(out, e["addNodes"], f"{p}.addNodes", problems)
             continue
         for k in e:
             if k not in _EDIT_KEYS:
@@ -581,6 +627,10 @@ def apply_queue_edits(data: dict, edits: Sequence[dict]) -> dict:
     return out
 
 
+#: The former name (queue edits only); same function.
+apply_queue_edits = apply_edits
+
+
 def _evictions(result) -> list[dict[str, Any]]:
     out = []
     for e in result.events:
@@ -590,32 +640,63 @@ def _evictions(result) -> list[dict[str, Any]]:
     return out
 
 
-def preview_edits(data: dict, edits: Sequence[dict]) -> dict[str, Any]:
-    """What-if: one engine cycle on ``data`` as is and one with ``edits`` applied.
+_PLACED = ("Binding", "Pipelined")
 
-    Returns ``{"queues": {name: {"fairShareBefore", "fairShareAfter", "allocated"}},
-    "evictions": [...], "evictionsWithoutEdit": [...], "newEvictions": [...], "placements": {...}}``:
-    the evictions are the running workloads the next cycle would reclaim / preempt / consolidate
-    with the edit (each ``{"job", "task", "reason", "victimOf", "message"}``); ``newEvictions`` those
-    not evicted without the edit; ``placements`` the tasks the edited cycle would start
-    (``{task: {"status", "node"}}``). Raises :class:`ScenarioError` for a bad edit or scenario.
+
+def _waiting_jobs(data: dict, before, after) -> dict[str, dict[str, Any]]:
+    """Jobs with a Pending task in the input: what each cycle does with them."""
+    queue_of = {j.get("name"): j.get("queue") for j in data.get("jobs") or [] if isinstance(j, dict)}
+    cat_before, cat_after = before.pending_categories(), after.pending_categories()
+    out = {}
+    for name, job in before.jobs.items():
+        if not any(t["status"] == "Pending" or t["status"] in _PLACED for t in job["tasks"]):
+            continue  # nothing was waiting (Pending in the input ends Pending, Binding or Pipelined)
+        a = after.jobs.get(name, job)
+        placed_b = [t for t in job["tasks"] if t["status"] in _PLACED]
+        placed_a = [t for t in a["tasks"] if t["status"] in _PLACED]
+        nodes = sorted({t["node"] for t in placed_a if t.get("node")})
+        out[name] = {"queue": queue_of.get(name), "before": job["status"], "after": a["status"],
+                     "placedBefore": len(placed_b), "placedAfter": len(placed_a), "nodes": nodes,
+                     "waitingBefore": cat_before.get(name), "waitingAfter": cat_after.get(name)}
+    return out
+
+
+def preview_edits(data: dict, edits: Sequence[dict]) -> dict[str, Any]:
+    """What-if: one engine cycle on ``data`` as is and one with ``edits`` applied (:func:`apply_edits`:
+    queue edits, added nodes).
+
+    Returns ``{"queues": {name: {"fairShareBefore", "fairShareAfter", "allocated", "allocatedAfter"}},
+    "evictions": [...], "evictionsWithoutEdit": [...], "newEvictions": [...], "placements": {...},
+    "jobs": {...}, "starts": [...], "nodesAdded": [...]}``: the evictions are the running workloads
+    the next cycle would reclaim / preempt / consolidate with the edit (each ``{"job", "task",
+    "reason", "victimOf", "message"}``); ``newEvictions`` those not evicted without the edit;
+    ``placements`` the tasks the edited cycle would start (``{task: {"status", "node"}}``); ``jobs``
+    every job with a Pending task: ``{"queue", "before", "after" (statuses), "placedBefore",
+    "placedAfter" (tasks placed), "nodes" (after), "waitingBefore", "waitingAfter" (pending
+    categories)}``; ``starts`` the jobs that get more tasks placed with the edit than without, in
+    the cycle's order. Raises :class:`ScenarioError` for a bad edit or scenario.
     """
     from .cycle import run_cycle
     from .loader import load_dict
 
+    edited = apply_edits(data, edits)
     before_snap = load_dict(data, source="what-if (current)")
-    after_snap = load_dict(apply_queue_edits(data, edits), source="what-if (edited)")
+    after_snap = load_dict(edited, source="what-if (edited)")
     before, after = run_cycle(before_snap), run_cycle(after_snap)
     queues = {}
     for name, q in after.queues.items():
         queues[name] = {"fairShareBefore": before.queues[name]["fairShare"], "fairShareAfter": q["fairShare"],
-                        "allocated": before.queues[name]["allocated"]}
+                        "allocated": before.queues[name]["allocated"], "allocatedAfter": q["allocated"]}
     ev_after, ev_before = _evictions(after), _evictions(before)
     seen = {(e["task"], e["reason"]) for e in ev_before}
     placements = {t: {"status": v["status"], "node": v["node"]} for t, v in after.tasks.items()
-                  if v["status"] in ("Binding", "Pipelined")}
+                  if v["status"] in _PLACED}
+    jobs = _waiting_jobs(data, before, after)
+    old_nodes = {n.get("name") for n in data.get("nodes") or [] if isinstance(n, dict)}
     return {"queues": queues, "evictions": ev_after, "evictionsWithoutEdit": ev_before,
-            "newEvictions": [e for e in ev_after if (e["task"], e["reason"]) not in seen], "placements": placements}
+            "newEvictions": [e for e in ev_after if (e["task"], e["reason"]) not in seen], "placements": placements,
+            "jobs": jobs, "starts": [j for j, v in jobs.items() if v["placedAfter"] > v["placedBefore"]],
+            "nodesAdded": [n["name"] for n in edited.get("nodes") or [] if n.get("name") not in old_nodes]}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,7 +5,7 @@ from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from queues_app.api import views
-from queues_app.api.whatif import QueueWhatIfApi
+from queues_app.api.whatif import QueueWhatIfApi, ScaleUpPreviewApi
 
 app_name = "queues-api"
 
@@ -20,5 +20,6 @@ urlpatterns = [
     path("auth/token/", views.TokenObtainApi.as_view(), name="token"),
     path("me/", views.MeApi.as_view(), name="me"),
     path("queues/<str:pk>/whatif/", QueueWhatIfApi.as_view(), name="queue-whatif"),
+    path("nodes/scale-up-preview/", ScaleUpPreviewApi.as_view(), name="node-scale-up-preview"),
     path("", include(router.urls)),
 ]
