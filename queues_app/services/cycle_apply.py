@@ -186,13 +186,14 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
             fin = (db_state, node_name.get(db_node_id) if db_node_id is not None else None, e_groups)
             if confirm is not None:
                 fin = (confirm.state, base_node if confirm.state == TaskState.RUNNING else None, e_groups)
-            # A consolidation move: the engine pipelines a running task on another node (or
-            # undoes the move for a later victim, leaving it Pending). One task row cannot be in
-            # both places, so a move is applied as the eviction of the task from its own node;
-            # once the release is confirmed the task is Pending and a later cycle places it.
+            # A consolidation move: the engine pipelines a running task on another node -- or on
+            # another GPU of its own node (a shared-GPU task) -- or undoes the move for a later
+            # victim, leaving it Pending. One task row cannot be in both places, so a move is
+            # applied as the eviction of the task from its own node; once the release is
+            # confirmed the task is Pending and a later cycle places it.
             moved = base_state == TaskState.RUNNING and (
                 (status == TaskState.PENDING and db_state != TaskState.PIPELINED)
-                or (status == TaskState.PIPELINED and e_node != base_node))
+                or status == TaskState.PIPELINED)
             if status == TaskState.RELEASING or moved:
                 if base_state == TaskState.RUNNING:
                     kind = "evict"

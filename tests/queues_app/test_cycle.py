@@ -410,3 +410,49 @@ def test_tasks_that_swap_nodes_in_one_cycle_never_overcommit_a_node_mid_statemen
     assert sorted(Task.objects.values_list("name", "state", "node__name")) == [
         ("x-0", TaskState.BINDING, "b"), ("y-0", TaskState.BINDING, "a")]
     assert check_invariants() == []
+
+
+class _MoveWithinNode:
+    """The real engine, then a consolidation that moves the running shared-GPU task ``task`` to
+    another GPU of its own node (as the engine decides on generated clusters: "moved from node X
+    to node X")."""
+
+    def __init__(self, task: str) -> None:
+        self.task = task
+
+    def __call__(self, snapshot):
+        from queues_app import engine_io
+
+        result = engine_io.run_engine(snapshot)
+        for job, jres in result.jobs.items():
+            for entry in jres["tasks"]:
+                if entry["name"] == self.task:
+                    entry.update(status="Pipelined", gpuGroups=["moved-here"])
+                    result.tasks[self.task] = {"status": "Pipelined", "node": entry["node"]}
+                    result.events.append({"job": job, "task": self.task, "reason": "Consolidated",
+                                          "message": f"task {self.task} moved from node n0 to node n0"})
+        return result
+
+
+def test_a_shared_gpu_task_moved_within_its_node_is_evicted_not_refused():
+    """A Running task the engine pipelines on its own node (another GPU) is a move like any other:
+    the cycle evicts it (it was refusing the whole decision set, so nothing was scheduled)."""
+    from queues_app import engine_io
+
+    unl = {"quota": -1, "overQuotaWeight": 1, "limit": -1}
+    engine_io.import_scenario({
+        "name": "move", "nodes": [{"name": "n0", "gpus": 2}],
+        "queues": [{"name": "q", "resources": {"gpu": {"quota": 2, "overQuotaWeight": 1, "limit": -1},
+                                               "cpu": dict(unl), "memory": dict(unl)}}],
+        "jobs": [{"name": "s", "queue": "q", "startedMinutesAgo": 5,
+                  "tasks": [{"gpu": 0.5, "state": "Running", "node": "n0", "gpuGroups": ["g0"]}]},
+                 {"name": "t", "queue": "q", "startedMinutesAgo": 5,
+                  "tasks": [{"gpu": 0.5, "state": "Running", "node": "n0", "gpuGroups": ["g0"]}]},
+                 {"name": "w", "queue": "q", "tasks": [{"gpu": 1}]}],
+    })
+    out = cycle_run(trigger="test", engine=_MoveWithinNode("s-0"))
+    assert out.status == CycleStatus.APPLIED, out.reason
+    tasks = {t.name: (t.state, t.node.name if t.node else None) for t in Task.objects.select_related("node")}
+    assert tasks["s-0"] == (TaskState.RELEASING, "n0") and tasks["t-0"] == (TaskState.RUNNING, "n0")
+    assert tasks["w-0"] == (TaskState.BINDING, "n0")
+    assert check_invariants() == []
