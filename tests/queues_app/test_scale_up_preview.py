@@ -138,6 +138,7 @@ def test_operator_api_and_tenants_are_refused(cluster, django_user_model):
 
 def test_admin_page(cluster, admin_client):
     url = reverse("admin:queues_app_node_scaleup")
+    assert url in admin_client.get(reverse("admin:queues_app_node_changelist")).content.decode()  # the button
     page = admin_client.get(url)
     assert page.status_code == 200 and b"gpu-a" in page.content
     page = admin_client.post(url, {"count": 1, "like": "gpu-a"})
