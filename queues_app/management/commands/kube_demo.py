@@ -233,7 +233,11 @@ class Command(BaseCommand):
             pod = self.emu.get("pods", NAMESPACE, name)
             where = (pod or {}).get("spec", {}).get("nodeName") or "-"
             phase = (pod or {}).get("status", {}).get("phase", "gone")
-            self.say(f"  {name} [{phase} on {where}]")
+            cond = next((c for c in ((pod or {}).get("status") or {}).get("conditions") or []
+                         if c.get("type") == "PodScheduled"), None)
+            shown = f"; PodScheduled={cond.get('status')}" + (f" ({cond['reason']})" if cond.get("reason") else "") \
+                if cond else ""
+            self.say(f"  {name} [{phase} on {where}{shown}]")
             for ev in by_pod[name]:
                 message = ev.get("message") or ev.get("note") or ""
                 self.say(f"    {ev.get('type', 'Normal'):7} {ev.get('reason', ''):14} {message[:220]}")

@@ -40,6 +40,10 @@ def test_demo_binds_reclaims_and_explains(tmp_path):
     assert "Successfully assigned ml/detr-train-0 to gpu-node-" in text
     assert "Reclaimed" in text and "InvalidQueue" in text and "'vison' names no queue" in text
     assert "web-0 (default-scheduler) was ignored" in text
+    # PodScheduled as autoscalers read it: bound pods True (set by the binding), the gang was
+    # Unschedulable (waiting for capacity) before the reclaim, the pod with a typo in its queue has none
+    assert "detr-train-0 [Running on gpu-node-" in text and "PodScheduled=True]" in text
+    assert "typo-0 [Pending on -]" in text
     assert (tmp_path / "kubeconfig").exists()
     # The database converged to the cluster: the detr gang runs, reclaimed pods left the DB.
     db = sqlite3.connect(tmp_path / "db.sqlite3")
