@@ -111,7 +111,8 @@ class GpuBudgetForm(forms.ModelForm):
 @admin.register(GpuBudget)
 class GpuBudgetAdmin(admin.ModelAdmin):
     form = GpuBudgetForm
-    list_display = ("queue", "period", "gpu_hours", "policy", "is_active", "used", "remaining", "projected")
+    list_display = ("queue", "period", "gpu_hours", "policy", "is_active", "used", "remaining", "burn_rate",
+                    "projected")
     list_filter = ("period", "policy", "is_active")
     list_select_related = ("queue",)
 
@@ -143,6 +144,10 @@ class GpuBudgetAdmin(admin.ModelAdmin):
     def remaining(self, obj):
         st = self._status(obj)
         return f"{st.remaining_gpu_hours:.1f}" + (" (exhausted)" if st.exhausted else "")
+
+    @admin.display(description="burn rate (GPUs held now)")
+    def burn_rate(self, obj):
+        return f"{self._status(obj).burn_rate_gpu_per_hour:.1f} GPU-h/h"
 
     @admin.display(description="projected exhaustion")
     def projected(self, obj):

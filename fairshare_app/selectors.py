@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Sequence
 
-from django.db.models import F, FloatField, Q, QuerySet, Sum
+from django.db.models import F, FloatField, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour, TruncMonth
 
 from fairshare_app import sshare
@@ -29,8 +29,9 @@ from fairshare_app.models import (
 from fairshare_app.services.settings import fairshare_settings_get
 from fairshare_app.usage import decayed_usage
 from fairshare_app.windows import period_bounds, reset_start
+from queues_app.choices import TASK_STATES_HOLDING
 from queues_app.errors import ApplicationError
-from queues_app.models import Queue, QueueResource, QueueStatus, Tenant
+from queues_app.models import Queue, QueueResource, QueueStatus, Task, Tenant
 
 GIB = 1024.0 ** 3
 GROUP_BY = ("queue", "tenant", "user", "queue_user")
@@ -140,10 +141,33 @@ def usage_report(*, tenant: Tenant | None, start: datetime, end: datetime, group
     return out
 
 
+def _tree() -> tuple[dict[int, int | None], dict[int, str]]:
+    """The current queue tree: ({id: parent id}, {id: name}), one query."""
+    parents: dict[int, int | None] = {}
+    names: dict[int, str] = {}
+    for qid, pid, name in Queue.objects.values_list("id", "parent_id", "name"):
+        parents[qid], names[qid] = pid, name
+    return parents, names
+
+
+def _ancestors_and_self(qid: int, parents: dict[int, int | None]) -> list[int]:
+    """``qid`` and every queue above it (bounded: a corrupt cyclic tree cannot hang)."""
+    out, cur = [], qid
+    while cur is not None and cur in parents and len(out) < 1000:
+        out.append(cur)
+        cur = parents[cur]
+    return out
+
+
 def usage_timeseries(*, tenant: Tenant | None, start: datetime, end: datetime,
                      queues: Sequence[str] = ()) -> dict[str, dict[str, list]]:
     """Per queue: ``{"t": [...], "allocated_gpu": [...], "fair_share_gpu": [...], "usage_gpu": [...]}``
-    over ``[start, end)`` for charts (allocation = mean GPUs held over each interval)."""
+    over ``[start, end)`` for charts (allocation = mean GPUs held over each interval).
+
+    Usage is recorded on leaf queues; a parent queue's allocation is its subtree's sum (as
+    ``QueueStatus.allocated_gpu`` and the fair share of a parent are), rolled up the current
+    tree.  A ``queues`` filter naming a parent reads its whole subtree.  Three queries.
+    """
     _check_range(start, end)
     intervals = AccountingInterval.objects.filter(start__gte=start, start__lt=end)
     n = intervals.count()
@@ -151,27 +175,35 @@ def usage_timeseries(*, tenant: Tenant | None, start: datetime, end: datetime,
     ids = list(intervals.order_by("start").values_list("id", "start", "covered_seconds"))[::stride]
     keep = {i for i, _, _ in ids}
     when = {i: (t, cov) for i, t, cov in ids}
+    parents, names = _tree()
     visible: set[str] | None = None
     if tenant is not None:
         visible = set(Queue.objects.filter(tenants=tenant).values_list("name", flat=True))
-    series: dict[str, dict[str, list]] = {}
+    wanted: set[str] | None = set(queues) if queues else None
+    if visible is not None:
+        wanted = visible if wanted is None else wanted & visible
+    series: dict[str, dict[str, dict]] = {}
 
     def slot(name: str) -> dict[str, dict]:
         return series.setdefault(name, {"alloc": {}, "fs": {}, "u": {}})
 
     rec = UsageRecord.objects.filter(interval_id__in=keep)
-    if queues:
-        rec = rec.filter(queue_name__in=list(queues))
-    if tenant is not None:
-        rec = rec.filter(queue_name__in=visible)
-    for r in rec.values("interval_id", "queue_name").annotate(g=Sum("gpu")):
+    if wanted is not None:
+        ids_wanted = {qid for qid, name in names.items() if name in wanted}
+        below = {qid for qid in parents if ids_wanted.intersection(_ancestors_and_self(qid, parents))}
+        rec = rec.filter(Q(queue_name__in=list(wanted)) | Q(queue_id__in=list(below)))
+    for r in rec.values("interval_id", "queue_id", "queue_name").annotate(g=Sum("gpu")):
         cov = when[r["interval_id"]][1]
-        slot(r["queue_name"])["alloc"][r["interval_id"]] = (r["g"] or 0.0) / cov if cov else 0.0
+        mean = (r["g"] or 0.0) / cov if cov else 0.0
+        holders = ([names[q] for q in _ancestors_and_self(r["queue_id"], parents)]
+                   if r["queue_id"] in parents else [r["queue_name"]])
+        for name in holders:
+            if wanted is None or name in wanted:
+                cell = slot(name)["alloc"]
+                cell[r["interval_id"]] = cell.get(r["interval_id"], 0.0) + mean
     st = QueueIntervalStat.objects.filter(interval_id__in=keep)
-    if queues:
-        st = st.filter(queue_name__in=list(queues))
-    if tenant is not None:
-        st = st.filter(queue_name__in=visible)
+    if wanted is not None:
+        st = st.filter(queue_name__in=list(wanted))
     for s in st.values("interval_id", "queue_name", "fair_share_gpu", "usage_gpu"):
         slot(s["queue_name"])["fs"][s["interval_id"]] = s["fair_share_gpu"]
         slot(s["queue_name"])["u"][s["interval_id"]] = s["usage_gpu"]
@@ -246,17 +278,28 @@ def _subtree_ids(root_id: int, children: dict[int | None, list[int]]) -> list[in
     return out
 
 
-BURN_RATE_WINDOW = timedelta(hours=24)
+def gpus_held_by_queue() -> dict[int, float]:
+    """GPUs held right now (Running / Binding / Releasing tasks, what accounting counts as
+    usage) per leaf queue id; one grouped query."""
+    rows = (Task.objects.filter(state__in=TASK_STATES_HOLDING).values("workload__queue_id")
+            .annotate(g=Sum("gpu")).values_list("workload__queue_id", "g"))
+    return {qid: float(g or 0) for qid, g in rows}
+
+
+#: At most this many points in a burn-down series (hourly buckets up to a month, then daily).
+BURN_DOWN_HOURLY_UP_TO = timedelta(days=31)
 
 
 def budget_statuses(*, tenant: Tenant | None, now: datetime | None = None, active_only: bool = False,
                     budgets: Iterable[GpuBudget] | None = None, with_burn_down: bool = False) -> list[BudgetStatus]:
     """Burn-down of each budget in its current period.
 
-    ``burn_rate`` = GPU-hours per hour over the last 24 h of the period (or the elapsed part if
-    shorter); ``projected_exhaustion`` = now + remaining / burn rate when that falls before the
-    period ends, else None.  Queries: budgets, queue tree, quotas, one grouped usage query per
-    distinct period (plus one per budget for the burn-down series when asked).
+    ``used`` = GPU-hours recorded for the budget queue's subtree since the period started;
+    ``burn_rate`` = the GPUs the subtree holds right now (a GPU held for an hour burns one
+    GPU-hour), so the projection reacts to what runs now rather than averaging over an idle
+    night; ``projected_exhaustion`` = now + remaining / burn rate when that falls before the
+    period ends, else None.  Queries: budgets, queue tree, quotas, current holdings, one
+    grouped usage query per distinct period (plus one per budget for the burn-down series).
     """
     now = now or db_now()
     items = list(budgets) if budgets is not None else list(budget_list(tenant=tenant, active_only=active_only))
@@ -268,48 +311,85 @@ def budget_statuses(*, tenant: Tenant | None, now: datetime | None = None, activ
         children.setdefault(pid, []).append(qid)
     quotas = dict(QueueResource.objects.filter(resource="gpu", queue_id__in=[b.queue_id for b in items])
                   .values_list("queue_id", "quota"))
+    held = gpus_held_by_queue()
     out = []
     by_period: dict[str, list[GpuBudget]] = {}
     for b in items:
         by_period.setdefault(b.period, []).append(b)
     for period, group in by_period.items():
         start, end = period_bounds(period, now)
-        recent_from = max(start, now - BURN_RATE_WINDOW)
-        rows = (UsageRecord.objects.filter(interval__start__gte=start, interval__start__lt=now, queue__isnull=False)
-                .values("queue_id").annotate(total=Sum("gpu"),
-                                             recent=Sum("gpu", filter=Q(interval__start__gte=recent_from))))
-        total = {r["queue_id"]: (r["total"] or 0.0) for r in rows}
-        recent = {r["queue_id"]: (r["recent"] or 0.0) for r in rows}
+        usage = _period_usage(start, now, by_bucket=with_burn_down)
         for b in group:
             ids = _subtree_ids(b.queue_id, children)
-            used = sum(total.get(q, 0.0) for q in ids) / 3600.0
-            recent_used = sum(recent.get(q, 0.0) for q in ids) / 3600.0
-            hours = max((now - recent_from).total_seconds() / 3600.0, 1e-9)
-            rate = recent_used / hours if now > recent_from else 0.0
+            buckets = _merge_buckets(usage, ids)
+            used = sum(g for g, _, _ in buckets.values()) / 3600.0
+            rate = sum(held.get(q, 0.0) for q in ids)
             budget = float(b.gpu_hours)
             remaining = max(0.0, budget - used)
             projected = None
-            if used >= budget:
-                projected = None
-            elif rate > 0:
+            if used < budget and rate > 0:
                 eta = now + timedelta(hours=remaining / rate)
                 projected = eta if eta < end else None
-            burn = _burn_down(b, ids, start, now, budget) if with_burn_down else []
+            burn = _burn_down(buckets, start, now, budget) if with_burn_down else []
             out.append(BudgetStatus(b, start, end, used, remaining, rate, projected, used >= budget,
                                     float(quotas.get(b.queue_id, 0)), burn))
     out.sort(key=lambda s: (s.budget.queue.path, s.budget.period))
     return out
 
 
-def _burn_down(b: GpuBudget, ids: list[int], start: datetime, now: datetime, budget: float
-               ) -> list[tuple[datetime, float]]:
-    trunc = TruncHour if (now - start) <= timedelta(days=2) else TruncDay
-    rows = (UsageRecord.objects.filter(queue_id__in=ids, interval__start__gte=start, interval__start__lt=now)
-            .annotate(p=trunc("interval__start")).values("p").annotate(g=Sum("gpu")).order_by("p"))
-    out, used = [(start, budget)], 0.0
+_Bucket = tuple[float, datetime, datetime]  # GPU-seconds, first interval start, last interval end
+
+
+def _period_usage(start: datetime, now: datetime, *, by_bucket: bool) -> dict[int, dict[Any, _Bucket]]:
+    """``{queue_id: {bucket: (gpu-seconds, first start, last end)}}`` recorded in ``[start, now)``.
+
+    Buckets are hours (days for periods past a month) when the burn-down is asked for, else one
+    bucket per queue.  One grouped query for every budget of the period.
+    """
+    qs = UsageRecord.objects.filter(interval__start__gte=start, interval__start__lt=now, queue__isnull=False)
+    keys = ["queue_id"]
+    if by_bucket:
+        trunc = TruncHour if (now - start) <= BURN_DOWN_HOURLY_UP_TO else TruncDay
+        qs = qs.annotate(p=trunc("interval__start"))
+        keys.append("p")
+    rows = qs.values(*keys).annotate(g=Sum("gpu"), first=Min("interval__start"), last=Max("interval__end"))
+    out: dict[int, dict[Any, _Bucket]] = {}
     for r in rows:
-        used += (r["g"] or 0.0) / 3600.0
-        out.append((r["p"], max(0.0, budget - used)))
+        out.setdefault(r["queue_id"], {})[r.get("p")] = (r["g"] or 0.0, r["first"], r["last"])
+    return out
+
+
+def _merge_buckets(usage: dict[int, dict[Any, _Bucket]], ids: list[int]) -> dict[Any, _Bucket]:
+    merged: dict[Any, _Bucket] = {}
+    for q in ids:
+        for p, (g, first, last) in usage.get(q, {}).items():
+            if p in merged:
+                g0, f0, l0 = merged[p]
+                merged[p] = (g0 + g, min(f0, first), max(l0, last))
+            else:
+                merged[p] = (g, first, last)
+    return merged
+
+
+def _burn_down(buckets: dict[Any, _Bucket], start: datetime, now: datetime, budget: float
+               ) -> list[tuple[datetime, float]]:
+    """Remaining GPU-hours over the period so far, from the recorded usage.
+
+    Each bucket is placed at the first start and the last end of the accounting intervals
+    inside it, so the line stays flat until usage really began and ends where accounting
+    ends; a last point at ``now`` carries the value forward.
+    """
+    out, used, reached = [(start, budget)], 0.0, start
+    for _, (g, first, last) in sorted(buckets.items(), key=lambda kv: kv[1][1]):
+        if not g:
+            continue
+        if first > reached:
+            out.append((first, max(0.0, budget - used)))
+        used += g / 3600.0
+        reached = min(last, now)
+        out.append((reached, max(0.0, budget - used)))
+    if now > reached:
+        out.append((now, max(0.0, budget - used)))
     return out
 
 

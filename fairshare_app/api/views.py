@@ -137,7 +137,7 @@ class BudgetListApi(APIView):
     @extend_schema(operation_id="fairshare_budgets_list", responses={200: dict})
     def get(self, request):
         caller = caller_of(request)
-        statuses = selectors.budget_statuses(tenant=caller.tenant)
+        statuses = selectors.budget_statuses(tenant=caller.tenant, with_burn_down=True)
         return Response({"results": [st.as_dict() for st in statuses]})
 
     @extend_schema(request=s.BudgetCreate, responses={201: dict})

@@ -96,6 +96,17 @@ class UsageReportApiTests:
         nu = alice_client.get(BASE + "usage/normalized/").json()
         assert set(nu["usage"]) == {"a-train"} and nu["usage"]["a-train"]["gpu"] == pytest.approx(3 / 8)
 
+    def test_parent_queues_carry_their_subtree_allocation_in_the_series(self, operator_client, history):
+        """Usage is recorded on leaves; a parent's line is its subtree's sum, as its fair share
+        and QueueStatus.allocated_gpu are (was 0 at every point for every parent)."""
+        series = operator_client.get(BASE + "usage/series/", RANGE).json()["series"]
+        assert series["team-a-dept"]["allocated_gpu"][-1] == pytest.approx(3)
+        assert series["team-b-dept"]["allocated_gpu"][-1] == pytest.approx(4)
+        assert series["root"]["allocated_gpu"][-1] == pytest.approx(7)
+        # a filter naming a parent reads its subtree; the leaves stay out of the answer
+        only = operator_client.get(BASE + "usage/series/", {**RANGE, "queues": "team-a-dept"}).json()["series"]
+        assert set(only) == {"team-a-dept"} and only["team-a-dept"]["allocated_gpu"][-1] == pytest.approx(3)
+
 
 class SshareApiTests:
     def test_json_default_and_text_formats(self, operator_client, history):
@@ -160,6 +171,15 @@ class BudgetApiTests:
         r = operator_client.post(BASE + "budgets/", body, format="json")
         assert r.status_code == 400, r.content
         assert field in r.json()["extra"]
+
+    def test_the_list_carries_each_budget_s_burn_down(self, operator_client, history, monkeypatch):
+        monkeypatch.setattr("fairshare_app.selectors.db_now", lambda: T0)  # the history's clock
+        GpuBudgetFactory(queue=history["team-a-dept"], period="DAILY", gpu_hours=10)
+        [body] = operator_client.get(BASE + "budgets/").json()["results"]
+        assert body["used_gpu_hours"] == pytest.approx(3 * 180 / 3600)
+        assert body["burn_down"], "the list gave burn_down: [] while used_gpu_hours > 0"
+        assert body["burn_down"][-1]["remaining_gpu_hours"] == pytest.approx(10 - 3 * 180 / 3600)
+        assert body["burn_rate_gpu_per_hour"] == pytest.approx(3)  # a1 + a2 hold 3 GPUs now
 
     def test_budget_list_query_budget(self, operator_client, history):
         GpuBudgetFactory(queue=history["a-train"], period="DAILY")

@@ -12,7 +12,7 @@ from fairshare_app.services.accounting import usage_account
 from fairshare_app.services.budgets import budget_create, budget_update
 from queues_app.engine_io import build_engine_input
 from queues_app.errors import ApplicationError
-from tests.fairshare_app.factories import GpuBudgetFactory, gpu_node, leaf_queue, running
+from tests.fairshare_app.factories import GpuBudgetFactory, finish, gpu_node, leaf_queue, running
 
 pytestmark = pytest.mark.django_db
 DAY1 = datetime(2026, 3, 1, tzinfo=dt_timezone.utc)
@@ -48,6 +48,33 @@ class BudgetStatusTests:
         assert not st.exhausted
         assert st.burn_down[0] == (DAY1, 100.0) and st.burn_down[-1][1] == pytest.approx(60)
         assert all(a[1] >= b[1] for a, b in zip(st.burn_down, st.burn_down[1:]))
+
+    def test_burn_down_stays_flat_until_usage_began_and_the_rate_is_the_current_allocation(self, team):
+        """Daily budget, usage starting at 13:52 with 34 GPUs: the line is flat at the full
+        budget from 00:00 to 13:52 (was a straight line from 00:00), and the burn rate is the
+        34 GPUs held now (was 0.33 GPU-h/h: usage averaged over the whole day)."""
+        gpu_node("node1", gpus=40)
+        budget = GpuBudgetFactory(queue=team["dept"], gpu_hours=40, period="DAILY")
+        began = DAY1 + timedelta(hours=13, minutes=52)
+        running(team["train"], name="big", gpus=34, node="node1", started_at=began)
+        usage_account(now=DAY1)
+        now = began + timedelta(minutes=10)
+        usage_account(now=now)
+        st = budget_statuses(tenant=None, now=now, budgets=[budget], with_burn_down=True)[0]
+        assert st.used_gpu_hours == pytest.approx(34 * 10 / 60)
+        assert st.burn_rate_gpu_per_hour == pytest.approx(34)
+        assert st.projected_exhaustion == now + timedelta(hours=(40 - 34 * 10 / 60) / 34)
+        assert st.burn_down[:2] == [(DAY1, 40.0), (began, 40.0)]
+        assert st.burn_down[-1] == (now, pytest.approx(40 - 34 * 10 / 60))
+        assert [t for t, r in st.burn_down if r < 40.0][0] > began
+
+    def test_a_finished_workload_burns_nothing_more(self, team):
+        budget = GpuBudgetFactory(queue=team["train"], gpu_hours=100, period="MONTHLY")
+        now = burn(team["train"], gpus=4, hours=10)
+        finish(team["train"].workloads.get(), at=now)
+        st = budget_statuses(tenant=None, now=now, budgets=[budget])[0]
+        assert st.used_gpu_hours == pytest.approx(40)
+        assert st.burn_rate_gpu_per_hour == 0 and st.projected_exhaustion is None
 
     def test_a_parent_budget_counts_its_subtree(self, team):
         budget = GpuBudgetFactory(queue=team["dept"], gpu_hours=10, period="DAILY")
