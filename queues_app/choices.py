@@ -40,7 +40,12 @@ TASK_STATES_HOLDING = (TaskState.RUNNING, TaskState.RELEASING, TaskState.STUCK_R
 
 
 class WorkloadStatus(models.TextChoices):
+    """``Binding``: the scheduler placed the gang and issued its binds, but fewer than
+    ``min_available`` tasks are confirmed Running yet (the embedded cluster confirms at the
+    next cycle, Kubernetes when the pods are observed on their nodes)."""
+
     PENDING = "Pending"
+    BINDING = "Binding"
     RUNNING = "Running"
     RELEASING = "Releasing"
     SUCCEEDED = "Succeeded"
@@ -48,7 +53,10 @@ class WorkloadStatus(models.TextChoices):
     CANCELLED = "Cancelled"
 
 
-WORKLOAD_STATUSES_ACTIVE = (WorkloadStatus.PENDING, WorkloadStatus.RUNNING, WorkloadStatus.RELEASING)
+WORKLOAD_STATUSES_ACTIVE = (WorkloadStatus.PENDING, WorkloadStatus.BINDING, WorkloadStatus.RUNNING,
+                            WorkloadStatus.RELEASING)
+#: Statuses of a workload that holds (or is being given) its resources.
+WORKLOAD_STATUSES_STARTED = (WorkloadStatus.BINDING, WorkloadStatus.RUNNING)
 
 
 class PendingCategory(models.TextChoices):

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 from django.db.models import Count, Q, QuerySet
 
 from queues_app import selectors
-from queues_app.choices import PendingCategory, WorkloadStatus
+from queues_app.choices import WORKLOAD_STATUSES_STARTED, PendingCategory, WorkloadStatus
 from queues_app.models import Queue, SchedulingEvent, Tenant, Workload
 
 #: Event reasons that explain an eviction (the engine's and the cycle's names).
@@ -30,7 +30,7 @@ def queue_workload_counts(*, tenant: Tenant | None, queue_ids: Iterable[int]) ->
     rows = (Workload.objects.filter(queue_id__in=visible)
             .values("queue_id")
             .annotate(pending=Count("id", filter=Q(status=WorkloadStatus.PENDING)),
-                      running=Count("id", filter=Q(status__in=(WorkloadStatus.RUNNING, WorkloadStatus.RELEASING)))))
+                      running=Count("id", filter=Q(status__in=(*WORKLOAD_STATUSES_STARTED, WorkloadStatus.RELEASING)))))
     return {r["queue_id"]: {"pending": r["pending"], "running": r["running"]} for r in rows}
 
 

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 from django.db import connection
 from django.db.models import Count, Sum
 
-from queues_app.choices import PendingCategory, TaskState, WorkloadStatus
+from queues_app.choices import WORKLOAD_STATUSES_STARTED, PendingCategory, TaskState, WorkloadStatus
 from queues_app.errors import ApplicationError
 from queues_app.models import (
     Node,
@@ -428,10 +428,19 @@ def compute_drops(plan: Plan, index: Any, versions: Versions) -> dict[int, str]:
 # ----------------------------------------------------------------------------- writes
 
 
-def workload_status_of(states: Iterable[str], current: str) -> str:
-    """A workload's status from its tasks; Cancelled / Succeeded / Failed are final."""
+def workload_status_of(states: Iterable[str], current: str, min_available: int = 1) -> str:
+    """A workload's status from its tasks; Cancelled / Succeeded / Failed are final.
+
+    ``Binding`` while binds are issued and fewer than ``min_available`` tasks are confirmed
+    Running (a gang is not running until the cluster has confirmed the gang); once enough run,
+    extra binds of an elastic workload leave it ``Running``.
+    """
     if current in (WorkloadStatus.CANCELLED, WorkloadStatus.SUCCEEDED, WorkloadStatus.FAILED):
         return current
+    states = list(states)
+    running = states.count(TaskState.RUNNING)
+    if TaskState.BINDING in states and running < max(1, min_available):
+        return WorkloadStatus.BINDING
     states = set(states)
     if states & {TaskState.RUNNING, TaskState.BINDING}:
         return WorkloadStatus.RUNNING
@@ -562,7 +571,7 @@ def write_workloads(plan: Plan, final: Mapping[int, str], *, now: datetime) -> i
     changed = []
     for wl in rows:
         states = [final[t] for t in plan.workload_tasks.get(wl.id, ())]
-        status = workload_status_of(states, wl.status)
+        status = workload_status_of(states, wl.status, wl.min_available)
         active = sum(1 for s in states if s in (TaskState.RUNNING, TaskState.BINDING))
         started_at = wl.started_at or (now if active else None)
         stale_since = wl.stale_since
@@ -603,7 +612,7 @@ def write_queue_status(plan: Plan, *, cycle: SchedulingCycle, now: datetime) -> 
     alloc = allocation_by_queue(parents)
     counts: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for qid, status, n in Workload.objects.filter(
-            status__in=(WorkloadStatus.PENDING, WorkloadStatus.RUNNING)).values_list("queue_id", "status").annotate(
+            status__in=(WorkloadStatus.PENDING, *WORKLOAD_STATUSES_STARTED)).values_list("queue_id", "status").annotate(
             n=Count("id")).values_list("queue_id", "status", "n"):
         vec = [float(n), 0.0] if status == WorkloadStatus.PENDING else [0.0, float(n)]
         _roll_up(counts, parents, qid, vec)

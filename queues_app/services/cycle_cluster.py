@@ -154,7 +154,7 @@ def refresh_workload_statuses(workload_ids: Iterable[int], *, now, observed: boo
     finished = (WorkloadStatus.SUCCEEDED, WorkloadStatus.FAILED)
     for wl in Workload.objects.filter(id__in=ids):
         base = WorkloadStatus.PENDING if observed and wl.status in finished else wl.status
-        new = workload_status_of(states.get(wl.id, []), base)
+        new = workload_status_of(states.get(wl.id, []), base, wl.min_available)
         fields: dict = {}
         if new != wl.status:
             fields["status"] = new

@@ -126,7 +126,7 @@ def _create(
     if errors:
         raise ApplicationError("Invalid workload.", extra=errors)
 
-    workload.status = _status_of([t.state for t in built])
+    workload.status = _status_of([t.state for t in built], workload.min_available)
     workload.save()
     for t in built:
         t.workload = workload
@@ -134,7 +134,10 @@ def _create(
     return workload
 
 
-def _status_of(states: Iterable[str]) -> str:
+def _status_of(states: Iterable[str], min_available: int = 1) -> str:
+    states = list(states)
+    if TaskState.BINDING in states and states.count(TaskState.RUNNING) < max(1, min_available):
+        return WorkloadStatus.BINDING
     states = set(states)
     if states <= {TaskState.PENDING, TaskState.PIPELINED}:
         return WorkloadStatus.PENDING

@@ -42,11 +42,13 @@ def test_a_fill_binds_then_the_embedded_cluster_confirms_running():
     out = cycle_run(trigger="test")
     assert out.status == CycleStatus.APPLIED and out.generation == 1 and out.bound == 3
     assert all(states(w) == [TaskState.BINDING] for w in small)
-    assert set(Workload.objects.values_list("status", flat=True)) == {WorkloadStatus.RUNNING}
+    # not Running before the cluster confirmed the binds (the admin showed Running over Binding tasks)
+    assert set(Workload.objects.values_list("status", flat=True)) == {WorkloadStatus.BINDING}
     assert_invariants(expected_workload_ids=[w.pk for w in small])
     out = cycle_run(trigger="test")
     assert out.status == CycleStatus.APPLIED and out.confirmed == 3 and out.bound == 0
     assert all(states(w) == [TaskState.RUNNING] for w in small)
+    assert set(Workload.objects.values_list("status", flat=True)) == {WorkloadStatus.RUNNING}
     assert Workload.objects.filter(started_at__isnull=True).count() == 0
     status = QueueStatus.objects.get(queue=qs["qa"])
     assert status.allocated_gpu == 3 and status.running_workloads == 3 and status.fair_share_gpu > 0
@@ -456,3 +458,19 @@ def test_a_shared_gpu_task_moved_within_its_node_is_evicted_not_refused():
     assert tasks["s-0"] == (TaskState.RELEASING, "n0") and tasks["t-0"] == (TaskState.RUNNING, "n0")
     assert tasks["w-0"] == (TaskState.BINDING, "n0")
     assert check_invariants() == []
+
+
+@pytest.mark.parametrize("states, min_available, expected", [
+    (["Binding", "Binding"], 2, "Binding"),               # a fresh gang: binds issued, none confirmed
+    (["Running", "Binding"], 2, "Binding"),               # half the gang confirmed: not running yet
+    (["Running", "Running"], 2, "Running"),
+    (["Running", "Running", "Binding"], 2, "Running"),    # an elastic workload growing past its gang
+    (["Binding", "Pending"], 1, "Binding"),
+    (["Pipelined", "Pending"], 1, "Pending"),
+    (["Releasing", "Running"], 1, "Running"),
+])
+def test_workload_status_follows_its_tasks(states, min_available, expected):
+    from queues_app.services.cycle_apply import workload_status_of
+
+    assert workload_status_of(states, WorkloadStatus.PENDING, min_available) == expected
+    assert workload_status_of(states, WorkloadStatus.CANCELLED, min_available) == WorkloadStatus.CANCELLED
