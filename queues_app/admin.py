@@ -10,11 +10,12 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import Count, Prefetch, QuerySet, Sum
+from django.db.models import Case, Count, Prefetch, QuerySet, Sum, Value, When
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from queues_app import quantities, selectors
 from queues_app.admin_whatif import ScaleUpAdminMixin, WhatIfAdminMixin
 from queues_app.choices import TASK_STATES_HOLDING
 from queues_app.errors import ApplicationError
@@ -53,15 +54,7 @@ from queues_app.services.queues import QUEUE_UPDATE_FIELDS
 
 def _fmt(value: Any) -> str:
     """Quantities without trailing zeros; -1 shown as the word it means."""
-    if value is None:
-        return "—"
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    if f == -1:
-        return "∞"
-    return f"{f:.4f}".rstrip("0").rstrip(".")
+    return "unlimited" if quantities.is_unlimited(value) else quantities.number(value, 4)
 
 
 class ServiceErrorsMixin:
@@ -94,17 +87,55 @@ class ServiceErrorsMixin:
 # ----------------------------------------------------------------------------- queues
 
 
+RESOURCE_ORDER = Case(When(resource="gpu", then=Value(0)), When(resource="cpu", then=Value(1)), default=Value(2))
+RESOURCE_LABEL = {"gpu": "GPU", "cpu": "CPU", "memory": "Memory"}
+
+
+class QueueResourceForm(forms.ModelForm):
+    """One resource's quota row in the units people read (GPUs, cores, GiB, "unlimited");
+    the model's validators and ``queue_set_quota`` still decide what is valid."""
+
+    class Meta:
+        model = QueueResource
+        fields = ("quota", "over_quota_weight", "limit")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        res = self.instance.resource or "gpu"
+        for name in self._meta.fields:
+            model_field = QueueResource._meta.get_field(name)
+            self.fields[name] = quantities.QuotaFormField(resource=res, kind=name, label=model_field.verbose_name,
+                                                          help_text=model_field.help_text)
+        self.resource_label = RESOURCE_LABEL.get(res, res)
+        self.unit = quantities.UNIT.get(res, "")
+        status = getattr(self.instance.queue, "_status_cache", None) if self.instance.queue_id else None
+        self.allocated_now = quantities.queue_amount(res, getattr(status, f"allocated_{res}", None))
+        self.fair_share_now = quantities.queue_amount(res, getattr(status, f"fair_share_{res}", None))
+
+
+class QuotaFormSet(forms.BaseInlineFormSet):
+    def get_queryset(self) -> QuerySet[QueueResource]:
+        qs = super().get_queryset().annotate(o=RESOURCE_ORDER).order_by("o")
+        status = QueueStatus.objects.filter(queue_id=self.instance.pk).first() if self.instance.pk else None
+        for row in qs:
+            row.queue._status_cache = status
+        return qs
+
+
 class QueueResourceInline(admin.TabularInline):
-    """Quotas edited inline, one row per resource; saved through queue_set_quota (audited)."""
+    """Quotas edited inline as a small table (GPU, CPU, memory rows); saved through
+    queue_set_quota (audited)."""
 
     model = QueueResource
-    fields = ("resource", "quota", "over_quota_weight", "limit")
-    readonly_fields = ("resource",)
+    form = QueueResourceForm
+    formset = QuotaFormSet
+    template = "admin/queues_app/queue/quota_inline.html"
+    fields = ("quota", "over_quota_weight", "limit")
     extra = 0
     max_num = 3
     can_delete = False
     verbose_name = "quota"
-    verbose_name_plural = "quotas (gpu devices, cpu cores, memory bytes; -1 = unlimited / unset weight)"
+    verbose_name_plural = "quotas"
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -114,8 +145,9 @@ class QuotaChangeInline(admin.TabularInline):
     """Audit history on the queue page: who changed which quota when, old -> new."""
 
     model = QuotaChange
-    fields = ("changed_at", "resource", "field", "old_value", "new_value", "changed_by_name", "source")
+    fields = ("changed_at", "resource_name", "field", "old", "new", "changed_by_name", "source")
     readonly_fields = fields
+    template = "admin/queues_app/queue/history_inline.html"
     extra = 0
     can_delete = False
     verbose_name = "quota change"
@@ -127,6 +159,29 @@ class QuotaChangeInline(admin.TabularInline):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[QuotaChange]:
+        return super().get_queryset(request).order_by("-changed_at", "-id")
+
+    @admin.display(description="resource")
+    def resource_name(self, obj: QuotaChange) -> str:
+        return RESOURCE_LABEL.get(obj.resource, obj.resource)
+
+    @admin.display(description="old")
+    def old(self, obj: QuotaChange) -> str:
+        return _quota_value(obj.resource, obj.field, obj.old_value)
+
+    @admin.display(description="new")
+    def new(self, obj: QuotaChange) -> str:
+        return _quota_value(obj.resource, obj.field, obj.new_value)
+
+
+def _quota_value(resource: str, field: str, value: Any) -> str:
+    if value is None:
+        return "—"
+    if field == "over_quota_weight":
+        return quantities.weight(value)
+    return quantities.queue_amount(resource, value)
 
 
 class QueueAdminForm(forms.ModelForm):
@@ -145,13 +200,14 @@ class QueueAdmin(WhatIfAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
     search_fields = ("name", "description")
     list_filter = ("depth",)
     list_per_page = 200
-    readonly_fields = ("tree_position", "children_links", "status_summary", "created_at", "updated_at", "version")
+    readonly_fields = ("tree_position", "children_links", "status_summary", "quota_warnings", "created_at",
+                       "updated_at", "version")
     fieldsets = (
         (None, {"fields": ("name", "description", "parent", "priority")}),
         ("Min runtimes (empty = inherit from parent, then config)",
          {"fields": ("reclaim_min_runtime", "preempt_min_runtime")}),
-        ("Tree and status", {"fields": ("tree_position", "children_links", "status_summary", "created_at",
-                                        "updated_at", "version")}),
+        ("Tree and status", {"fields": ("tree_position", "children_links", "status_summary", "quota_warnings",
+                                        "created_at", "updated_at", "version")}),
     )
     inlines = (QueueResourceInline, QuotaChangeInline)
 
@@ -189,12 +245,12 @@ class QueueAdmin(WhatIfAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
     def _res(self, obj: Queue, resource: str) -> QueueResource | None:
         return next((r for r in obj.resources.all() if r.resource == resource), None)
 
-    @admin.display(description="gpu quota")
+    @admin.display(description="GPU quota")
     def gpu_quota(self, obj: Queue) -> str:
         r = self._res(obj, "gpu")
         return _fmt(r.quota if r else None)
 
-    @admin.display(description="gpu limit")
+    @admin.display(description="GPU limit")
     def gpu_limit(self, obj: Queue) -> str:
         r = self._res(obj, "gpu")
         return _fmt(r.limit if r else None)
@@ -205,12 +261,12 @@ class QueueAdmin(WhatIfAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
         except QueueStatus.DoesNotExist:
             return None
 
-    @admin.display(description="gpu allocated")
+    @admin.display(description="GPUs allocated")
     def gpu_allocated(self, obj: Queue) -> str:
         s = self._status(obj)
         return _fmt(s.allocated_gpu if s else None)
 
-    @admin.display(description="gpu fair share")
+    @admin.display(description="GPU fair share")
     def gpu_fair_share(self, obj: Queue) -> str:
         s = self._status(obj)
         return _fmt(s.fair_share_gpu if s else None)
@@ -245,11 +301,23 @@ class QueueAdmin(WhatIfAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
             return "no cycle has reported on this queue yet"
         rows = [("gpu", s.allocated_gpu, s.fair_share_gpu), ("cpu", s.allocated_cpu, s.fair_share_cpu),
                 ("memory", s.allocated_memory, s.fair_share_memory)]
-        body = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-                                ((r, _fmt(a), _fmt(f)) for r, a, f in rows))
-        return format_html("<table><tr><th>resource</th><th>allocated</th><th>fair share</th></tr>{}</table>"
-                           "<p>{} pending, {} running workloads; updated {}</p>",
+        body = format_html_join("", "<tr><th>{}</th><td>{}</td><td>{}</td></tr>",
+                                ((RESOURCE_LABEL[r], quantities.queue_amount(r, a), quantities.queue_amount(r, f))
+                                 for r, a, f in rows))
+        return format_html('<table class="status-table"><tr><th>resource</th><th>allocated (subtree)</th>'
+                           "<th>fair share</th></tr>{}</table>"
+                           "<p>{} pending, {} running workloads (subtree); updated {}</p>",
                            body, s.pending_workloads, s.running_workloads, s.updated_at)
+
+    @admin.display(description="quota warnings")
+    def quota_warnings(self, obj: Queue) -> str:
+        if obj.pk is None:
+            return "—"
+        ids = [obj.pk] + ([obj.parent_id] if obj.parent_id else [])
+        found = [w for msgs in selectors.quota_overcommit(tenant=None, parent_ids=ids).values() for w in msgs]
+        if not found:
+            return "none: the child queues' quotas fit in their parents' quotas"
+        return format_html_join("", '<p class="quota-warning">{}</p>', ((w,) for w in found))
 
     # ---- writes through services
     def save_model(self, request: HttpRequest, obj: Queue, form: forms.ModelForm, change: bool) -> None:
@@ -274,6 +342,14 @@ class QueueAdmin(WhatIfAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
                             over_quota_weight=f.cleaned_data["over_quota_weight"], limit=f.cleaned_data["limit"],
                             actor=request.user, source="admin")
             formset.changed_objects.append((row, f.changed_data))
+
+    def save_related(self, request: HttpRequest, form: forms.ModelForm, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        queue = form.instance
+        ids = [queue.pk] + ([queue.parent_id] if queue.parent_id else [])
+        for messages_ in selectors.quota_overcommit(tenant=None, parent_ids=ids).values():
+            for text in messages_:
+                self.message_user(request, text, level=messages.WARNING)
 
     def delete_model(self, request: HttpRequest, obj: Queue) -> None:
         queue_delete(queue=obj, actor=request.user)
@@ -308,8 +384,8 @@ class QuotaChangeAdmin(admin.ModelAdmin):
 class QueueStatusAdmin(admin.ModelAdmin):
     """Written by the scheduling cycle; read-only here."""
 
-    list_display = ("queue", "allocated_gpu", "fair_share_gpu", "allocated_cpu", "fair_share_cpu",
-                    "allocated_memory", "fair_share_memory", "pending_workloads", "running_workloads", "updated_at")
+    list_display = ("queue", "gpus_allocated", "gpu_fair_share", "cpu_allocated", "cpu_fair_share",
+                    "memory_allocated", "memory_fair_share", "pending_workloads", "running_workloads", "updated_at")
     list_select_related = ("queue",)
     ordering = ("queue__path",)
 
@@ -319,14 +395,38 @@ class QueueStatusAdmin(admin.ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    @admin.display(description="GPUs allocated", ordering="allocated_gpu")
+    def gpus_allocated(self, obj: QueueStatus) -> str:
+        return quantities.number(obj.allocated_gpu)
+
+    @admin.display(description="GPU fair share", ordering="fair_share_gpu")
+    def gpu_fair_share(self, obj: QueueStatus) -> str:
+        return quantities.number(obj.fair_share_gpu)
+
+    @admin.display(description="CPU allocated", ordering="allocated_cpu")
+    def cpu_allocated(self, obj: QueueStatus) -> str:
+        return quantities.queue_amount("cpu", obj.allocated_cpu)
+
+    @admin.display(description="CPU fair share", ordering="fair_share_cpu")
+    def cpu_fair_share(self, obj: QueueStatus) -> str:
+        return quantities.queue_amount("cpu", obj.fair_share_cpu)
+
+    @admin.display(description="memory allocated", ordering="allocated_memory")
+    def memory_allocated(self, obj: QueueStatus) -> str:
+        return quantities.queue_amount("memory", obj.allocated_memory)
+
+    @admin.display(description="memory fair share", ordering="fair_share_memory")
+    def memory_fair_share(self, obj: QueueStatus) -> str:
+        return quantities.queue_amount("memory", obj.fair_share_memory)
+
 
 # ----------------------------------------------------------------------------- nodes
 
 
 @admin.register(Node)
 class NodeAdmin(ScaleUpAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
-    list_display = ("name", "gpus", "gpus_held", "gpu_memory_mib", "cpu_millis", "memory_bytes", "ready",
-                    "unschedulable", "label_summary", "version")
+    list_display = ("name", "gpus", "gpus_held", "gpu_memory", "cpu", "memory", "ready", "unschedulable",
+                    "label_summary", "version")
     list_filter = ("ready", "unschedulable", "gpus")
     search_fields = ("name",)
     readonly_fields = ("created_at", "updated_at", "version")
@@ -341,6 +441,18 @@ class NodeAdmin(ScaleUpAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
     @admin.display(description="gpus held", ordering="held")
     def gpus_held(self, obj: Node) -> str:
         return _fmt(getattr(obj, "held", None) or 0)
+
+    @admin.display(description="GPU memory", ordering="gpu_memory_mib")
+    def gpu_memory(self, obj: Node) -> str:
+        return quantities.mib_as_gib(obj.gpu_memory_mib)
+
+    @admin.display(description="CPU", ordering="cpu_millis")
+    def cpu(self, obj: Node) -> str:
+        return quantities.cores(obj.cpu_millis)
+
+    @admin.display(description="memory", ordering="memory_bytes")
+    def memory(self, obj: Node) -> str:
+        return quantities.gib(obj.memory_bytes)
 
     @admin.display(description="labels")
     def label_summary(self, obj: Node) -> str:
@@ -357,19 +469,28 @@ class NodeAdmin(ScaleUpAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
     def delete_model(self, request: HttpRequest, obj: Node) -> None:
         node_delete(node=obj)
 
+    @admin.action(description="Cordon (mark unschedulable)")
+    def cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        names = []
+        for n in queryset:
+            node_set_schedulable(node=n, schedulable=False)
+            names.append(n.name)
+        self.message_user(request, f"Cordoned {_count_names(names, 'node')}: the next cycles place nothing new "
+                                   "there; tasks already running stay until they end or are evicted.",
+                          level=messages.SUCCESS)
+
+    @admin.action(description="Uncordon (mark schedulable)")
+    def uncordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        names = []
+        for n in queryset:
+            node_set_schedulable(node=n, schedulable=True)
+            names.append(n.name)
+        self.message_user(request, f"Uncordoned {_count_names(names, 'node')}: the next cycle may place tasks "
+                                   "there again.", level=messages.SUCCESS)
+
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         for n in queryset:
             node_delete(node=n)
-
-    @admin.action(description="Cordon (mark unschedulable)")
-    def cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        for n in queryset:
-            node_set_schedulable(node=n, schedulable=False)
-
-    @admin.action(description="Uncordon")
-    def uncordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        for n in queryset:
-            node_set_schedulable(node=n, schedulable=True)
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -377,8 +498,7 @@ class NodeAdmin(ScaleUpAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
 
 class TaskInline(admin.TabularInline):
     model = Task
-    fields = ("index", "name", "state", "node", "gpu", "gpu_memory_mib", "cpu_millis", "memory_bytes", "priority",
-              "gpu_groups")
+    fields = ("index", "name", "state", "node", "gpus", "cpu", "memory", "devices", "priority")
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -389,6 +509,36 @@ class TaskInline(admin.TabularInline):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
+        return super().get_queryset(request).select_related("node")
+
+    @admin.display(description="GPUs")
+    def gpus(self, obj: Task) -> str:
+        return _task_gpus(obj)
+
+    @admin.display(description="CPU")
+    def cpu(self, obj: Task) -> str:
+        return quantities.cores(obj.cpu_millis)
+
+    @admin.display(description="memory")
+    def memory(self, obj: Task) -> str:
+        return quantities.gib(obj.memory_bytes)
+
+    @admin.display(description="devices")
+    def devices(self, obj: Task) -> str:
+        return ", ".join(obj.gpu_groups or []) or "—"
+
+
+def _task_gpus(task: Task) -> str:
+    if task.gpu_memory_mib:
+        return f"{quantities.mib_as_gib(task.gpu_memory_mib)} of one GPU"
+    return quantities.number(task.gpu, 4)
+
+
+def _count_names(names: list[str], noun: str) -> str:
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    return f"{len(names)} {noun}{'' if len(names) == 1 else 's'} ({shown})"
 
 
 @admin.register(Workload)
@@ -429,7 +579,7 @@ class WorkloadAdmin(ServiceErrorsMixin, admin.ModelAdmin):
 
 @admin.register(Task)
 class TaskAdmin(admin.ModelAdmin):
-    list_display = ("name", "workload", "state", "node", "gpu", "cpu_millis", "memory_bytes", "updated_at")
+    list_display = ("name", "workload", "state", "node", "gpus", "cpu", "memory", "updated_at")
     list_filter = ("state", "node")
     list_select_related = ("workload", "node")
     search_fields = ("name", "workload__name")
@@ -442,6 +592,18 @@ class TaskAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    @admin.display(description="GPUs", ordering="gpu")
+    def gpus(self, obj: Task) -> str:
+        return _task_gpus(obj)
+
+    @admin.display(description="CPU", ordering="cpu_millis")
+    def cpu(self, obj: Task) -> str:
+        return quantities.cores(obj.cpu_millis)
+
+    @admin.display(description="memory", ordering="memory_bytes")
+    def memory(self, obj: Task) -> str:
+        return quantities.gib(obj.memory_bytes)
 
 
 # ----------------------------------------------------------------------------- tenants

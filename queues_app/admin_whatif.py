@@ -17,6 +17,7 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import PermissionDenied
+from django.core.validators import MaxValueValidator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import path, reverse
@@ -25,14 +26,16 @@ from queues_app import engine_io
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Queue, Workload
 from queues_app.models.validators import validate_unlimited_or_nonnegative
+from queues_app.quantities import UNIT, QuotaFormField, queue_amount
 
 RESOURCES = ("gpu", "cpu", "memory")
 FIELDS = ("quota", "over_quota_weight", "limit")
-UNITS = {"gpu": "devices", "cpu": "cores", "memory": "bytes"}
+UNITS = {"gpu": "GPUs", "cpu": "cores", "memory": "GiB"}
 
 
 class QueueWhatIfForm(forms.Form):
-    """The editable fairness knobs of one queue (QueueResource units; -1 = unlimited / unset)."""
+    """The editable fairness knobs of one queue, typed as on the queue page (GPUs, cores, GiB,
+    "unlimited" / "unset"); cleaned to QueueResource units."""
 
     priority = forms.IntegerField(min_value=-(2**31 - 1), max_value=2**31 - 1)
 
@@ -40,9 +43,9 @@ class QueueWhatIfForm(forms.Form):
         super().__init__(*args, **kwargs)
         for res in RESOURCES:
             for f in FIELDS:
-                self.fields[f"{res}_{f}"] = forms.DecimalField(
-                    label=f"{res} {f.replace('_', ' ')}", max_digits=28, decimal_places=4,
-                    max_value=Decimal(2**70), validators=[validate_unlimited_or_nonnegative],
+                self.fields[f"{res}_{f}"] = QuotaFormField(
+                    resource=res, kind=f, label=f"{res} {f.replace('_', ' ')}",
+                    validators=[validate_unlimited_or_nonnegative, MaxValueValidator(Decimal(2**70))],
                     help_text=UNITS[res] if f != "over_quota_weight" else "")
 
     def resources(self) -> dict[str, dict[str, Decimal]]:
@@ -64,7 +67,8 @@ def _rows(answer: dict[str, Any], edited: str) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"name": name, "edited": name == edited, "changed": False, "cells": []}
         for res in RESOURCES:
             b, a = q["fairShareBefore"][res], q["fairShareAfter"][res]
-            row["cells"].append({"before": b, "after": a, "allocated": q["allocated"][res], "changed": b != a})
+            row["cells"].append({"before": queue_amount(res, b, unit=False), "after": queue_amount(res, a, unit=False),
+                                 "allocated": queue_amount(res, q["allocated"][res], unit=False), "changed": b != a})
             row["changed"] |= b != a
         rows.append(row)
     return rows
@@ -113,7 +117,7 @@ class WhatIfAdminMixin:
             "answer": answer,
             "rows": _rows(answer, answer["queue"]) if answer else [],
             "error": error,
-            "resources": RESOURCES,
+            "resources": [(r, UNIT[r]) for r in RESOURCES],
             "form_rows": [(res, [form[f"{res}_{f}"] for f in FIELDS]) for res in RESOURCES],
             "change_url": reverse("admin:queues_app_queue_change", args=[queue.pk]),
         }

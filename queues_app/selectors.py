@@ -7,7 +7,7 @@ queryset, so an outsider gets DoesNotExist (404), never someone else's object.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Prefetch, Q, QuerySet
@@ -147,3 +147,55 @@ def node_allocated(*, tenant: Tenant | None) -> dict[int, dict[str, float]]:
 
 def cycle_list(*, tenant: Tenant | None) -> QuerySet[SchedulingCycle]:
     return SchedulingCycle.objects.order_by("-started_at", "-id")
+
+
+# ----------------------------------------------------------------------------- quota warnings
+
+
+def quota_overcommit(*, tenant: Tenant | None, parent_ids: Iterable[int] | None = None) -> dict[int, list[str]]:
+    """``{parent queue id: [warning, ...]}`` where the children's quotas of a resource add up to
+    more than the parent's own quota (a child with an unlimited quota under a finite parent too).
+
+    KAI accepts such a tree (the children then compete for the parent's deserved share, and
+    not every child gets its quota), so this is a warning shown next to the edit, never a
+    refusal.  ``parent_ids`` limits the answer to those parents; two queries.  A tenant only
+    gets warnings about queues it can see, and sibling names stay out of them.
+    """
+    from queues_app.quantities import queue_amount
+
+    queues = list(Queue.objects.values_list("id", "parent_id", "name"))
+    names = {qid: name for qid, _, name in queues}
+    children: dict[int, list[int]] = {}
+    for qid, pid, _ in queues:
+        if pid is not None:
+            children.setdefault(pid, []).append(qid)
+    wanted = set(children) if parent_ids is None else set(parent_ids) & set(children)
+    if tenant is not None:
+        wanted &= set(queue_list(tenant=tenant).values_list("pk", flat=True))
+    if not wanted:
+        return {}
+    ids = set(wanted) | {c for p in wanted for c in children[p]}
+    quota = {(qid, res): q for qid, res, q in
+             QueueResource.objects.filter(queue_id__in=ids).values_list("queue_id", "resource", "quota")}
+    out: dict[int, list[str]] = {}
+    for pid in sorted(wanted, key=lambda q: names[q]):
+        for res in ("gpu", "cpu", "memory"):
+            own = quota.get((pid, res))
+            if own is None or own == -1:
+                continue
+            kids = sorted(children[pid], key=lambda q: names[q])
+            values = [(names[k], quota.get((k, res), 0)) for k in kids]
+            unlimited = [n for n, v in values if v == -1]
+            total = sum(v for _, v in values if v != -1)
+            if not unlimited and total <= own:
+                continue
+            if tenant is None:
+                parts = " + ".join(f"{n} {queue_amount(res, v, unit=False)}" for n, v in values)
+            else:
+                parts = f"{len(values)} child queues"
+            summed = "unlimited" if unlimited else queue_amount(res, total)
+            out.setdefault(pid, []).append(
+                f"{res}: the child queues' quotas add up to {summed} ({parts}), more than {names[pid]}'s own "
+                f"quota of {queue_amount(res, own)}. Allowed (as in KAI), but the children cannot all get their "
+                "quota at once: they share the parent's.")
+    return out

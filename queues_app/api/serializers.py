@@ -317,6 +317,10 @@ class QueueOutputSerializer(serializers.Serializer):
     usage_source = serializers.CharField(help_text="Where decayed_usage comes from ('unavailable' = 0).")
     status_updated_at = serializers.DateTimeField(allow_null=True, help_text="When a cycle last wrote allocations.")
     version = serializers.IntegerField()
+    warnings = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Quota overcommit of this queue's children, or of its siblings under its parent: allowed "
+                  "(as in KAI), but the children cannot all get their quota at once.")
 
 
 #: Largest quota / limit the API accepts (about 4.5e15: 4 PiB of memory in bytes, far beyond any

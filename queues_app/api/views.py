@@ -293,6 +293,9 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
         rendered = [ev(e) for e in events]
         if workload.status == WorkloadStatus.PENDING:
             summary = rendered[0]["message"] if rendered else "Waiting for the next scheduling cycle."
+        elif workload.status == WorkloadStatus.BINDING:
+            summary = ("Binding: the scheduler placed the workload and issued its binds; waiting for the cluster to "
+                       "confirm that its pods run on their nodes.")
         elif workload.status in (WorkloadStatus.RUNNING, WorkloadStatus.RELEASING):
             summary = f"{workload.status} since {workload.started_at:%Y-%m-%d %H:%M:%S}Z." if workload.started_at \
                 else f"{workload.status}."
@@ -333,6 +336,8 @@ def _truthy(value: str | None) -> bool:
 def _queue_statements(queues: list, tenant) -> list[dict[str, Any]]:
     counts = selectors_api.queue_workload_counts(tenant=tenant, queue_ids=[q.pk for q in queues])
     usage, source = selectors_api.queue_decayed_usage(tenant=tenant, queues=queues)
+    overcommit = selectors.quota_overcommit(
+        tenant=tenant, parent_ids={q.pk for q in queues} | {q.parent_id for q in queues if q.parent_id})
     out = []
     for q in queues:
         res = selectors.queue_resources(queue=q)
@@ -354,6 +359,7 @@ def _queue_statements(queues: list, tenant) -> list[dict[str, Any]]:
             "description": q.description, "depth": q.depth, "priority": q.priority, "resources": resources,
             "pending_workloads": c.get("pending", 0), "running_workloads": c.get("running", 0),
             "usage_source": source, "status_updated_at": st.updated_at if st else None, "version": q.version,
+            "warnings": overcommit.get(q.pk, []) + overcommit.get(q.parent_id, []),
         })
     return out
 

@@ -213,3 +213,90 @@ class OtherAdminPagesTests:
         c.force_login(operator)
         resp = c.post(reverse("admin:queues_app_queue_change", args=[queue_tree["root"].pk]), {"name": "x"})
         assert resp.status_code == 403
+
+
+class UnitsAndMessagesTests:
+    """Figures people can read: GiB, cores, "unlimited", resource names; messages after actions;
+    a warning (never a refusal) when the child queues' quotas exceed their parent's."""
+
+    def url(self, queue):
+        return reverse("admin:queues_app_queue_change", args=[queue.pk])
+
+    def test_the_quota_table_names_resources_and_shows_human_units(self, admin_client_op, queue_tree):
+        from queues_app.services import queue_set_quota
+
+        q = queue_tree["a-train"]
+        queue_set_quota(queue=q, resource="memory", quota=512 * 2**30, limit=-1)
+        QueueStatus.objects.create(queue=q, allocated_memory=506806140928, allocated_cpu=88, allocated_gpu=3)
+        html = admin_client_op.get(self.url(q)).content.decode()
+        assert f"{q.pk}:cpu" not in html and f"{q.pk}:memory" not in html  # the old row labels
+        assert "-1.0000" not in html and "506806140928" not in html
+        assert 'value="512"' in html and 'value="unlimited"' in html  # memory quota in GiB, limits unlimited
+        assert "472 GiB" in html  # 506806140928 bytes allocated
+        assert "88 cores" in html
+        for label in (">GPU", ">CPU", ">Memory"):
+            assert label in html
+
+    def test_memory_is_typed_in_gib_or_as_a_quantity_and_unlimited_as_a_word(self, admin_client_op, queue_tree):
+        q = queue_tree["a-train"]
+        data = form_data(admin_client_op.get(self.url(q)))
+        rows = {QueueResource.objects.get(pk=int(data[f"resources-{i}-id"][0])).resource: i for i in range(3)}
+        data[f"resources-{rows['memory']}-quota"] = ["256"]
+        data[f"resources-{rows['memory']}-limit"] = ["2Ti"]
+        data[f"resources-{rows['cpu']}-limit"] = ["500m"]
+        data[f"resources-{rows['gpu']}-limit"] = ["unlimited"]
+        resp = admin_client_op.post(self.url(q), data)
+        assert resp.status_code == 302, resp.content.decode()[:3000]
+        mem = QueueResource.objects.get(queue=q, resource="memory")
+        assert (mem.quota, mem.limit) == (256 * 2**30, 2 * 2**40)
+        assert QueueResource.objects.get(queue=q, resource="cpu").limit == Decimal("0.5")
+        assert QueueResource.objects.get(queue=q, resource="gpu").limit == -1
+        # untouched rows and values are not re-saved: only the three edits are audited
+        assert sorted(QuotaChange.objects.filter(source="admin").values_list("resource", "field")) == [
+            ("cpu", "limit"), ("memory", "limit"), ("memory", "quota")]
+
+    def test_a_bad_unit_is_a_field_error(self, admin_client_op, queue_tree):
+        q = queue_tree["a-train"]
+        data = form_data(admin_client_op.get(self.url(q)))
+        rows = {QueueResource.objects.get(pk=int(data[f"resources-{i}-id"][0])).resource: i for i in range(3)}
+        data[f"resources-{rows['memory']}-quota"] = ["12 parsecs"]
+        resp = admin_client_op.post(self.url(q), data)
+        assert resp.status_code == 200 and "Enter GiB" in resp.content.decode()
+        assert not QuotaChange.objects.filter(source="admin").exists()
+
+    def test_children_quotas_over_the_parent_s_are_saved_with_a_warning(self, admin_client_op):
+        from queues_app.services import queue_create
+
+        research = queue_create(name="research", quotas={"gpu": {"quota": 64}})
+        queue_create(name="vision", parent=research, quotas={"gpu": {"quota": 40}})
+        nlp = queue_create(name="nlp", parent=research, quotas={"gpu": {"quota": 32}})
+        data = form_data(admin_client_op.get(self.url(nlp)))
+        rows = {QueueResource.objects.get(pk=int(data[f"resources-{i}-id"][0])).resource: i for i in range(3)}
+        data[f"resources-{rows['gpu']}-quota"] = ["100"]
+        resp = admin_client_op.post(self.url(nlp), data, follow=True)
+        assert resp.status_code == 200
+        assert QueueResource.objects.get(queue=nlp, resource="gpu").quota == 100  # saved, not refused
+        shown = [str(m) for m in resp.context["messages"]]
+        assert any("add up to 140 GPUs (nlp 100 + vision 40)" in m and "research's own quota of 64 GPUs" in m
+                   for m in shown), shown
+        page = admin_client_op.get(self.url(research)).content.decode()
+        assert "add up to 140 GPUs" in page  # also on the parent's page
+
+    def test_cordon_and_uncordon_say_what_they_did(self, admin_client_op):
+        node = NodeFactory(name="dgx-1", gpus=8)
+        url = reverse("admin:queues_app_node_changelist")
+        resp = admin_client_op.post(url, {"action": "cordon", "_selected_action": [str(node.pk)]}, follow=True)
+        shown = [str(m) for m in resp.context["messages"]]
+        assert any(m.startswith("Cordoned 1 node (dgx-1)") for m in shown), shown
+        assert Node.objects.get(pk=node.pk).unschedulable
+        resp = admin_client_op.post(url, {"action": "uncordon", "_selected_action": [str(node.pk)]}, follow=True)
+        assert any(str(m).startswith("Uncordoned 1 node (dgx-1)") for m in resp.context["messages"])
+
+    def test_nodes_and_tasks_show_cores_and_gib(self, admin_client_op, queue_tree):
+        node_upsert(name="n1", gpus=8, cpu_millis=128_000, memory_bytes=1024 * 2**30, gpu_memory_mib=81920)
+        w = workload_import(queue=queue_tree["a-train"], name="w", tasks=[
+            {"gpu": 2, "cpu_millis": 8000, "memory_bytes": 64 * 2**30, "state": "Running", "node": "n1"}])
+        html = admin_client_op.get(reverse("admin:queues_app_node_changelist")).content.decode()
+        assert "128 cores" in html and "1,024 GiB" in html and "80 GiB" in html
+        html = admin_client_op.get(reverse("admin:queues_app_workload_change", args=[w.pk])).content.decode()
+        assert "8 cores" in html and "64 GiB" in html and "68719476736" not in html

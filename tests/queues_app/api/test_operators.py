@@ -55,6 +55,20 @@ class QueueWriteTests:
         assert not Queue.objects.filter(pk=qid).exists()
         assert QuotaChange.objects.filter(queue_name="c-dept", source="delete").exists()
 
+    def test_children_quotas_over_the_parent_s_are_accepted_with_a_warning(self, operator_client, alice_client,
+                                                                           queue_tree, tenants):
+        """KAI accepts children whose quotas add up to more than their parent's; the answer
+        says so (the edited queue's statement carries its parent's warning), tenants see none."""
+        a_train = queue_tree["a-train"]
+        r = operator_client.patch(f"{QUEUES}{a_train.pk}/quotas/", {"gpu": {"quota": 6}}, format="json")
+        assert r.status_code == 200, r.content
+        [warning] = r.json()["warnings"]
+        assert "add up to 6 GPUs (a-train 6)" in warning and "team-a-dept's own quota of 4 GPUs" in warning
+        parent = operator_client.get(f"{QUEUES}{queue_tree['team-a-dept'].pk}/").json()
+        assert parent["warnings"] == [warning]
+        assert operator_client.get(f"{QUEUES}{queue_tree['b-train'].pk}/").json()["warnings"] == []
+        assert alice_client.get(f"{QUEUES}{a_train.pk}/").json()["warnings"] == []
+
     def test_tree_rules_are_field_errors(self, operator_client, queue_tree, tenants):
         root = queue_tree["root"]
         response = operator_client.patch(f"{QUEUES}{root.pk}/", {"parent": "a-train"}, format="json")
