@@ -79,7 +79,7 @@ DATA_UPLOAD_MAX_NUMBER_FIELDS = 2000
 
 # --------------------------------------------------------------------------- apps
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "kaiplatform.admin.KaiAdminConfig",  # django.contrib.admin with the cluster dashboard as its index
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -112,7 +112,7 @@ ASGI_APPLICATION = "kaiplatform.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [BASE_DIR / "kaiplatform" / "templates"],  # admin/base_site.html: branding, console CSS
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

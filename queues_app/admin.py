@@ -147,7 +147,7 @@ class QuotaChangeInline(admin.TabularInline):
     model = QuotaChange
     fields = ("changed_at", "resource_name", "field", "old", "new", "changed_by_name", "source")
     readonly_fields = fields
-    template = "admin/queues_app/queue/history_inline.html"
+    template = "admin/queues_app/readonly_inline.html"
     extra = 0
     can_delete = False
     verbose_name = "quota change"
@@ -497,12 +497,14 @@ class NodeAdmin(ScaleUpAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
 
 
 class TaskInline(admin.TabularInline):
+    """A workload's tasks: state, node (a link) and the GPU devices they hold."""
+
     model = Task
     fields = ("index", "name", "state", "node", "gpus", "cpu", "memory", "devices", "priority")
     readonly_fields = fields
     extra = 0
     can_delete = False
-    show_change_link = True
+    template = "admin/queues_app/readonly_inline.html"
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -553,9 +555,90 @@ class WorkloadAdmin(ServiceErrorsMixin, admin.ModelAdmin):
     date_hierarchy = "created_at"
     inlines = (TaskInline,)
     actions = ("cancel",)
+    fieldsets = (
+        ("Why", {"fields": ("status_badge", "why_summary", "queue_position", "estimated_start", "latest_events",
+                            "last_eviction")}),
+        ("Workload", {"fields": ("name", "queue", "tenant", "owner", "priority", "preemptible", "min_available",
+                                 "topology_required", "topology_preferred", "node_selector", "preemption_delay",
+                                 "staleness_grace_period")}),
+        ("Times", {"fields": ("created_at", "started_at", "finished_at", "stale_since", "updated_at", "version")}),
+    )
+    readonly_fields = ("status_badge", "why_summary", "queue_position", "estimated_start", "latest_events",
+                       "last_eviction")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Workload]:
         return super().get_queryset(request).annotate(task_total=Count("tasks"))
+
+    # ---- the "why" panel: the same answer as the API's GET /workloads/<id>/why/
+    def _why(self, obj: Workload) -> dict[str, Any]:
+        if not hasattr(obj, "_why_cache"):
+            from queues_app.selectors_api import workload_why
+
+            obj._why_cache = workload_why(tenant=None, workload=obj, limit=10)
+        return obj._why_cache
+
+    @admin.display(description="status")
+    def status_badge(self, obj: Workload) -> str:
+        return format_html('<span class="st st-wl-{}">{}</span>', obj.status.lower(), obj.status)
+
+    @admin.display(description="reason")
+    def why_summary(self, obj: Workload) -> str:
+        why = self._why(obj)
+        pending = " why-pending" if obj.status == "Pending" else ""
+        return format_html('<p class="why-summary{}" id="why-summary">{}</p>', pending, why["summary"])
+
+    @admin.display(description="position in queue")
+    def queue_position(self, obj: Workload) -> str:
+        why = self._why(obj)
+        if why["position_in_queue"] is None:
+            return f"not pending ({why['pending_in_queue']} pending in {obj.queue.name})"
+        return f"{why['position_in_queue']} of {why['pending_in_queue']} pending in {obj.queue.name}"
+
+    @admin.display(description="estimated start")
+    def estimated_start(self, obj: Workload) -> str:
+        why = self._why(obj)
+        if why["estimated_start"]:
+            return f"{why['estimated_start']:%Y-%m-%d %H:%M:%S} UTC"
+        return why["estimated_start_note"]
+
+    @admin.display(description="latest events")
+    def latest_events(self, obj: Workload) -> str:
+        """The API's events, newest first; one row per distinct (reason, task, message) with the
+        cycles that repeated it, since a pending workload gets the same verdict every cycle."""
+        why = self._why(obj)
+        link = reverse("admin:queues_app_schedulingevent_changelist") + f"?workload__id__exact={obj.pk}"
+        if not why["events"]:
+            return format_html('none yet (<a href="{}">all events</a>)', link)
+        groups: dict[tuple, dict[str, Any]] = {}
+        for e in why["events"]:
+            g = groups.setdefault((e["reason"], e["task"], e["message"]), {**e, "cycles": []})
+            if e["cycle"]:
+                g["cycles"].append(e["cycle"])
+        rank = {r: i for i, r in enumerate(selectors.REASON_PREFERENCE)}
+        ordered = sorted(groups.values(), key=lambda g: (-(max(g["cycles"]) if g["cycles"] else 0),
+                                                         rank.get(g["reason"], len(rank))))
+
+        def cycles(g: dict[str, Any]) -> str:
+            c = sorted(g["cycles"])
+            if not c:
+                return "—"
+            return f"#{c[0]}" if len(c) == 1 else f"#{c[0]}–#{c[-1]} ({len(c)} cycles)"
+
+        rows = format_html_join("", '<tr><td class="nowrap">{}</td><td><span class="reason-code">{}</span></td>'
+                                    "<td>{}</td><td>{}</td><td>{}</td></tr>",
+                                ((f"{g['created_at']:%Y-%m-%d %H:%M:%S}", g["reason"], g["task"] or "—", cycles(g),
+                                  g["message"]) for g in ordered))
+        return format_html('<table class="why-events" id="why-events"><tr><th>latest (UTC)</th><th>reason</th>'
+                           '<th>task</th><th>cycles</th><th>message</th></tr>{}</table>'
+                           '<p><a href="{}">all events of this workload</a></p>', rows, link)
+
+    @admin.display(description="last eviction")
+    def last_eviction(self, obj: Workload) -> str:
+        e = self._why(obj)["last_eviction"]
+        if e is None:
+            return "never evicted"
+        return format_html('{} <span class="reason-code">{}</span> {}', f"{e['created_at']:%Y-%m-%d %H:%M:%S}",
+                           e["reason"], e["message"])
 
     @admin.display(description="tasks", ordering="task_total")
     def n_tasks(self, obj: Workload) -> int:

@@ -161,3 +161,67 @@ def workload_list_ordered(*, tenant: Tenant | None, filters: dict[str, Any] | No
     if ordering:
         qs = qs.order_by(ordering, "-id" if ordering.startswith("-") else "id")
     return qs
+
+
+NO_ESTIMATE = ("No estimate: workloads declare no run time, so when the resources blocking this one are freed "
+               "cannot be predicted; the position and the reason say what it waits for.")
+
+
+def _pending_summary(events: list[dict[str, Any]]) -> str:
+    """The reason of the latest cycle that explains the wait best: the allocation verdict
+    (Unschedulable ...) before what reclaim and preempt tried next, whatever order they were
+    written in."""
+    if not events:
+        return "Waiting for the next scheduling cycle."
+    latest = [e for e in events if e["cycle"] == events[0]["cycle"]] or events[:1]
+    rank = {r: i for i, r in enumerate(selectors.REASON_PREFERENCE)}
+    best = min(range(len(latest)), key=lambda i: (rank.get(latest[i]["reason"], len(rank)), i))
+    return latest[best]["message"]
+
+
+def workload_why(*, tenant: Tenant | None, workload: Workload, limit: int = 20) -> dict[str, Any]:
+    """Why a workload is where it is: a one-sentence summary, the latest events (reasons with
+    the engine's numbers), the last eviction, its position among the queue's pending workloads.
+
+    One answer for every door: the API's ``why`` and the admin's workload page show this same
+    text.  Messages are redacted for a tenant (other tenants' names replaced), not for operators.
+    ``workload`` must come from a scoped selector (workload_get).
+    """
+    events = workload_events(tenant=tenant, workload=workload, limit=limit)
+    eviction = workload_last_eviction(tenant=tenant, workload=workload)
+    found = {m.group(2).split("/")[-1] for e in events + ([eviction] if eviction else [])
+             for m in _NAMED.finditer(e.message)}
+    allowed = visible_names(tenant=tenant, names=found)
+
+    def ev(e: SchedulingEvent) -> dict[str, Any]:
+        return {"reason": e.reason, "message": redact_message(tenant=tenant, message=e.message, allowed=allowed),
+                "task": e.task.name if e.task_id else None, "cycle": e.cycle_id, "created_at": e.created_at}
+
+    counts = queue_workload_counts(tenant=None, queue_ids=[workload.queue_id])
+    position = workload_queue_position(tenant=tenant, workload=workload)
+    rendered = [ev(e) for e in events]
+    if workload.status == WorkloadStatus.PENDING:
+        summary = _pending_summary(rendered)
+    elif workload.status == WorkloadStatus.BINDING:
+        summary = ("Binding: the scheduler placed the workload and issued its binds; waiting for the cluster to "
+                   "confirm that its pods run on their nodes.")
+    elif workload.status in (WorkloadStatus.RUNNING, WorkloadStatus.RELEASING):
+        summary = f"{workload.status} since {workload.started_at:%Y-%m-%d %H:%M:%S}Z." if workload.started_at \
+            else f"{workload.status}."
+    else:
+        summary = workload.status_message or f"{workload.status}."
+    started = workload.started_at if workload.status != WorkloadStatus.PENDING else None
+    waiting_for = workload_waiting_for(events=events) if workload.status == WorkloadStatus.PENDING else None
+    return {
+        "workload": workload.pk, "status": workload.status, "summary": summary,
+        "position_in_queue": position,
+        "pending_in_queue": counts.get(workload.queue_id, {}).get("pending", 0),
+        "estimated_start": started,
+        "estimated_start_note": "Started." if started else (
+            NO_ESTIMATE if workload.status == WorkloadStatus.PENDING else "Not pending."),
+        "last_cycle_at": latest_cycle_time(tenant=tenant),
+        "waiting_for": waiting_for,
+        "waiting_for_note": WAITING_FOR_NOTES.get(waiting_for, "") if waiting_for else "",
+        "last_eviction": ev(eviction) if eviction is not None else None,
+        "events": rendered,
+    }

@@ -31,15 +31,12 @@ from queues_app.api.permissions import (
     caller_of,
 )
 from queues_app.api.throttling import SubmitRateThrottle, TenantRateThrottle
-from queues_app.choices import WorkloadStatus
 from queues_app.errors import ApplicationError
 from queues_app.filters import NodeFilter, QueueFilter, WorkloadFilter
 from queues_app.services import api_support
 
 MAX_PK = 2**63 - 1
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-NO_ESTIMATE = ("No estimate: workloads declare no run time, so when the resources blocking this one are freed "
-               "cannot be predicted; the position and the reason say what it waits for.")
 
 ID_PARAM = OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH, description="Object id.")
 TENANT_PARAM = OpenApiParameter(TENANT_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
@@ -275,48 +272,8 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
     @action(detail=True, methods=["get"])
     def why(self, request, pk=None):
         """Why pending / why evicted: latest events with reasons and numbers, queue position."""
-        tenant = self.tenant
         workload = self._get(pk)
-        events = selectors_api.workload_events(tenant=tenant, workload=workload)
-        eviction = selectors_api.workload_last_eviction(tenant=tenant, workload=workload)
-        found = {m.group(2).split("/")[-1] for e in events + ([eviction] if eviction else [])
-                 for m in selectors_api._NAMED.finditer(e.message)}
-        allowed = selectors_api.visible_names(tenant=tenant, names=found)
-
-        def ev(e):
-            return {"reason": e.reason, "message": selectors_api.redact_message(tenant=tenant, message=e.message,
-                                                                               allowed=allowed),
-                    "task": e.task.name if e.task_id else None, "cycle": e.cycle_id, "created_at": e.created_at}
-
-        counts = selectors_api.queue_workload_counts(tenant=None, queue_ids=[workload.queue_id])
-        position = selectors_api.workload_queue_position(tenant=tenant, workload=workload)
-        rendered = [ev(e) for e in events]
-        if workload.status == WorkloadStatus.PENDING:
-            summary = rendered[0]["message"] if rendered else "Waiting for the next scheduling cycle."
-        elif workload.status == WorkloadStatus.BINDING:
-            summary = ("Binding: the scheduler placed the workload and issued its binds; waiting for the cluster to "
-                       "confirm that its pods run on their nodes.")
-        elif workload.status in (WorkloadStatus.RUNNING, WorkloadStatus.RELEASING):
-            summary = f"{workload.status} since {workload.started_at:%Y-%m-%d %H:%M:%S}Z." if workload.started_at \
-                else f"{workload.status}."
-        else:
-            summary = workload.status_message or f"{workload.status}."
-        started = workload.started_at if workload.status != WorkloadStatus.PENDING else None
-        waiting_for = selectors_api.workload_waiting_for(events=events) \
-            if workload.status == WorkloadStatus.PENDING else None
-        return Response(s.WhyOutputSerializer({
-            "workload": workload.pk, "status": workload.status, "summary": summary,
-            "position_in_queue": position,
-            "pending_in_queue": counts.get(workload.queue_id, {}).get("pending", 0),
-            "estimated_start": started,
-            "estimated_start_note": "Started." if started else (
-                NO_ESTIMATE if workload.status == WorkloadStatus.PENDING else "Not pending."),
-            "last_cycle_at": selectors_api.latest_cycle_time(tenant=tenant),
-            "waiting_for": waiting_for,
-            "waiting_for_note": selectors_api.WAITING_FOR_NOTES.get(waiting_for, "") if waiting_for else "",
-            "last_eviction": ev(eviction) if eviction is not None else None,
-            "events": rendered,
-        }).data)
+        return Response(s.WhyOutputSerializer(selectors_api.workload_why(tenant=self.tenant, workload=workload)).data)
 
 
 def _truthy(value: str | None) -> bool:

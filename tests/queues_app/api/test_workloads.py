@@ -247,6 +247,22 @@ class WhyTests:
         assert cycle_run(trigger="test").status == "applied"
         assert alice_client.get(f"{URL}{big.pk}/why/").json()["waiting_for"] == "limit"
 
+    def test_why_summary_is_the_allocation_verdict_of_the_latest_cycle(self, alice_client, tenants, queue_tree,
+                                                                        nodes):
+        """The engine writes Unschedulable, then NotReclaiming, then NotPreempting for a job it
+        could not place; the summary explains the wait (the first), not the last attempt."""
+        wl = workload_submit(queue=queue_tree["a-train"], name="big", tenant=tenants["team_a"], task={"gpu": 4},
+                             replicas=2)
+        old = SchedulingCycle.objects.create(status="applied", generation=1, finished_at=timezone.now())
+        new = SchedulingCycle.objects.create(status="applied", generation=2, finished_at=timezone.now())
+        SchedulingEvent.objects.create(cycle=old, workload=wl, reason="Unschedulable", message="stale reason")
+        for reason, message in (("Unschedulable", "no node has 4 free GPUs"), ("NotReclaiming", "at fair share"),
+                                ("NotPreempting", "no eligible victims")):
+            SchedulingEvent.objects.create(cycle=new, workload=wl, reason=reason, message=message)
+        body = alice_client.get(f"{URL}{wl.pk}/why/").json()
+        assert body["summary"] == "no node has 4 free GPUs"
+        assert [e["reason"] for e in body["events"]][:3] == ["NotPreempting", "NotReclaiming", "Unschedulable"]
+
     def test_why_evicted(self, alice_client, tenants, queue_tree, nodes):
         wl = workload_import(queue=queue_tree["a-train"], name="victim", tenant=tenants["team_a"],
                              tasks=[{"gpu": 1, "state": "Pending"}])
