@@ -18,6 +18,7 @@ from fairshare_app.models import AccountingInterval, FairshareSettings, GpuBudge
 from fairshare_app.services import budget_create, budget_delete, budget_update, fairshare_settings_get
 from fairshare_app.services.settings import EDITABLE_FIELDS, fairshare_settings_update
 from queues_app.errors import ApplicationError
+from queues_app.models import Queue
 
 MAX_CHART_DAYS = 400
 _local = threading.local()
@@ -72,7 +73,10 @@ class FairshareSettingsAdmin(admin.ModelAdmin):
             days = max(1, min(MAX_CHART_DAYS, int(request.GET.get("days", 7))))
         except ValueError:
             days = 7
-        queues = [q for q in request.GET.get("queues", "").split(",") if q.strip()][:50]
+        queues = [q.strip() for q in request.GET.get("queues", "").split(",") if q.strip()][:50]
+        default_view = not queues
+        if default_view:  # the top level: each line is its subtree's total, readable on a big tree
+            queues = list(Queue.objects.filter(parent__isnull=True).order_by("path").values_list("name", flat=True))
         end = timezone.now()
         start = end - timedelta(days=days)
         series = selectors.usage_timeseries(tenant=None, start=start, end=end, queues=queues)
@@ -88,7 +92,8 @@ class FairshareSettingsAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": "Fair share over time",
             "days": days,
-            "queues": ",".join(queues),
+            "queues": "" if default_view else ",".join(queues),
+            "default_view": default_view,
             "charts": [
                 charts.line_chart_svg("Allocated GPUs (mean per interval)", "GPUs", pick("allocated_gpu")),
                 charts.line_chart_svg("GPU fair share (from the scheduling cycle)", "GPUs", pick("fair_share_gpu")),

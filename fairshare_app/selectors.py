@@ -159,6 +159,10 @@ def _ancestors_and_self(qid: int, parents: dict[int, int | None]) -> list[int]:
     return out
 
 
+#: Up to this many named queues, a series reads each subtree with its own grouped query.
+SUBTREE_QUERY_MAX = 20
+
+
 def usage_timeseries(*, tenant: Tenant | None, start: datetime, end: datetime,
                      queues: Sequence[str] = ()) -> dict[str, dict[str, list]]:
     """Per queue: ``{"t": [...], "allocated_gpu": [...], "fair_share_gpu": [...], "usage_gpu": [...]}``
@@ -166,7 +170,9 @@ def usage_timeseries(*, tenant: Tenant | None, start: datetime, end: datetime,
 
     Usage is recorded on leaf queues; a parent queue's allocation is its subtree's sum (as
     ``QueueStatus.allocated_gpu`` and the fair share of a parent are), rolled up the current
-    tree.  A ``queues`` filter naming a parent reads its whole subtree.  Three queries.
+    tree.  A ``queues`` filter naming a parent reads its whole subtree.  A few queries: with a
+    short ``queues`` list one grouped query per queue (rows = intervals), else one grouped over
+    (interval, queue) rolled up here.
     """
     _check_range(start, end)
     intervals = AccountingInterval.objects.filter(start__gte=start, start__lt=end)
@@ -188,19 +194,33 @@ def usage_timeseries(*, tenant: Tenant | None, start: datetime, end: datetime,
         return series.setdefault(name, {"alloc": {}, "fs": {}, "u": {}})
 
     rec = UsageRecord.objects.filter(interval_id__in=keep)
-    if wanted is not None:
-        ids_wanted = {qid for qid, name in names.items() if name in wanted}
-        below = {qid for qid in parents if ids_wanted.intersection(_ancestors_and_self(qid, parents))}
-        rec = rec.filter(Q(queue_name__in=list(wanted)) | Q(queue_id__in=list(below)))
-    for r in rec.values("interval_id", "queue_id", "queue_name").annotate(g=Sum("gpu")):
-        cov = when[r["interval_id"]][1]
-        mean = (r["g"] or 0.0) / cov if cov else 0.0
-        holders = ([names[q] for q in _ancestors_and_self(r["queue_id"], parents)]
-                   if r["queue_id"] in parents else [r["queue_name"]])
-        for name in holders:
-            if wanted is None or name in wanted:
-                cell = slot(name)["alloc"]
-                cell[r["interval_id"]] = cell.get(r["interval_id"], 0.0) + mean
+
+    def add(name: str, interval_id: int, gpu_seconds: float | None) -> None:
+        cov = when[interval_id][1]
+        cell = slot(name)["alloc"]
+        cell[interval_id] = cell.get(interval_id, 0.0) + ((gpu_seconds or 0.0) / cov if cov else 0.0)
+
+    if wanted is not None and len(wanted) <= SUBTREE_QUERY_MAX:
+        # a few named queues (the charts page shows the top level): each subtree summed in SQL,
+        # one grouped query per queue returning one row per interval
+        ids_of = {name: qid for qid, name in names.items()}
+        for name in sorted(wanted):
+            qid = ids_of.get(name)
+            subtree = [q for q in parents if qid in _ancestors_and_self(q, parents)] if qid is not None else []
+            mine = rec.filter(Q(queue_id__in=subtree) | Q(queue__isnull=True, queue_name=name))
+            for interval_id, g in mine.values("interval_id").annotate(g=Sum("gpu")).values_list("interval_id", "g"):
+                add(name, interval_id, g)
+    else:
+        if wanted is not None:
+            ids_wanted = {qid for qid, name in names.items() if name in wanted}
+            below = {qid for qid in parents if ids_wanted.intersection(_ancestors_and_self(qid, parents))}
+            rec = rec.filter(Q(queue_name__in=list(wanted)) | Q(queue_id__in=list(below)))
+        for r in rec.values("interval_id", "queue_id", "queue_name").annotate(g=Sum("gpu")):
+            holders = ([names[q] for q in _ancestors_and_self(r["queue_id"], parents)]
+                       if r["queue_id"] in parents else [r["queue_name"]])
+            for name in holders:
+                if wanted is None or name in wanted:
+                    add(name, r["interval_id"], r["g"])
     st = QueueIntervalStat.objects.filter(interval_id__in=keep)
     if wanted is not None:
         st = st.filter(queue_name__in=list(wanted))

@@ -108,18 +108,24 @@ class QueueResourceForm(forms.ModelForm):
                                                           help_text=model_field.help_text)
         self.resource_label = RESOURCE_LABEL.get(res, res)
         self.unit = quantities.UNIT.get(res, "")
-        status = getattr(self.instance.queue, "_status_cache", None) if self.instance.queue_id else None
+        status = getattr(self.instance, "_status", None)
         self.allocated_now = quantities.queue_amount(res, getattr(status, f"allocated_{res}", None))
         self.fair_share_now = quantities.queue_amount(res, getattr(status, f"fair_share_{res}", None))
 
 
 class QuotaFormSet(forms.BaseInlineFormSet):
+    """GPU, CPU, memory rows in that order, each knowing the queue's last status; evaluated once
+    (Django asks for the formset's queryset many times while rendering)."""
+
     def get_queryset(self) -> QuerySet[QueueResource]:
-        qs = super().get_queryset().annotate(o=RESOURCE_ORDER).order_by("o")
-        status = QueueStatus.objects.filter(queue_id=self.instance.pk).first() if self.instance.pk else None
-        for row in qs:
-            row.queue._status_cache = status
-        return qs
+        if not hasattr(self, "_ordered"):
+            qs = super().get_queryset().annotate(o=RESOURCE_ORDER).order_by("o")
+            status = QueueStatus.objects.filter(queue_id=self.instance.pk).first() if self.instance.pk else None
+            for row in qs:  # fills the queryset's cache: later iterations run no query
+                row.queue = self.instance
+                row._status = status
+            self._ordered = qs
+        return self._ordered
 
 
 class QueueResourceInline(admin.TabularInline):
@@ -763,20 +769,38 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(SchedulingCycle)
 class SchedulingCycleAdmin(ReadOnlyAdmin):
-    list_display = ("id", "generation", "status", "trigger", "started_at", "finished_at", "bound_count",
+    list_display = ("id", "generation", "status", "trigger", "started_at", "duration", "bound_count",
                     "pipelined_count", "evicted_count", "tasks_count")
     list_filter = ("status", "trigger")
     date_hierarchy = "started_at"
     show_full_result_count = False
+    exclude = ("scenario_gz", "decisions_gz")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[SchedulingCycle]:
+        # the replay record is megabytes per cycle on a large cluster: never load it for a page
+        return super().get_queryset(request).defer("scenario_gz", "decisions_gz")
+
+    @admin.display(description="took")
+    def duration(self, obj: SchedulingCycle) -> str:
+        if obj.finished_at is None:
+            return "—"
+        return f"{(obj.finished_at - obj.started_at).total_seconds():.2f} s"
 
 
 @admin.register(SchedulingEvent)
 class SchedulingEventAdmin(ReadOnlyAdmin):
-    list_display = ("created_at", "reason", "category", "workload", "task", "cycle", "message")
+    list_display = ("created_at", "reason", "category", "workload", "task", "cycle_id", "message")
     list_filter = ("reason", "category")
-    list_select_related = ("workload", "task", "cycle")
+    list_select_related = ("workload", "task")
     search_fields = ("workload__name", "message")
     show_full_result_count = False
+
+    @admin.display(description="cycle", ordering="cycle_id")
+    def cycle_id(self, obj: SchedulingEvent) -> str:
+        if obj.cycle_id is None:
+            return "—"
+        return format_html('<a href="{}">#{}</a>', reverse("admin:queues_app_schedulingcycle_change",
+                                                            args=[obj.cycle_id]), obj.cycle_id)
 
 
 @admin.register(KubeAutoscaleState)
