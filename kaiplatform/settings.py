@@ -18,6 +18,8 @@ CSRF_TRUSTED_ORIGINS        comma separated origins
 KAI_CYCLE_SECONDS           scheduling cycle period for beat (used by the cycle task)
 KAI_HEARTBEAT_SECONDS       period of the worker heartbeat task
 KAI_MAX_QUEUE_DEPTH         deepest allowed queue tree level (top level = 1)
+KAI_DASHBOARD_REFRESH_SECONDS  how often the admin dashboard refreshes itself (default 5)
+KAI_DASHBOARD_RACK_LABELS   node labels that name a node's rack on the dashboard's node map
 ==========================  ==================================================================
 """
 from __future__ import annotations
@@ -248,6 +250,10 @@ if EMBEDDED_BROKER and CELERY_BROKER_URL.startswith("sqla+sqlite"):
 KAI_CYCLE_SECONDS = envint("KAI_CYCLE_SECONDS", 5, minimum=1)  # issue #4: default 5 s
 KAI_HEARTBEAT_SECONDS = envint("KAI_HEARTBEAT_SECONDS", 30, minimum=1)
 KAI_MAX_QUEUE_DEPTH = envint("KAI_MAX_QUEUE_DEPTH", 8, minimum=1, maximum=64)
+# The admin dashboard polls admin/dashboard.json this often; node labels naming a node's rack.
+KAI_DASHBOARD_REFRESH_SECONDS = envint("KAI_DASHBOARD_REFRESH_SECONDS", 5, minimum=1, maximum=3600)
+KAI_DASHBOARD_RACK_LABELS = envlist("KAI_DASHBOARD_RACK_LABELS", ["kai.scheduler/rack", "topology.kubernetes.io/rack",
+                                                                 "topology.kubernetes.io/zone"])
 # Extra engine config written into every exported scenario's `config` block (scenario keys).
 KAI_SCHEDULER_CONFIG: dict = {}
 # Dotted path of ``f() -> {queue_name: {resource: 0..1}}`` feeding the snapshot's usage

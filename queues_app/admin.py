@@ -565,9 +565,11 @@ class WorkloadAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         ("Why", {"fields": ("status_badge", "why_summary", "queue_position", "estimated_start", "latest_events",
                             "last_eviction")}),
         ("Workload", {"fields": ("name", "queue", "tenant", "owner", "priority", "preemptible", "min_available",
-                                 "topology_required", "topology_preferred", "node_selector", "preemption_delay",
-                                 "staleness_grace_period")}),
-        ("Times", {"fields": ("created_at", "started_at", "finished_at", "stale_since", "updated_at", "version")}),
+                                 "created_at", "started_at", "finished_at")}),
+        ("Placement and eviction settings, history", {
+            "classes": ("collapse",),
+            "fields": ("topology_required", "topology_preferred", "node_selector", "preemption_delay",
+                       "staleness_grace_period", "stale_since", "updated_at", "version")}),
     )
     readonly_fields = ("status_badge", "why_summary", "queue_position", "estimated_start", "latest_events",
                        "last_eviction")
@@ -631,7 +633,7 @@ class WorkloadAdmin(ServiceErrorsMixin, admin.ModelAdmin):
             return f"#{c[0]}" if len(c) == 1 else f"#{c[0]}–#{c[-1]} ({len(c)} cycles)"
 
         rows = format_html_join("", '<tr><td class="nowrap">{}</td><td><span class="reason-code">{}</span></td>'
-                                    "<td>{}</td><td>{}</td><td>{}</td></tr>",
+                                    '<td>{}</td><td class="nowrap">{}</td><td>{}</td></tr>',
                                 ((f"{g['created_at']:%Y-%m-%d %H:%M:%S}", g["reason"], g["task"] or "—", cycles(g),
                                   g["message"]) for g in ordered))
         return format_html('<table class="why-events" id="why-events"><tr><th>latest (UTC)</th><th>reason</th>'

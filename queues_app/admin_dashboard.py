@@ -28,7 +28,6 @@ from queues_app.models import Queue
 
 RESOURCES = ("gpu", "cpu", "memory")
 SECTIONS = ("cards", "queues", "pending", "cycles")
-REFRESH_SECONDS = 5
 
 
 def _pct(value: float, scale: float) -> float:
@@ -115,6 +114,14 @@ def queue_rows(queues: list[Queue], capacity: dict[str, float], pending: dict[in
     return rows, scale
 
 
+def _share(part: float, total: float) -> str:
+    """A percentage that never reads 100 before everything is used (127.5 of 128 is 99.6)."""
+    if total <= 0:
+        return "0"
+    pct = 100.0 * part / total
+    return quantities.number(math.floor(pct * 10) / 10, 1) if pct < 100 else "100"
+
+
 def _ago(t: datetime | None, now: datetime) -> str:
     if t is None:
         return "never"
@@ -170,8 +177,7 @@ def node_cell(n: dict[str, Any]) -> tuple[str, str]:
 def dashboard_data(request: HttpRequest | None = None) -> dict[str, Any]:
     """Everything the page shows, computed once per request."""
     now = timezone.now()
-    nodes = selectors.cluster_nodes(tenant=None, rack_labels=getattr(settings, "KAI_DASHBOARD_RACK_LABELS",
-                                                                     selectors.RACK_LABELS))
+    nodes = selectors.cluster_nodes(tenant=None, rack_labels=settings.KAI_DASHBOARD_RACK_LABELS)
     gpus = selectors.cluster_gpu_summary(nodes)
     capacity = selectors.cluster_capacity()
     cycle = selectors.last_applied_cycle(tenant=None)
@@ -209,12 +215,12 @@ def dashboard_data(request: HttpRequest | None = None) -> dict[str, Any]:
         ("idle", "idle"), ("cordoned_idle", "idle on cordoned nodes"), ("not_ready", "on nodes not ready"))]
     return {
         "now": now,
-        "refresh_seconds": REFRESH_SECONDS,
+        "refresh_seconds": settings.KAI_DASHBOARD_REFRESH_SECONDS,
         "gpus": gpus,
         "gpu_fmt": {k: quantities.number(v) for k, v in gpus.items()},
         "gpu_parts": [{"key": k, "label": label, "value": quantities.number(v), "pct": _pct(v, total)}
                       for k, label, v in parts if v > 0],
-        "gpu_in_use_pct": round(100.0 * gpus["in_use"] / total) if gpus["total"] else 0,
+        "gpu_in_use_pct": _share(gpus["in_use"], gpus["total"]),
         "capacity": {r: quantities.queue_amount(r, capacity[r]) for r in RESOURCES},
         "scale": {r: quantities.queue_amount(r, scale[r]) for r in RESOURCES},
         "queues": rows,
