@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Sequence
 
-from django.db.models import F, FloatField, Max, Min, Q, QuerySet, Sum
-from django.db.models.functions import TruncDay, TruncHour, TruncMonth
+from django.db.models import DateTimeField, F, FloatField, Max, Min, Q, QuerySet, Sum, Value
+from django.db.models.functions import Substr, TruncDay, TruncHour, TruncMonth
 
 from fairshare_app import sshare
 from fairshare_app.choices import BudgetPolicy, SshareAlgorithm
@@ -163,21 +163,22 @@ def _ancestors_and_self(qid: int, parents: dict[int, int | None]) -> list[int]:
 SUBTREE_QUERY_MAX = 20
 
 
-def usage_timeseries(*, tenant: Tenant | None, start: datetime, end: datetime,
-                     queues: Sequence[str] = ()) -> dict[str, dict[str, list]]:
+def usage_timeseries(*, tenant: Tenant | None, start: datetime, end: datetime, queues: Sequence[str] = (),
+                     max_points: int = MAX_CHART_POINTS) -> dict[str, dict[str, list]]:
     """Per queue: ``{"t": [...], "allocated_gpu": [...], "fair_share_gpu": [...], "usage_gpu": [...]}``
     over ``[start, end)`` for charts (allocation = mean GPUs held over each interval).
 
     Usage is recorded on leaf queues; a parent queue's allocation is its subtree's sum (as
     ``QueueStatus.allocated_gpu`` and the fair share of a parent are), rolled up the current
     tree.  A ``queues`` filter naming a parent reads its whole subtree.  A few queries: with a
-    short ``queues`` list one grouped query per queue (rows = intervals), else one grouped over
-    (interval, queue) rolled up here.
+    short ``queues`` list the subtrees are summed in SQL by path prefix (rows = intervals x
+    queues), else one query grouped by (interval, queue) is rolled up here.  At most
+    ``max_points`` points per series (evenly strided intervals).
     """
     _check_range(start, end)
     intervals = AccountingInterval.objects.filter(start__gte=start, start__lt=end)
     n = intervals.count()
-    stride = max(1, -(-n // MAX_CHART_POINTS))
+    stride = max(1, -(-n // max(1, min(max_points, MAX_CHART_POINTS))))
     ids = list(intervals.order_by("start").values_list("id", "start", "covered_seconds"))[::stride]
     keep = {i for i, _, _ in ids}
     when = {i: (t, cov) for i, t, cov in ids}
@@ -193,7 +194,9 @@ def usage_timeseries(*, tenant: Tenant | None, start: datetime, end: datetime,
     def slot(name: str) -> dict[str, dict]:
         return series.setdefault(name, {"alloc": {}, "fs": {}, "u": {}})
 
-    rec = UsageRecord.objects.filter(interval_id__in=keep)
+    # every interval of the range (a range join), or the strided ones by id
+    rec = (UsageRecord.objects.filter(interval__start__gte=start, interval__start__lt=end) if stride == 1
+           else UsageRecord.objects.filter(interval_id__in=keep))
 
     def add(name: str, interval_id: int, gpu_seconds: float | None) -> None:
         cov = when[interval_id][1]
@@ -202,14 +205,21 @@ def usage_timeseries(*, tenant: Tenant | None, start: datetime, end: datetime,
 
     if wanted is not None and len(wanted) <= SUBTREE_QUERY_MAX:
         # a few named queues (the charts page shows the top level): each subtree summed in SQL,
-        # one grouped query per queue returning one row per interval
-        ids_of = {name: qid for qid, name in names.items()}
-        for name in sorted(wanted):
-            qid = ids_of.get(name)
-            subtree = [q for q in parents if qid in _ancestors_and_self(q, parents)] if qid is not None else []
-            mine = rec.filter(Q(queue_id__in=subtree) | Q(queue__isnull=True, queue_name=name))
-            for interval_id, g in mine.values("interval_id").annotate(g=Sum("gpu")).values_list("interval_id", "g"):
-                add(name, interval_id, g)
+        # grouped by the ancestor's path prefix, one query per tree depth among them
+        paths = dict(Queue.objects.filter(name__in=list(wanted)).values_list("name", "path"))
+        by_depth: dict[int, dict[str, str]] = {}
+        for name, path in paths.items():
+            by_depth.setdefault(len(path), {})[path] = name
+        for width, names_at in sorted(by_depth.items()):
+            mine = rec.filter(queue__isnull=False).annotate(
+                prefix=Substr("queue__path", 1, width)).filter(prefix__in=list(names_at))
+            for interval_id, prefix, g in mine.values("interval_id", "prefix").annotate(g=Sum("gpu")).values_list(
+                    "interval_id", "prefix", "g"):
+                add(names_at[prefix], interval_id, g)
+        gone = rec.filter(queue__isnull=True, queue_name__in=list(wanted))  # history of deleted queues
+        for interval_id, name, g in gone.values("interval_id", "queue_name").annotate(g=Sum("gpu")).values_list(
+                "interval_id", "queue_name", "g"):
+            add(name, interval_id, g)
     else:
         if wanted is not None:
             ids_wanted = {qid for qid, name in names.items() if name in wanted}
@@ -221,7 +231,8 @@ def usage_timeseries(*, tenant: Tenant | None, start: datetime, end: datetime,
             for name in holders:
                 if wanted is None or name in wanted:
                     add(name, r["interval_id"], r["g"])
-    st = QueueIntervalStat.objects.filter(interval_id__in=keep)
+    st = (QueueIntervalStat.objects.filter(interval__start__gte=start, interval__start__lt=end) if stride == 1
+          else QueueIntervalStat.objects.filter(interval_id__in=keep))
     if wanted is not None:
         st = st.filter(queue_name__in=list(wanted))
     for s in st.values("interval_id", "queue_name", "fair_share_gpu", "usage_gpu"):
@@ -319,7 +330,7 @@ def budget_statuses(*, tenant: Tenant | None, now: datetime | None = None, activ
     GPU-hour), so the projection reacts to what runs now rather than averaging over an idle
     night; ``projected_exhaustion`` = now + remaining / burn rate when that falls before the
     period ends, else None.  Queries: budgets, queue tree, quotas, current holdings, one
-    grouped usage query per distinct period (plus one per budget for the burn-down series).
+    grouped usage query per period (hourly buckets with the burn-down).
     """
     now = now or db_now()
     items = list(budgets) if budgets is not None else list(budget_list(tenant=tenant, active_only=active_only))
@@ -338,10 +349,10 @@ def budget_statuses(*, tenant: Tenant | None, now: datetime | None = None, activ
         by_period.setdefault(b.period, []).append(b)
     for period, group in by_period.items():
         start, end = period_bounds(period, now)
-        usage = _period_usage(start, now, by_bucket=with_burn_down)
+        usage = _period_usage(start, now, paths={b.queue.path for b in group}, by_bucket=with_burn_down)
         for b in group:
             ids = _subtree_ids(b.queue_id, children)
-            buckets = _merge_buckets(usage, ids)
+            buckets = usage.get(b.queue.path, {})
             used = sum(g for g, _, _ in buckets.values()) / 3600.0
             rate = sum(held.get(q, 0.0) for q in ids)
             budget = float(b.gpu_hours)
@@ -360,35 +371,33 @@ def budget_statuses(*, tenant: Tenant | None, now: datetime | None = None, activ
 _Bucket = tuple[float, datetime, datetime]  # GPU-seconds, first interval start, last interval end
 
 
-def _period_usage(start: datetime, now: datetime, *, by_bucket: bool) -> dict[int, dict[Any, _Bucket]]:
-    """``{queue_id: {bucket: (gpu-seconds, first start, last end)}}`` recorded in ``[start, now)``.
+def _period_usage(start: datetime, now: datetime, *, paths: set[str], by_bucket: bool
+                  ) -> dict[str, dict[Any, _Bucket]]:
+    """``{queue path: {bucket: (gpu-seconds, first start, last end)}}`` recorded in ``[start, now)``
+    for the subtrees of the given queues (by tree path prefix, summed in SQL).
 
     Buckets are hours (days for periods past a month) when the burn-down is asked for, else one
-    bucket per queue.  One grouped query for every budget of the period.
+    bucket per queue.  One query (a UNION ALL of one grouped select per tree depth among the
+    budgets' queues), returning one row per budget queue and bucket (not per leaf).
     """
-    qs = UsageRecord.objects.filter(interval__start__gte=start, interval__start__lt=now, queue__isnull=False)
-    keys = ["queue_id"]
-    if by_bucket:
-        trunc = TruncHour if (now - start) <= BURN_DOWN_HOURLY_UP_TO else TruncDay
-        qs = qs.annotate(p=trunc("interval__start"))
-        keys.append("p")
-    rows = qs.values(*keys).annotate(g=Sum("gpu"), first=Min("interval__start"), last=Max("interval__end"))
-    out: dict[int, dict[Any, _Bucket]] = {}
+    by_width: dict[int, set[str]] = {}
+    for path in paths:
+        by_width.setdefault(len(path), set()).add(path)
+    trunc = TruncHour if (now - start) <= BURN_DOWN_HOURLY_UP_TO else TruncDay
+    parts = []
+    for width, prefixes in sorted(by_width.items()):
+        qs = (UsageRecord.objects.filter(interval__start__gte=start, interval__start__lt=now, queue__isnull=False)
+              .annotate(prefix=Substr("queue__path", 1, width)).filter(prefix__in=sorted(prefixes))
+              .annotate(p=trunc("interval__start") if by_bucket else Value(None, output_field=DateTimeField())))
+        parts.append(qs.values("prefix", "p").annotate(g=Sum("gpu"), first=Min("interval__start"),
+                                                       last=Max("interval__end")).order_by())
+    out: dict[str, dict[Any, _Bucket]] = {}
+    if not parts:
+        return out
+    rows = parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]  # one round trip
     for r in rows:
-        out.setdefault(r["queue_id"], {})[r.get("p")] = (r["g"] or 0.0, r["first"], r["last"])
+        out.setdefault(r["prefix"], {})[r["p"]] = (r["g"] or 0.0, r["first"], r["last"])
     return out
-
-
-def _merge_buckets(usage: dict[int, dict[Any, _Bucket]], ids: list[int]) -> dict[Any, _Bucket]:
-    merged: dict[Any, _Bucket] = {}
-    for q in ids:
-        for p, (g, first, last) in usage.get(q, {}).items():
-            if p in merged:
-                g0, f0, l0 = merged[p]
-                merged[p] = (g0 + g, min(f0, first), max(l0, last))
-            else:
-                merged[p] = (g, first, last)
-    return merged
 
 
 def _burn_down(buckets: dict[Any, _Bucket], start: datetime, now: datetime, budget: float

@@ -165,13 +165,12 @@ def node_cell(n: dict[str, Any]) -> tuple[str, str]:
     if n["releasing"] > 0:
         cls += " releasing"
     state = "not ready" if not n["ready"] else ("cordoned" if n["cordoned"] else "schedulable")
-    title = (f"{n['name']} ({n['rack'] or 'no rack label'}): {quantities.number(n['in_use'])} of "
-             f"{quantities.number(gpus)} GPUs in use")
+    title = f"{n['name']}: {quantities.number(n['in_use'])}/{quantities.number(gpus)} GPUs in use"
     if n["releasing"]:
         title += f", {quantities.number(n['releasing'])} releasing"
     if n["pipelined"]:
         title += f", {quantities.number(n['pipelined'])} pipelined"
-    return cls, f"{title}; {state}"
+    return cls, f"{title}, {state}"
 
 
 def dashboard_data(request: HttpRequest | None = None) -> dict[str, Any]:
@@ -199,12 +198,13 @@ def dashboard_data(request: HttpRequest | None = None) -> dict[str, Any]:
                        "pipelined": c.pipelined_count, "evicted": c.evicted_count, "error": (c.error or "")[:200],
                        "url": reverse("admin:queues_app_schedulingcycle_change", args=[c.pk])})
     racks: list[dict[str, Any]] = []
+    node_url = reverse("admin:queues_app_node_change", args=[0]).replace("/0/", "/{}/")  # one reverse, not 2,000
     for n in nodes:
         if not racks or racks[-1]["name"] != (n["rack"] or "no rack label"):
             racks.append({"name": n["rack"] or "no rack label", "nodes": [], "gpus": 0.0, "in_use": 0.0})
         cls, title = node_cell(n)
         racks[-1]["nodes"].append({"id": n["id"], "cls": cls, "title": title,
-                                   "url": reverse("admin:queues_app_node_change", args=[n["id"]])})
+                                   "url": node_url.format(n["id"])})
         racks[-1]["gpus"] += n["gpus"] if n["ready"] else 0
         racks[-1]["in_use"] += n["in_use"] if n["ready"] else 0
     for r in racks:

@@ -304,8 +304,8 @@ def pending_by_queue(*, tenant: Tenant | None, cycle: SchedulingCycle | None) ->
     """Per leaf queue with pending workloads: how many, the oldest, and the reasons the given
     (last applied) cycle gave, most frequent first, each with a sample message and workload.
 
-    Three grouped queries: pending counts (status index), reason counts over the cycle's
-    events (cycle index), the sample events by id.
+    Three queries: pending counts (status index), reason counts over the cycle's events (cycle
+    index), the sample events by id.
     """
     from django.db.models import Min
 
@@ -315,19 +315,17 @@ def pending_by_queue(*, tenant: Tenant | None, cycle: SchedulingCycle | None) ->
         pending = pending.filter(tenant=tenant)
     for qid, n, oldest in pending.values("queue_id").annotate(n=Count("id"), oldest=Min("created_at")).values_list(
             "queue_id", "n", "oldest"):
-        out[qid] = {"pending": n, "oldest": oldest, "reasons": [], "explained": 0}
+        out[qid] = {"pending": n, "oldest": oldest, "reasons": []}
     if cycle is None or not out:
         return out
     events = SchedulingEvent.objects.filter(cycle=cycle, workload__status="Pending")
     if tenant is not None:
         events = events.filter(workload__tenant=tenant)
-    rows = list(events.values("workload__queue_id", "reason").annotate(
-        n=Count("workload_id", distinct=True), sample=Min("id")).values_list(
+    # one event per (workload, reason) and cycle, as the engine writes them: rows count workloads
+    rows = list(events.values("workload__queue_id", "reason").annotate(n=Count("id"), sample=Min("id")).values_list(
         "workload__queue_id", "reason", "n", "sample"))
     samples = {e.pk: e for e in SchedulingEvent.objects.filter(pk__in=[r[3] for r in rows]).select_related(
         "workload").only("id", "message", "reason", "workload__id", "workload__name")}
-    explained = dict(events.values("workload__queue_id").annotate(n=Count("workload_id", distinct=True))
-                     .values_list("workload__queue_id", "n"))
     rank = {r: i for i, r in enumerate(REASON_PREFERENCE)}
     for qid, reason, n, sample in rows:
         if qid not in out:
@@ -338,5 +336,4 @@ def pending_by_queue(*, tenant: Tenant | None, cycle: SchedulingCycle | None) ->
                                     "workload": ev.workload.name if ev and ev.workload_id else ""})
     for qid, item in out.items():
         item["reasons"].sort(key=lambda r: (-r["workloads"], rank.get(r["reason"], len(rank)), r["reason"]))
-        item["explained"] = explained.get(qid, 0)
     return out

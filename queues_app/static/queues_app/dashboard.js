@@ -28,7 +28,7 @@
       if (!el) { missing = true; break; }
       var cls = "node " + states[i][1];
       if (el.className !== cls) { el.className = cls; }
-      if (el.title !== states[i][2]) { el.title = states[i][2]; el.setAttribute("aria-label", states[i][2]); }
+      if (el.title !== states[i][2]) { el.title = states[i][2]; }
     }
     if (html) { document.getElementById("node-map").innerHTML = html; return false; }
     return missing;  // the node list changed: ask for the map's HTML next time
