@@ -430,12 +430,39 @@ class QueueStatusAdmin(admin.ModelAdmin):
 # ----------------------------------------------------------------------------- nodes
 
 
+class NodeAdminForm(forms.ModelForm):
+    """Capacity typed as people read it: CPU in cores, memory and GPU memory in GiB (or
+    quantities such as 500m, 512Mi); cleaned to the stored millicores / bytes / MiB."""
+
+    cpu_millis = quantities.node_cpu_field(label="CPU", required=True)
+    memory_bytes = quantities.node_memory_field(label="Memory", required=True)
+    gpu_memory_mib = quantities.node_gpu_memory_field(label="Memory per GPU", required=False,
+                                                      help_text="GiB per device (0 or empty = unknown)")
+    reserved_cpu_millis = quantities.node_cpu_field(label="Reserved CPU", required=False,
+                                                    help_text="cores used by pods of other schedulers")
+    reserved_memory_bytes = quantities.node_memory_field(label="Reserved memory", required=False,
+                                                         help_text="GiB used by pods of other schedulers")
+
+    class Meta:
+        model = Node
+        fields = ("name", "gpus", "gpu_memory_mib", "cpu_millis", "memory_bytes", "labels", "unschedulable", "ready",
+                  "reserved_gpus", "reserved_cpu_millis", "reserved_memory_bytes")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        for name in ("gpu_memory_mib", "reserved_cpu_millis", "reserved_memory_bytes"):
+            if data.get(name) is None:
+                data[name] = 0
+        return data
+
+
 @admin.register(Node)
 class NodeAdmin(ScaleUpAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
     list_display = ("name", "gpus", "gpus_held", "gpu_memory", "cpu", "memory", "ready", "unschedulable",
                     "label_summary", "version")
     list_filter = ("ready", "unschedulable", "gpus")
     search_fields = ("name",)
+    form = NodeAdminForm
     readonly_fields = ("tasks_here", "created_at", "updated_at", "version")
     actions = ("cordon", "uncordon")
 

@@ -190,3 +190,62 @@ class QuotaFormField(forms.Field):
             return True
         old = UNLIMITED if initial is None or initial == "" else parse_quota(self.resource, initial, kind=self.kind)
         return old != new
+
+
+class ScaledFormField(forms.Field):
+    """A node quantity typed in the units shown (CPU cores, memory GiB, GPU memory GiB) and
+    cleaned to the stored integer unit (millicores, bytes, MiB).  ``suffixes`` give other
+    accepted units in stored units (``500m`` cores, ``512Mi`` memory); the model's validators
+    still check the range."""
+
+    def __init__(self, *, scale: int, unit: str, suffixes: dict[str, int] | None = None, **kwargs: Any) -> None:
+        self.scale, self.unit, self.suffixes = scale, unit, {k.lower(): v for k, v in (suffixes or {}).items()}
+        kwargs.setdefault("widget", forms.TextInput(attrs={"size": 12, "autocomplete": "off"}))
+        kwargs.setdefault("help_text", unit)
+        super().__init__(**kwargs)
+
+    def to_python(self, value: Any) -> int | None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raw = "" if value is None else str(value).strip()
+        if raw == "":
+            return None
+        m = _NUMBER.match(raw)
+        suffix = m.group(2).lower() if m else ""
+        if not m or (suffix and suffix not in self.suffixes and suffix != self.unit.lower()):
+            accepted = ", ".join(sorted(self.suffixes))
+            raise ValidationError(f"Enter {self.unit} (e.g. 64){' or a quantity with ' + accepted if accepted else ''}.",
+                                  code="invalid")
+        try:
+            number_ = Decimal(m.group(1).replace("_", "").replace(",", ""))
+            factor = self.suffixes.get(suffix, self.scale) if suffix and suffix != self.unit.lower() else self.scale
+            stored = (number_ * factor).to_integral_value()
+        except InvalidOperation:
+            raise ValidationError("The amount is absurdly large.", code="too_large") from None
+        if not stored.is_finite() or abs(stored) > 2**63:
+            raise ValidationError("The amount is absurdly large.", code="too_large")
+        return int(stored)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
+            d = Decimal(value) / self.scale
+            return _plain(d) if d == d.to_integral_value() else format(d.normalize(), "f")
+        return value
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        try:
+            return self.to_python(data) != (None if initial in (None, "") else int(initial))
+        except (ValidationError, TypeError, ValueError):
+            return True
+
+
+def node_cpu_field(**kwargs: Any) -> ScaledFormField:
+    return ScaledFormField(scale=1000, unit="cores", suffixes={"m": 1}, **kwargs)
+
+
+def node_memory_field(**kwargs: Any) -> ScaledFormField:
+    return ScaledFormField(scale=GIB, unit="GiB", suffixes={k: v for k, v in MEMORY_SUFFIX.items() if k}, **kwargs)
+
+
+def node_gpu_memory_field(**kwargs: Any) -> ScaledFormField:
+    return ScaledFormField(scale=1024, unit="GiB", suffixes={"mi": 1, "mib": 1, "gi": 1024, "gib": 1024}, **kwargs)

@@ -300,3 +300,22 @@ class UnitsAndMessagesTests:
         assert "128 cores" in html and "1,024 GiB" in html and "80 GiB" in html
         html = admin_client_op.get(reverse("admin:queues_app_workload_change", args=[w.pk])).content.decode()
         assert "8 cores" in html and "64 GiB" in html and "68719476736" not in html
+
+    def test_node_capacity_is_typed_in_cores_and_gib(self, admin_client_op):
+        url = reverse("admin:queues_app_node_add")
+        data = form_data(admin_client_op.get(url))
+        data.update({"name": ["dgx-9"], "gpus": ["8"], "cpu_millis": ["128"], "memory_bytes": ["1024"],
+                     "gpu_memory_mib": ["80"], "reserved_cpu_millis": ["500m"], "reserved_memory_bytes": ["512Mi"],
+                     "labels": ["{}"], "reserved_gpus": ["0"]})
+        resp = admin_client_op.post(url, data)
+        assert resp.status_code == 302, resp.content.decode()[:3000]
+        n = Node.objects.get(name="dgx-9")
+        assert (n.cpu_millis, n.memory_bytes, n.gpu_memory_mib) == (128_000, 1024 * 2**30, 81920)
+        assert (n.reserved_cpu_millis, n.reserved_memory_bytes) == (500, 512 * 2**20)
+        change = reverse("admin:queues_app_node_change", args=[n.pk])
+        html = admin_client_op.get(change).content.decode()
+        assert 'value="128"' in html and 'value="1024"' in html and 'value="0.5"' in html and 'value="80"' in html
+        data = form_data(admin_client_op.get(change))
+        data["memory_bytes"] = ["lots"]
+        resp = admin_client_op.post(change, data)
+        assert resp.status_code == 200 and "Enter GiB" in resp.content.decode()
