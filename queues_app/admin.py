@@ -642,7 +642,10 @@ class WorkloadAdmin(ServiceErrorsMixin, admin.ModelAdmin):
     def why_summary(self, obj: Workload) -> str:
         why = self._why(obj)
         pending = " why-pending" if obj.status == "Pending" else ""
-        return format_html('<p class="why-summary{}" id="why-summary">{}</p>', pending, why["summary"])
+        summary = format_html('<p class="why-summary{}" id="why-summary">{}</p>', pending, why["summary"])
+        if why.get("waiting_for_note"):  # what would help: more nodes, or a quota / limit change
+            summary += format_html('<p class="why-waiting" id="why-waiting">{}</p>', why["waiting_for_note"])
+        return summary
 
     @admin.display(description="position in queue")
     def queue_position(self, obj: Workload) -> str:

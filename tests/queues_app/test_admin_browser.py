@@ -170,6 +170,7 @@ def test_a_pending_workload_says_why_and_a_cordon_says_what_it_did(console):
     page.wait_for_url(re.compile(r"/admin/queues_app/workload/\d+/change/"))
     reason = page.inner_text("#why-summary")
     assert reason.startswith("queue vision is over its limit for gpu: 24 used + 8 requested > 24"), reason
+    assert "more nodes would not help" in page.inner_text("#why-waiting")  # a limit, not capacity
     assert "1 of 1 pending in vision" in page.content()
     assert page.locator("#why-events tr").count() >= 3
     page.set_viewport_size({"width": 1440, "height": 900})
