@@ -187,3 +187,32 @@ def test_a_pending_workload_says_why_and_a_cordon_says_what_it_did(console):
     assert Node.objects.get(pk=node.pk).unschedulable
     page.goto(f"{base}/admin/")
     assert "cordoned" in page.get_attribute(f'#node-map a[data-node="{node.pk}"]', "class")
+
+
+def test_the_scale_up_preview_says_what_more_nodes_would_start(console):
+    """Nodes -> Scale-up preview on the busy demo: eight more nodes shaped like a demo node start
+    the workloads that wait for capacity (each is Pending now, waiting for capacity), vit-ablation
+    still waits for its limit, and nothing is created."""
+    page, base = console
+    nodes_before = Node.objects.count()
+    page.goto(f"{base}/admin/queues_app/node/")
+    page.click("a:text('Scale-up preview')")
+    page.wait_for_selector("#scaleup-form")
+    page.fill("input[name=count]", "8")
+    page.select_option("select[name=like]", "dgx-rack-1-01")
+    page.click("input[name=_preview]")
+    page.wait_for_selector("#scaleup-queues")
+    rows = page.locator("#scaleup-starts tbody tr")
+    assert rows.count() >= 1
+    first = rows.first.locator("td").first.inner_text().strip()
+    assert "scale-up-" in rows.first.inner_text()  # placed on the added nodes
+    assert Workload.objects.get(name=first).status == "Pending"
+    waiting = page.inner_text("#scaleup-waiting")
+    assert "vit-ablation" in waiting and "limit" in waiting  # no node helps a limit
+    queue = Workload.objects.get(name=first).queue.name
+    row = page.locator(f"#scaleup-queues tbody tr:has(td:text-is('{queue}'))").inner_text()
+    assert first in row and "\u2192" in row  # allocation / fair share now -> with the nodes
+    rows.first.locator("a").click()
+    page.wait_for_url(re.compile(r"/admin/queues_app/workload/\d+/change/"))
+    assert "capacity" in page.inner_text("#why-waiting").lower()
+    assert Node.objects.count() == nodes_before  # a preview creates nothing
