@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from queues_app import quantities, selectors
+from queues_app import engine_io, quantities, selectors
 from queues_app.admin_whatif import ScaleUpAdminMixin, WhatIfAdminMixin
 from queues_app.choices import TASK_STATES_HOLDING
 from queues_app.errors import ApplicationError
@@ -92,6 +92,13 @@ RESOURCE_ORDER = Case(When(resource="gpu", then=Value(0)), When(resource="cpu", 
 RESOURCE_LABEL = {"gpu": "GPU", "cpu": "CPU", "memory": "Memory"}
 
 
+def _add_engine_errors(form: forms.ModelForm, problems: dict[str, list[str]]) -> None:
+    """The engine's verdict (engine_io: the same rules the API, the services and the cycle apply)
+    as form errors on the named fields."""
+    for field_name, messages_ in problems.items():
+        form.add_error(field_name if field_name in form.fields else None, messages_)
+
+
 class QueueResourceForm(forms.ModelForm):
     """One resource's quota row in the units people read (GPUs, cores, GiB, "unlimited");
     the model's validators and ``queue_set_quota`` still decide what is valid."""
@@ -112,6 +119,14 @@ class QueueResourceForm(forms.ModelForm):
         status = getattr(self.instance, "_status", None)
         self.allocated_now = quantities.queue_amount(res, getattr(status, f"allocated_{res}", None))
         self.fair_share_now = quantities.queue_amount(res, getattr(status, f"fair_share_{res}", None))
+
+    def _post_clean(self) -> None:
+        super()._post_clean()  # the model's own validation first
+        row = self.instance
+        if not self.errors and row.queue_id is not None:
+            values = {f: getattr(row, f) for f in ("quota", "over_quota_weight", "limit")}
+            _add_engine_errors(self, engine_io.queue_problems(name=row.queue.name, quotas={row.resource: values},
+                                                              prefix=""))
 
 
 class QuotaFormSet(forms.BaseInlineFormSet):
@@ -455,6 +470,13 @@ class NodeAdminForm(forms.ModelForm):
                 data[name] = 0
         return data
 
+    def _post_clean(self) -> None:
+        super()._post_clean()  # the model's own validation first
+        if not self.errors:
+            node = self.instance
+            _add_engine_errors(self, engine_io.node_problems({"name": node.name,
+                                                               **{f: getattr(node, f) for f in NODE_FIELDS}}))
+
 
 @admin.register(Node)
 class NodeAdmin(ScaleUpAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
@@ -599,7 +621,7 @@ class WorkloadAdmin(ServiceErrorsMixin, admin.ModelAdmin):
     """Workloads are submitted through the tenant API; operators browse and cancel them here."""
 
     list_display = ("name", "queue", "tenant", "status", "priority", "preemptible", "min_available", "n_tasks",
-                    "created_at", "started_at")
+                    "created_at", "started_at", "status_message")
     list_filter = ("status", "preemptible", "queue", "tenant")
     list_select_related = ("queue", "tenant")
     ordering = ("-created_at", "-id")  # newest first; a total order, so no extra sort key on 50,000 rows

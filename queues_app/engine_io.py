@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -200,6 +201,185 @@ def _unique_names(names: list[str], qualifiers: list[str]) -> list[str]:
     return [f"{q}/{n}" if counts[n] > 1 else n for n, q in zip(names, qualifiers)]
 
 
+# ----------------------------------------------------------------------------- rows in scenario form
+#
+# One conversion of a row (database / service units) into the engine's scenario form, used by the
+# export the cycle schedules AND by the checks every door runs: what a door accepted is exactly
+# what the engine will be given.
+
+
+def node_scenario(n: Mapping[str, Any]) -> dict[str, Any]:
+    """A Node row (or node_upsert fields) as a scenario node."""
+    return {
+        "name": n["name"],
+        "gpus": int(n["gpus"]),
+        "gpuMemory": int(n["gpu_memory_mib"]),
+        "cpu": f"{int(n['cpu_millis'])}m",
+        "memory": int(n["memory_bytes"]),
+        "labels": dict(n["labels"] or {}),
+        "unschedulable": bool(n["unschedulable"]),
+        "ready": bool(n["ready"]),
+        "reservedByOthers": {
+            "gpu": _num(n["reserved_gpus"]),
+            "cpu": f"{int(n['reserved_cpu_millis'])}m",
+            "memory": int(n["reserved_memory_bytes"]),
+        },
+    }
+
+
+def queue_resource_scenario(r: Mapping[str, Any]) -> dict[str, Any]:
+    """A QueueResource row (quota, over_quota_weight, limit) as a scenario queue resource."""
+    return {"quota": _num(r["quota"]), "overQuotaWeight": _num(r["over_quota_weight"]), "limit": _num(r["limit"])}
+
+
+def task_scenario(t: Mapping[str, Any], *, selector: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A Task row / task spec (gpu, gpu_memory_mib, cpu_millis, memory_bytes, priority,
+    node_selector, name) as a scenario task; the workload's ``selector`` is merged under the
+    task's own, as the cycle exports it."""
+    gm = t.get("gpu_memory_mib")
+    task: dict[str, Any] = {
+        "gpu": _num(t.get("gpu") or 0),
+        "gpuMemory": int(gm) if gm else None,
+        "cpu": f"{int(t.get('cpu_millis') or 0)}m",
+        "memory": int(t.get("memory_bytes") or 0),
+        "priority": t.get("priority"),
+        "nodeSelector": {**(selector or {}), **(t.get("node_selector") or {})},
+    }
+    if t.get("name") is not None:
+        task["name"] = t["name"]
+    return task
+
+
+# ----------------------------------------------------------------------------- the contract at every door
+#
+# The engine's own input rules (``scheduler_engine.loader.validate_*``), run on one row in
+# scenario form, with the engine's paths mapped to the field names of the API / services / admin.
+
+_JOB_FIELDS = {"minAvailable": "min_available", "stalenessGracePeriod": "staleness_grace_period",
+               "preemptionDelay": "preemption_delay", "createdMinutesAgo": "created_at",
+               "startedMinutesAgo": "started_at", "staleFor": "stale_since"}
+_TASK_FIELDS = {"gpuMemory": "gpu_memory_mib", "cpu": "cpu_millis", "memory": "memory_bytes",
+                "gpuGroups": "gpu_groups", "nodeSelector": "node_selector"}
+_QUEUE_FIELDS = {"overQuotaWeight": "over_quota_weight", "reclaimMinRuntime": "reclaim_min_runtime",
+                 "preemptMinRuntime": "preempt_min_runtime", "createdMinutesAgo": "created_at"}
+_NODE_FIELDS = {"gpuMemory": "gpu_memory_mib", "cpu": "cpu_millis", "memory": "memory_bytes",
+                "reservedByOthers.gpu": "reserved_gpus", "reservedByOthers.cpu": "reserved_cpu_millis",
+                "reservedByOthers.memory": "reserved_memory_bytes"}
+_TASK_PATH = re.compile(r"^(tasks\[\d+\]|task)(?:\.([A-Za-z]+))?(.*)$")
+
+
+def job_field(path: str, *, workload_selector: Mapping[str, str] | None = None) -> str:
+    """An engine path inside a job (``tasks[2].gpuMemory``) as the API's field (``tasks[2].gpu_memory_mib``).
+
+    A node-selector key that only the workload's own selector sets is reported there
+    (``node_selector.<key>``), since that is where the caller wrote it."""
+    m = _TASK_PATH.match(path)
+    if m:
+        head, fld, rest = m.group(1), m.group(2), m.group(3)
+        if fld is None:
+            return head + rest
+        if fld == "nodeSelector" and workload_selector and rest.startswith(".") and rest[1:] in workload_selector:
+            return "node_selector" + rest
+        return f"{head}.{_TASK_FIELDS.get(fld, fld)}{rest}"
+    if path.startswith("topology."):
+        return "topology_" + path.split(".", 1)[1]
+    head, dot, rest = path.partition(".")
+    return _JOB_FIELDS.get(head, head) + dot + rest if head else "workload"
+
+
+def queue_field(path: str, *, prefix: str = "quotas.") -> str:
+    """``resources.memory.quota`` -> ``quotas.memory.quota`` (``prefix`` "" for one resource's own
+    fields: ``quota``); other queue paths by their model field names."""
+    parts = path.split(".")
+    if parts[0] == "resources" and len(parts) >= 2:
+        res = parts[1]
+        rest = [_QUEUE_FIELDS.get(p, p) for p in parts[2:]]
+        if not prefix:
+            return ".".join(rest) or res
+        return prefix + ".".join([res] + rest)
+    return _QUEUE_FIELDS.get(parts[0], parts[0]) + ("." + ".".join(parts[1:]) if len(parts) > 1 else "")
+
+
+def node_field(path: str) -> str:
+    for engine_name, field_name in _NODE_FIELDS.items():
+        if path == engine_name or path.startswith(engine_name + "."):
+            return field_name + path[len(engine_name):]
+    return path or "node"
+
+
+def _extra(problems: list[tuple[str, str]], mapper) -> dict[str, list[str]]:
+    extra: dict[str, list[str]] = {}
+    for path, msg in problems:
+        extra.setdefault(mapper(path), []).append(msg)
+    return extra
+
+
+def workload_problems(*, queue: str, name: str, tasks: list[Mapping[str, Any]] | None = None,
+                      task: Mapping[str, Any] | None = None, replicas: int | None = None, priority: int = 50,
+                      preemptible: bool | None = None, min_available: int | None = None,
+                      node_selector: Mapping[str, str] | None = None, topology_required: str = "",
+                      topology_preferred: str = "", preemption_delay: timedelta | None = None,
+                      staleness_grace_period: timedelta | None = None,
+                      nodes: Any = ()) -> dict[str, list[str]]:
+    """The engine's verdict on one workload as services take it (``tasks`` specs, or ``replicas``
+    copies of one ``task``): ``{api field: [reasons]}``, empty when the engine accepts it.
+
+    Task specs may carry ``state`` / ``node`` / ``gpu_groups`` (imports); ``nodes`` are the node
+    names such a task may name.  ``min_available`` None: not checked (a Kubernetes gang whose pods
+    are still arriving)."""
+    selector = dict(node_selector or {})
+
+    def one(spec: Mapping[str, Any]) -> dict[str, Any]:
+        out = task_scenario(spec, selector=selector)
+        for k, engine_key in (("state", "state"), ("node", "node"), ("gpu_groups", "gpuGroups")):
+            if spec.get(k) not in (None, "", []):
+                out[engine_key] = spec[k]
+        return out
+
+    job: dict[str, Any] = {"name": name, "queue": queue, "priority": priority,
+                           "stalenessGracePeriod": _seconds(staleness_grace_period),
+                           "preemptionDelay": _seconds(preemption_delay)}
+    if preemptible is not None:
+        job["preemptible"] = bool(preemptible)
+    if min_available is not None:
+        job["minAvailable"] = min_available
+    if topology_required or topology_preferred:
+        job["topology"] = {"required": topology_required or None, "preferred": topology_preferred or None}
+    if tasks is not None:
+        job["tasks"] = [one(t) for t in tasks]
+    else:
+        job["replicas"] = 1 if replicas is None else replicas
+        job["task"] = one(task or {})
+        job["task"].pop("name", None)
+    problems = engine_loader.validate_job(job, nodes=nodes)
+    return _extra(problems, lambda p: job_field(p, workload_selector=selector))
+
+
+def queue_problems(*, name: str, priority: int = 100, quotas: Mapping[str, Mapping[str, Any]] | None = None,
+                   reclaim_min_runtime: timedelta | None = None, preempt_min_runtime: timedelta | None = None,
+                   prefix: str = "quotas.") -> dict[str, list[str]]:
+    """The engine's verdict on one queue's own fields; ``quotas`` in QueueResource units and
+    names (``{"memory": {"quota": .., "over_quota_weight": .., "limit": ..}}``, missing = the
+    default).  Keys: ``quotas.memory.quota`` (``prefix`` "": ``quota``, for one resource)."""
+    resources = {}
+    for res, vals in (quotas or {}).items():
+        row = {"quota": Decimal(0), "over_quota_weight": Decimal(1), "limit": Decimal(-1), **dict(vals)}
+        resources[res] = queue_resource_scenario(row)
+    queue = {"name": name, "priority": priority, "resources": resources,
+             "reclaimMinRuntime": _seconds(reclaim_min_runtime), "preemptMinRuntime": _seconds(preempt_min_runtime)}
+    return _extra(engine_loader.validate_queue(queue), lambda p: queue_field(p, prefix=prefix))
+
+
+def node_problems(fields: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The engine's verdict on one node (Node field names and units)."""
+    return _extra(engine_loader.validate_node(node_scenario(fields)), node_field)
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why ``key`` is not a Kubernetes label key (the engine's rule), or None."""
+    return engine_loader.label_key_problem(key)
+
+
 # ----------------------------------------------------------------------------- DB -> scenario
 
 
@@ -236,27 +416,11 @@ def build_engine_input(
     ), key=lambda n: n["name"]):
         index.node_id[n["name"]] = n["id"]
         index.node_version[n["id"]] = n["version"]
-        nodes.append({
-            "name": n["name"],
-            "gpus": int(n["gpus"]),
-            "gpuMemory": int(n["gpu_memory_mib"]),
-            "cpu": f"{int(n['cpu_millis'])}m",
-            "memory": int(n["memory_bytes"]),
-            "labels": dict(n["labels"] or {}),
-            "unschedulable": bool(n["unschedulable"]),
-            "ready": bool(n["ready"]),
-            "reservedByOthers": {
-                "gpu": _num(n["reserved_gpus"]),
-                "cpu": f"{int(n['reserved_cpu_millis'])}m",
-                "memory": int(n["reserved_memory_bytes"]),
-            },
-        })
+        nodes.append(node_scenario(n))
 
     resources: dict[int, dict[str, dict[str, Any]]] = {}
     for r in QueueResource.objects.values("queue_id", "resource", "quota", "over_quota_weight", "limit"):
-        resources.setdefault(r["queue_id"], {})[r["resource"]] = {
-            "quota": _num(r["quota"]), "overQuotaWeight": _num(r["over_quota_weight"]), "limit": _num(r["limit"]),
-        }
+        resources.setdefault(r["queue_id"], {})[r["resource"]] = queue_resource_scenario(r)
     default_res = {"quota": 0, "overQuotaWeight": 1, "limit": -1}
     queue_rows = list(Queue.objects.order_by("path", "name").values(
         "id", "name", "parent_id", "priority", "created_at", "reclaim_min_runtime", "preempt_min_runtime", "version",
@@ -339,18 +503,8 @@ def build_engine_input(
                 state, node, groups = TaskState.PENDING, None, []
             index.task_version[t["id"]] = t["version"]
             index.task_db_state[t["id"]] = t["state"]
-            task = {
-                "name": t["name"],
-                "gpu": _num(t["gpu"]),
-                "gpuMemory": int(t["gpu_memory_mib"]) if t["gpu_memory_mib"] else None,
-                "cpu": f"{int(t['cpu_millis'])}m",
-                "memory": int(t["memory_bytes"]),
-                "state": str(state),
-                "priority": t["priority"],
-                "node": node,
-                "gpuGroups": groups,
-                "nodeSelector": {**selector, **(t["node_selector"] or {})},
-            }
+            task = task_scenario(t, selector=selector)
+            task.update(state=str(state), node=node, gpuGroups=groups)
             tasks.append(task)
             all_tasks.append(task)
             task_ids.append(t["id"])

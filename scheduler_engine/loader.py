@@ -13,6 +13,9 @@ Public API
 ``snapshot_to_dict(snapshot) -> dict``       a scenario dict that loads back to an equal snapshot.
 ``snapshots_equal(a, b) -> bool``            field-by-field equality (numpy-aware, ignores ``source``).
 ``ScenarioError``                            ``.problems``: list of ``(path, message)``.
+``validate_node / validate_queue / validate_job(row) -> [(path, message)]``  one row in scenario form,
+                                             paths relative to the row (the contract every door checks).
+``partition_scenario(data) -> Partition``    the rows the engine accepts, and those it refuses (with why).
 
 Defaults follow the format: preemptible = priority < 100; minAvailable = number of tasks; task
 name ``<job>-<index>``; queue priority 100; a queue resource field that is absent is 0 (KAI's CRD
@@ -24,7 +27,8 @@ from __future__ import annotations
 import copy
 import json
 import math
-from dataclasses import fields
+import re
+from dataclasses import dataclass, fields
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -63,8 +67,15 @@ from .units import (
 
 __all__ = [
     "ScenarioError",
+    "Partition",
+    "Problem",
     "load_scenario",
     "load_dict",
+    "label_key_problem",
+    "partition_scenario",
+    "validate_job",
+    "validate_node",
+    "validate_queue",
     "snapshot_to_dict",
     "snapshots_equal",
     "STATUS_LABELS",
@@ -265,6 +276,212 @@ def load_dict(data: Any, *, source: str = "<dict>") -> Snapshot:
 
 
 # --------------------------------------------------------------------------------------------------
+# the contract, one row at a time
+#
+# The control plane checks every write against these (API, admin, services, scenario import,
+# Kubernetes sync) and the scheduling cycle quarantines whatever still fails them, so the rules
+# live here once: the loader's own checks, run on one node / queue / job in scenario form.
+
+Problem = tuple[str, str]
+
+_LABEL_NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
+_DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why ``key`` is not a Kubernetes label key (``[prefix/]name``: the prefix a DNS subdomain of
+    at most 253 characters, the name at most 63 alphanumerics, '-', '_', '.'), or None."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not prefix:
+        return "is not a Kubernetes label key: the prefix before '/' is empty"
+    if not name or len(name) > 63 or not _LABEL_NAME_RE.match(name):
+        return ("is not a Kubernetes label key: the name must be 1 to 63 letters, digits, '-', '_' or '.', "
+                "starting and ending with a letter or digit")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN_RE.match(prefix)):
+        return "is not a Kubernetes label key: the prefix must be a DNS subdomain (lower case, at most 253 characters)"
+    return None
+
+
+def _relative(problems: list[Problem], prefix: str) -> list[Problem]:
+    """Problems of row ``prefix`` (``jobs[0]``) with paths relative to the row (``tasks[1].gpu``)."""
+    out = []
+    for path, msg in problems:
+        msg = msg.replace(f"{prefix}.", "")  # references to sibling fields, e.g. "(also tasks[0].name)"
+        if path == prefix:
+            out.append(("", msg))
+        elif path.startswith(prefix + "."):
+            out.append((path[len(prefix) + 1:], msg))
+        elif path.startswith(prefix + "["):
+            out.append((path[len(prefix):], msg))
+    return out
+
+
+def validate_node(node: Any) -> list[Problem]:
+    """The loader's rules for one node dict (``nodes[i]`` of a scenario); paths relative to it
+    (``reservedByOthers.gpu``).  Empty list = valid."""
+    v = _Validator()
+    v.nodes([node])
+    return _relative(v.problems, "nodes[0]")
+
+
+def validate_queue(queue: Any) -> list[Problem]:
+    """The loader's rules for one queue's own fields (``resources.memory.quota``, ``priority``,
+    ...).  Its ``parent`` is not resolved: the tree (unknown parents, cycles) is a property of
+    all queues together, checked by :func:`load_dict` and :func:`partition_scenario`."""
+    v = _Validator()
+    rows = [queue]
+    if isinstance(queue, dict) and isinstance(queue.get("parent"), str) and queue.get("parent") != queue.get("name"):
+        rows = [queue, {"name": queue["parent"]}]  # a stand-in, so the reference resolves
+    v.queues(rows)
+    return _relative(v.problems, "queues[0]")
+
+
+def validate_job(job: Any, *, nodes: Iterable[str] = ()) -> list[Problem]:
+    """The loader's rules for one job and its tasks (``tasks[2].gpu``, ``task.gpuMemory``,
+    ``minAvailable``).  Its queue is taken to be an existing leaf queue (the caller resolves
+    queues); a task's ``node`` must be one of ``nodes``."""
+    v = _Validator()
+    node_rows = [{"name": n} for n in dict.fromkeys(nodes)]
+    node_table = v.nodes(node_rows)
+    queue_name = job.get("queue") if isinstance(job, dict) else None
+    queue_table = v.queues([{"name": queue_name}] if isinstance(queue_name, str) and queue_name.strip() else [])
+    v.problems.clear()  # the stand-ins' own problems (none expected) are not the job's
+    v.jobs([job], node_table, queue_table)
+    return _relative(v.problems, "jobs[0]")
+
+
+@dataclass
+class Partition:
+    """A scenario split into what the engine accepts and what it refuses, row by row.
+
+    ``data`` is the scenario without the refused rows; ``refused`` maps ``"nodes"`` / ``"queues"``
+    / ``"jobs"`` to ``{index in the input list: [(path relative to the row, reason), ...]}``;
+    ``problems`` are those no row can be blamed for (``config``): the scenario is unusable.
+    """
+
+    data: dict[str, Any]
+    refused: dict[str, dict[int, list[Problem]]]
+    problems: list[Problem]
+
+
+_ROW_RE = re.compile(r"^(nodes|queues|jobs)\[(\d+)\](?:\.|\[|$)")
+_USAGE_RE = re.compile(r"^usage\.([^.]+)")
+MAX_PARTITION_PASSES = 8
+
+
+def partition_scenario(data: Any) -> Partition:
+    """Split a scenario into the rows the engine accepts and the rows it refuses.
+
+    One refused row does not refuse the rest: the scheduling cycle runs the engine on
+    ``Partition.data`` and reports the refused rows.  What a refused row takes with it:
+
+    * a queue: its whole subtree (a child cannot be placed in a tree without its parent) and
+      every job on those queues;
+    * a node: every job with a task on it (the task's resources cannot be accounted);
+    * a ``usage`` entry: only itself (the queue is scheduled without usage history).
+
+    Problems outside the rows (``config``) are returned in ``problems``: then nothing runs.
+    """
+    if not isinstance(data, dict):
+        return Partition(data={}, refused={"nodes": {}, "queues": {}, "jobs": {}},
+                         problems=[("", f"a scenario must be a mapping at the top level, got {_type_name(data)}")])
+    work = dict(data)
+    rows: dict[str, list[tuple[int, Any]]] = {}
+    for part in ("nodes", "queues", "jobs"):
+        items = data.get(part)
+        rows[part] = list(enumerate(items)) if isinstance(items, list) else []
+    refused: dict[str, dict[int, list[Problem]]] = {"nodes": {}, "queues": {}, "jobs": {}}
+    usage = dict(data["usage"]) if isinstance(data.get("usage"), dict) else data.get("usage")
+    for _ in range(MAX_PARTITION_PASSES):
+        for part in rows:
+            if isinstance(data.get(part), list):
+                work[part] = [r for _, r in rows[part]]
+        if usage is not None:
+            work["usage"] = usage
+        v = _Validator()
+        v.scenario(work, "<partition>")
+        if not v.problems:
+            return Partition(data=work, refused=refused, problems=[])
+        other: list[Problem] = []
+        new: dict[str, set[int]] = {"nodes": set(), "queues": set(), "jobs": set()}
+        for path, msg in v.problems:
+            m = _ROW_RE.match(path)
+            if m:
+                part, pos = m.group(1), int(m.group(2))
+                orig = rows[part][pos][0]
+                refused[part].setdefault(orig, []).extend(_relative([(path, msg)], f"{part}[{pos}]"))
+                new[part].add(pos)
+                continue
+            u = _USAGE_RE.match(path)
+            if u and isinstance(usage, dict) and u.group(1) in usage:
+                usage.pop(u.group(1))
+                continue
+            other.append((path, msg))
+        if other:
+            return Partition(data=work, refused=refused, problems=other)
+        _cascade(rows, new, refused)
+        for part in rows:
+            rows[part] = [(o, r) for k, (o, r) in enumerate(rows[part]) if k not in new[part]]
+    return Partition(data=work, refused=refused,
+                     problems=[("", f"still invalid after {MAX_PARTITION_PASSES} passes of removing refused rows")])
+
+
+def _name_of(row: Any) -> str | None:
+    name = row.get("name") if isinstance(row, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _cascade(rows: dict[str, list[tuple[int, Any]]], new: dict[str, set[int]],
+             refused: dict[str, dict[int, list[Problem]]]) -> None:
+    """Add to ``new`` (positions in ``rows``) what the refused rows take with them."""
+    def first(part: str, pos: int) -> str:
+        path, msg = refused[part][rows[part][pos][0]][0]
+        return f"{path}: {msg}" if path else msg
+
+    bad_queue: dict[str, str] = {}
+    for pos in new["queues"]:
+        name = _name_of(rows["queues"][pos][1])
+        if name is not None:
+            bad_queue[name] = f"queue {name!r} is refused ({first('queues', pos)})"
+    # descendants, to a fixed point (a parent may come after its child in the list)
+    changed = True
+    while changed and bad_queue:
+        changed = False
+        for pos, (orig, q) in enumerate(rows["queues"]):
+            name, parent = _name_of(q), q.get("parent") if isinstance(q, dict) else None
+            if pos in new["queues"] or name is None or not isinstance(parent, str) or parent not in bad_queue:
+                continue
+            new["queues"].add(pos)
+            refused["queues"].setdefault(orig, []).append(("parent", f"parent {bad_queue[parent]}"))
+            bad_queue[name] = f"queue {name!r} is refused (its parent {bad_queue[parent]})"
+            changed = True
+    bad_node: dict[str, str] = {}
+    for pos in new["nodes"]:
+        name = _name_of(rows["nodes"][pos][1])
+        if name is not None:
+            bad_node[name] = f"node {name!r} is refused ({first('nodes', pos)})"
+    if not bad_queue and not bad_node:
+        return
+    for pos, (orig, job) in enumerate(rows["jobs"]):
+        if pos in new["jobs"] or not isinstance(job, dict):
+            continue
+        reason: Problem | None = None
+        if isinstance(job.get("queue"), str) and job["queue"] in bad_queue:
+            reason = ("queue", bad_queue[job["queue"]])
+        elif bad_node:
+            tasks = job.get("tasks")
+            if isinstance(tasks, list):
+                for k, t in enumerate(tasks):
+                    node = t.get("node") if isinstance(t, dict) else None
+                    if isinstance(node, str) and node in bad_node:
+                        reason = (f"tasks[{k}].node", bad_node[node])
+                        break
+        if reason is not None:
+            new["jobs"].add(pos)
+            refused["jobs"].setdefault(orig, []).append(reason)
+
+
+# --------------------------------------------------------------------------------------------------
 # validation
 
 _BAD = object()  # marks a value that failed validation (a problem was already recorded)
@@ -289,6 +506,8 @@ class _Validator:
         self.dclasses: DeviceClasses = DeviceClasses()
         # every job's subgroups, built by jobs() beside the Jobs / Tasks tables
         self.sub_groups: SubGroups = SubGroups()
+        # (template dict, parsed values) of the latest `replicas` template that validated
+        self._template: tuple | None = None
 
     # ---- primitives -----------------------------------------------------------------------------
 
@@ -381,20 +600,28 @@ class _Validator:
         return self.number(x, path, maximum=MAX_MINUTES)
 
     def str_map(self, x: Any, path: str) -> dict[str, str] | Any:
-        """Label-like maps: string keys, string (or integer, stringified) values."""
+        """Label maps (node labels, node selectors): Kubernetes label keys, string (or integer,
+        stringified) values.  A key Kubernetes would refuse can never match a node label, so a
+        selector using one is a typo, not a constraint."""
         if x is None:
             return {}
         if self.mapping(x, path, None) is _BAD:
             return _BAD
         out: dict[str, str] = {}
+        bad = False
         for k, val in x.items():
             if not isinstance(k, str):
                 continue  # already reported by mapping()
+            why = label_key_problem(k)
+            if why is not None:
+                self.err(_join(path, k), why)
+                bad = True
+                continue
             if isinstance(val, bool) or not isinstance(val, (str, int)):
                 self.err(_join(path, k), f"must be a string, got {_type_name(val)}")
                 continue
             out[k] = str(val)
-        return out
+        return _BAD if bad else out
 
     # ---- scenario -------------------------------------------------------------------------------
 
@@ -632,14 +859,23 @@ class _Validator:
             us = self.boolean(_opt(n, "unschedulable", False), f"{p}.unschedulable")
             rd = self.boolean(_opt(n, "ready", True), f"{p}.ready")
             rsv = [0.0, 0.0, 0.0]
+            rsv_ok: Any = True
             r = n.get("reservedByOthers")
             if r is not None and self.mapping(r, f"{p}.reservedByOthers", RESOURCES) is not _BAD:
                 for k, res in enumerate(RESOURCES):
                     if res in r:
                         val = self.resource(r[res], f"{p}.reservedByOthers.{res}", res)
                         rsv[k] = 0.0 if val is _BAD else val
+                # Other schedulers' pods cannot hold more than the node has: a larger value is a
+                # typo that would make the node's free capacity negative.
+                for k, (res, have) in enumerate(zip(RESOURCES, (g, cpu, mem))):
+                    if res in r and have is not _BAD and rsv[k] > float(have):
+                        shown = format_cpu(have) if res == "cpu" else _num(have)
+                        what = "gpus" if res == "gpu" else res
+                        rsv_ok = self.err(f"{p}.reservedByOthers.{res}",
+                                          f"must be <= the node's {what} ({shown}), got {r[res]!r}")
             dv = self.device_counts(n.get("devices"), f"{p}.devices")
-            if _BAD in (name, g, gm, cpu, mem, lab, us, rd, dv):
+            if _BAD in (name, g, gm, cpu, mem, lab, us, rd, dv, rsv_ok):
                 continue
             names.append(name)
             devices.append(dv)
@@ -1149,6 +1385,18 @@ class _Validator:
     def task(self, task: Any, p: str, jname: str, k: int, nodes: Nodes, t: "_TaskColumns",
              task_seen: dict[str, str], spec: Any = None) -> bool:
         tmpl = p.endswith(".task")  # a `replicas` template, already checked as a mapping
+        if tmpl and k > 0 and self._template is not None and self._template[0] is task:
+            # Replicas of a template that validated differ only in their default name.
+            name = f"{jname}-{k}"
+            self.declared["task"].add(name)
+            if name in task_seen:
+                self.err(f"{p} (replica {k})", f"duplicate task name {name!r} (also {task_seen[name]})")
+                return False
+            task_seen[name] = f"{p} (replica {k})"
+            _, request, gm, state, prio, node, groups, sel, sgi, claims, pins = self._template
+            t.add(name, list(request), gm, state, prio, node, list(groups), dict(sel), sgi, dict(claims),
+                  copy.deepcopy(pins))
+            return True
         if not tmpl and self.mapping(task, p, _TASK_KEYS) is _BAD:
             return False
         n_problems = len(self.problems)
@@ -1221,6 +1469,9 @@ class _Validator:
                                                        claims, pins):
             return False
         t.add(name, [gpu, cpu, mem], gm, TaskState.parse(state), prio, node, groups, sel, sgi, claims, pins)
+        if tmpl and k == 0:
+            self._template = (task, [gpu, cpu, mem], gm, TaskState.parse(state), prio, node, groups, sel, sgi, claims,
+                              pins)
         return True
 
     def task_sub_group(self, x: Any, p: str, spec: Any) -> int | Any:

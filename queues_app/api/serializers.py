@@ -9,6 +9,7 @@ rejected instead of ignored, so a typo (``min_avaliable``) is not silently dropp
 """
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -183,7 +184,32 @@ class WorkloadCreateInputSerializer(StrictSerializer):
         count = len(attrs["tasks"]) if "tasks" in attrs else attrs.get("replicas", 1)
         if attrs.get("min_available") is not None and attrs["min_available"] > count:
             raise serializers.ValidationError({"min_available": [f"At most the number of tasks ({count})."]})
+        self._check_engine(attrs)
         return attrs
+
+    @staticmethod
+    def _check_engine(attrs: dict[str, Any]) -> None:
+        """The scheduling engine's own input rules (``gpu`` above 1 in whole devices, ``gpu`` or
+        ``gpu_memory_mib`` but not both, Kubernetes label keys, ...), the same check the service,
+        the admin and the cycle apply: what this accepts, the engine schedules."""
+        from queues_app import engine_io
+
+        def seconds(key: str) -> timedelta | None:
+            return None if attrs.get(key) is None else timedelta(seconds=attrs[key])
+
+        form = {"tasks": [dict(t) for t in attrs["tasks"]]} if "tasks" in attrs else {
+            "task": dict(attrs["task"]), "replicas": attrs.get("replicas", 1)}
+        problems = engine_io.workload_problems(
+            queue=attrs["queue"].name, name=attrs["name"], priority=attrs.get("priority", 50),
+            preemptible=attrs.get("preemptible"), min_available=attrs.get("min_available"),
+            node_selector=attrs.get("node_selector") or {}, topology_required=attrs.get("topology_required", ""),
+            topology_preferred=attrs.get("topology_preferred", ""),
+            preemption_delay=seconds("preemption_delay_seconds"),
+            staleness_grace_period=seconds("staleness_grace_period_seconds"), **form)
+        if problems:
+            renamed = {"preemption_delay": "preemption_delay_seconds",
+                       "staleness_grace_period": "staleness_grace_period_seconds"}
+            raise serializers.ValidationError({renamed.get(k, k): v for k, v in problems.items()})
 
 
 class TaskOutputSerializer(serializers.Serializer):

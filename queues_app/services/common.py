@@ -1,9 +1,9 @@
 """Helpers shared by the services: validation into ApplicationError, generic update, locks."""
 from __future__ import annotations
 
-from typing import Any, Iterable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import connection, models
 
 from queues_app import constants
@@ -20,8 +20,10 @@ def validate(instance: models.Model, *, message: str, exclude: Iterable[str] | N
         raise ApplicationError.from_validation_error(exc, message) from exc
 
 
-def model_update(*, instance: M, fields: Iterable[str], data: dict[str, Any], message: str) -> tuple[M, bool]:
-    """Copy the listed fields present in ``data``, validate, save only what changed.
+def model_update(*, instance: M, fields: Iterable[str], data: dict[str, Any], message: str,
+                 check: Callable[[M], None] | None = None) -> tuple[M, bool]:
+    """Copy the listed fields present in ``data``, validate (``full_clean``, then ``check``, e.g.
+    the engine's rules), save only what changed.
 
     Returns ``(instance, changed)``; bumps ``version`` when the model has one and something
     changed, so cycles holding an older snapshot notice.
@@ -34,6 +36,8 @@ def model_update(*, instance: M, fields: Iterable[str], data: dict[str, Any], me
     if not changed:
         return instance, False
     validate(instance, message=message)
+    if check is not None:
+        check(instance)
     if hasattr(instance, "version"):
         instance.version = (instance.version or 0) + 1
         changed.append("version")
@@ -68,3 +72,42 @@ def bounded_int(value: Any, *, field: str, minimum: int, maximum: int) -> int:
     if not minimum <= as_int <= maximum:
         raise ApplicationError("Invalid input.", extra={field: [f"Must be between {minimum} and {maximum}."]})
     return as_int
+
+
+def request_timeouts() -> tuple[float, float]:
+    """``(lock_timeout, statement_timeout)`` of request transactions, in seconds.
+
+    A request must never hold row locks as long as the cycle's apply waits for them
+    (``KAI_CYCLE_LOCK_TIMEOUT``, default 10 s), or one tenant's cancel makes cycles fail:
+    so its statements are cut at ``KAI_REQUEST_STATEMENT_TIMEOUT`` (default 4 s), below half
+    of the cycle's, and it waits at most ``KAI_REQUEST_LOCK_TIMEOUT`` (default 2 s) for a lock
+    the cycle holds (then the API answers 503 with Retry-After).
+    """
+    from queues_app.services.cycle_config import _num, cycle_config
+
+    lock = _num("KAI_REQUEST_LOCK_TIMEOUT", 2.0, minimum=0.01)
+    statement = _num("KAI_REQUEST_STATEMENT_TIMEOUT", 4.0, minimum=0.01)
+    cycle = cycle_config().apply_lock_timeout
+    if statement * 2 > cycle:
+        raise ImproperlyConfigured(f"KAI_REQUEST_STATEMENT_TIMEOUT={statement:g} must be at most half of "
+                                   f"KAI_CYCLE_LOCK_TIMEOUT={cycle:g}: a request's two write statements must not hold "
+                                   "row locks longer than the cycle waits for them")
+    return lock, statement
+
+
+def bound_request_locks() -> None:
+    """Bound how long the current (request) transaction waits for and holds row locks.
+
+    PostgreSQL, for the rest of the transaction (``SET LOCAL``): ``lock_timeout``,
+    ``statement_timeout`` (see :func:`request_timeouts`) and ``client_connection_check_interval``
+    (1 s), so a statement whose client is gone (a web worker killed by its timeout) is cancelled
+    within a second instead of running on for minutes with its locks.  Nothing on SQLite, where
+    writers are serialized by BEGIN IMMEDIATE.
+    """
+    if connection.vendor != "postgresql":
+        return
+    lock, statement = request_timeouts()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true), "
+                       "set_config('client_connection_check_interval', '1000ms', true)",
+                       [f"{int(lock * 1000)}ms", f"{int(statement * 1000)}ms"])

@@ -43,7 +43,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from queues_app import constants
+from queues_app import constants, engine_io
 from queues_app.choices import TASK_STATES_TERMINAL, TaskState, WorkloadStatus
 from queues_app.errors import ApplicationError
 from queues_app.kube import translate
@@ -258,6 +258,14 @@ def _create_pod(obj: Mapping[str, Any], *, owner: translate.OwnerInfo | None, no
     if workload.status == WorkloadStatus.CANCELLED:
         task.state = TaskState.FAILED
     validate(task, message=f"Invalid pod {info.namespace}/{info.name}.")
+    # The engine's own rules on the translated pod (one contract; a pod the cycle would refuse is
+    # refused here, with an event on the pod, instead of being quarantined every cycle).
+    problems = engine_io.workload_problems(
+        queue=workload.queue.name, name=workload.name, priority=workload.priority, min_available=None,
+        tasks=[{**info.task, "name": task.name}])
+    if problems:
+        raise ApplicationError(f"Invalid pod {info.namespace}/{info.name}.",
+                               extra={f"pod {k.replace('tasks[0].', '', 1)}": v for k, v in problems.items()})
     task.save()
     KubePod.objects.create(task=task, uid=info.uid, namespace=info.namespace, name=info.name,
                            resource_version=info.resource_version, node_name=info.status.node_name,

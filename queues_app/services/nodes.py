@@ -7,6 +7,7 @@ from typing import Any, Mapping
 from django.db import transaction
 from django.db.models import Sum
 
+from queues_app import engine_io
 from queues_app.choices import TASK_STATES_HOLDING, TaskState
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Task
@@ -44,6 +45,9 @@ def node_upsert(*, name: str, **fields: Any) -> tuple[Node, bool]:
             v = Decimal(repr(v))
         setattr(node, k, v)
     validate(node, message="Invalid node.")
+    problems = engine_io.node_problems({"name": node.name, **{f: getattr(node, f) for f in NODE_FIELDS}})
+    if problems:
+        raise ApplicationError("Invalid node.", extra=problems)
     if not created:
         held = Task.objects.filter(node=node, state__in=TASK_STATES_HOLDING).aggregate(gpu=Sum("gpu"))["gpu"] or 0
         if node.gpus < held:

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from queues_app import constants
+from queues_app import constants, engine_io
 from queues_app.choices import QuotaField, Resource
 from queues_app.errors import ApplicationError
 from queues_app.models import Queue, QueueResource, QuotaChange, Tenant, Workload
@@ -57,6 +57,18 @@ def to_decimal(value: Any, *, field: str) -> Decimal:
 
 def _actor_name(actor: AbstractBaseUser | None) -> str:
     return actor.get_username() if actor is not None else ""
+
+
+def _check_engine(queue: Queue, rows: list[QueueResource] | None = None, *, prefix: str = "quotas.") -> None:
+    """The engine's rules for the queue's own fields and the given resource rows (one contract,
+    see engine_io): e.g. a memory quota the engine cannot represent is refused here, not by
+    every scheduling cycle after it."""
+    problems = engine_io.queue_problems(
+        name=queue.name, priority=queue.priority, reclaim_min_runtime=queue.reclaim_min_runtime,
+        preempt_min_runtime=queue.preempt_min_runtime, prefix=prefix,
+        quotas={r.resource: {f: getattr(r, f) for f in QUOTA_FIELDS} for r in rows or ()})
+    if problems:
+        raise ApplicationError("Invalid quota." if rows else "Invalid queue.", extra=problems)
 
 
 def _build_resources(queue: Queue, quotas: Mapping[str, Mapping[str, Any]] | None) -> list[QueueResource]:
@@ -123,6 +135,7 @@ def queue_create(
     )
     validate(queue, message="Invalid queue.", exclude=["path", "depth"])
     rows = _build_resources(queue, quotas)
+    _check_engine(queue, rows)
     queue.save()
     queue.path, queue.depth = _path_for(queue, parent)
     queue.save(update_fields=["path", "depth"])
@@ -153,7 +166,8 @@ def queue_update(*, queue: Queue, data: Mapping[str, Any], actor: AbstractBaseUs
     if fresh is None:
         raise ApplicationError("Invalid queue.", extra={"queue": ["The queue no longer exists."]})
     old_parent_id = fresh.parent_id
-    fresh, changed = model_update(instance=fresh, fields=QUEUE_UPDATE_FIELDS, data=dict(data), message="Invalid queue.")
+    fresh, changed = model_update(instance=fresh, fields=QUEUE_UPDATE_FIELDS, data=dict(data), message="Invalid queue.",
+                                  check=_check_engine)
     if changed and fresh.parent_id != old_parent_id:
         parent = Queue.objects.select_for_update().get(pk=fresh.parent_id) if fresh.parent_id else None
         old_prefix = fresh.path
@@ -197,6 +211,8 @@ def queue_set_quota(
     for k, v in values.items():
         setattr(row, k, v)
     validate(row, message="Invalid quota.")
+    fresh = Queue.objects.filter(pk=queue.pk).first() or queue
+    _check_engine(fresh, [row], prefix="")
     changed = [k for k in QUOTA_FIELDS if old[k] is None or old[k] != getattr(row, k)]
     if not changed:
         return row

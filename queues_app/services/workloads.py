@@ -1,44 +1,49 @@
 """Workload writes: submit (all tasks Pending), import with observed state, cancel."""
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Iterable, Mapping, Sequence
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from queues_app import constants
+from queues_app import constants, engine_io
 from queues_app.choices import TASK_STATES_TERMINAL, TaskState, WorkloadStatus
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Queue, Task, Tenant, Workload
-from queues_app.services.common import bounded_int, validate
+from queues_app.services.common import bound_request_locks, bounded_int, validate
 
 #: Keys of one task spec accepted by workload_submit.
 TASK_SPEC_KEYS = ("name", "gpu", "gpu_memory_mib", "cpu_millis", "memory_bytes", "priority", "node_selector")
 #: Extra keys accepted by workload_import (observed state, e.g. from a scenario file).
 TASK_STATE_KEYS = ("state", "node", "gpu_groups")
+DUPLICATE_NAME_MESSAGE = "A workload with this name already exists in this queue."
 
 
-def _task_from_spec(spec: Mapping[str, Any], *, index: int, workload_name: str, allow_state: bool,
+def _task_from_spec(spec: Mapping[str, Any], *, index: int, where: str, workload_name: str, allow_state: bool,
                     nodes: Mapping[str, Node]) -> tuple[Task, dict[str, list[str]]]:
+    """One task spec as a validated (unsaved) Task; errors keyed ``<where>.<field>`` (``where`` is
+    ``tasks[3]``, or ``task`` for the template every replica copies)."""
     allowed = TASK_SPEC_KEYS + (TASK_STATE_KEYS if allow_state else ())
     errors: dict[str, list[str]] = {}
     unknown = sorted(set(spec) - set(allowed))
     if unknown:
-        errors[f"tasks[{index}]"] = [f"Unknown field(s): {', '.join(unknown)}."]
+        errors[where] = [f"Unknown field(s): {', '.join(unknown)}."]
         return Task(), errors
     values = {k: spec[k] for k in TASK_SPEC_KEYS if k in spec and spec[k] is not None}
     if isinstance(values.get("gpu"), float):
         values["gpu"] = Decimal(repr(values["gpu"]))
     for k in ("gpu", "cpu_millis", "memory_bytes", "gpu_memory_mib", "priority"):
         if isinstance(values.get(k), bool):
-            errors[f"tasks[{index}].{k}"] = ["Must be a number."]
+            errors[f"{where}.{k}"] = ["Must be a number."]
         elif k != "gpu" and isinstance(values.get(k), float) and not values[k].is_integer():
             # IntegerField.to_python would truncate 1.5 to 1 silently.
-            errors[f"tasks[{index}].{k}"] = ["Must be a whole number."]
+            errors[f"{where}.{k}"] = ["Must be a whole number."]
     values.setdefault("name", f"{workload_name}-{index}")
     task = Task(index=index, **values)
     if allow_state:
@@ -47,14 +52,62 @@ def _task_from_spec(spec: Mapping[str, Any], *, index: int, workload_name: str, 
         if node_name:
             task.node = nodes.get(node_name)
             if task.node is None:
-                errors[f"tasks[{index}].node"] = [f"Unknown node {node_name!r}."]
+                errors[f"{where}.node"] = [f"Unknown node {node_name!r}."]
         task.gpu_groups = list(spec.get("gpu_groups") or [])
     try:
         task.full_clean(exclude=["workload"], validate_unique=False, validate_constraints=False)
     except ValidationError as exc:
         for k, msgs in exc.message_dict.items():
-            errors[f"tasks[{index}].{k}"] = msgs
+            errors[f"{where}.{k}"] = msgs
     return task, errors
+
+
+#: Rows per INSERT statement: bounded, so no statement carries an unbounded payload or holds
+#: its locks for long; a 10,000-task gang is five statements.
+INSERT_BATCH = 2000
+#: (column, PostgreSQL type) of the task rows submit inserts; created/updated are one value.
+_TASK_COLUMNS = (("workload_id", "bigint"), ("name", "varchar"), ("index", "integer"), ("gpu", "numeric"),
+                 ("gpu_memory_mib", "bigint"), ("cpu_millis", "bigint"), ("memory_bytes", "bigint"),
+                 ("priority", "integer"), ("node_selector", "jsonb"), ("state", "varchar"), ("node_id", "bigint"),
+                 ("gpu_groups", "jsonb"))
+
+
+def _insert_tasks(rows: list[tuple], *, now: datetime) -> None:
+    """Insert task rows (tuples in ``_TASK_COLUMNS`` order) set-based, INSERT_BATCH at a time.
+
+    PostgreSQL: ``INSERT ... SELECT * FROM unnest(%s::bigint[], %s::varchar[], ...)``, one
+    array per column, so a batch is one statement with a dozen parameters (no per-row
+    placeholders for the driver to parse).  SQLite: ``executemany`` of one prepared INSERT.
+    """
+    if not rows:
+        return
+    qn = connection.ops.quote_name
+    table = qn(Task._meta.db_table)
+    names = [c for c, _ in _TASK_COLUMNS]
+    cols = ", ".join(qn(c) for c in names + ["created_at", "updated_at", "version"])
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        for i in range(0, len(rows), INSERT_BATCH):
+            chunk = rows[i:i + INSERT_BATCH]
+            if connection.vendor == "postgresql":
+                arrays = ", ".join(f"%s::{t}[]" for _, t in _TASK_COLUMNS)
+                cursor.execute(f"INSERT INTO {table} ({cols}) SELECT u.*, %s, %s, 1 FROM unnest({arrays}) AS u",
+                               [stamp, stamp, *([list(col) for col in zip(*chunk)])])
+            else:
+                marks = ", ".join(["%s"] * (len(names) + 3))
+                cursor.executemany(f"INSERT INTO {table} ({cols}) VALUES ({marks})",
+                                   [(*row, stamp, stamp, 1) for row in chunk])
+
+
+def _row(workload_id: int, t: Task, *, name: str, index: int) -> tuple:
+    return (workload_id, name, index, t.gpu, t.gpu_memory_mib, t.cpu_millis, t.memory_bytes, t.priority,
+            json.dumps(t.node_selector or {}), t.state, t.node_id, json.dumps(list(t.gpu_groups or [])))
+
+
+def _spec_key(spec: Mapping[str, Any]) -> str:
+    """Task specs that differ only in their name validate alike (a list of 10,000 copies of one
+    spec is validated once)."""
+    return json.dumps({k: v for k, v in spec.items() if k != "name"}, sort_keys=True, default=repr)
 
 
 def _create(
@@ -72,6 +125,7 @@ def _create(
     allow_state: bool,
     workload_fields: Mapping[str, Any],
 ) -> Workload:
+    bound_request_locks()
     # Lock the queue row: queue_create locks a parent the same way, so "add a child" and
     # "submit to it" cannot interleave and leave workloads on an inner queue.
     locked = Queue.objects.select_for_update().filter(pk=queue.pk).first()
@@ -89,49 +143,106 @@ def _create(
     if tasks is None:
         if task is None:
             raise ApplicationError("Invalid workload.", extra={"tasks": ["A workload needs at least one task."]})
-        n = bounded_int(1 if replicas is None else replicas, field="replicas", minimum=1,
-                        maximum=constants.MAX_TASKS_PER_WORKLOAD)
-        tasks = [dict(task) for _ in range(n)]
-    if not isinstance(tasks, (list, tuple)) or not tasks:
-        raise ApplicationError("Invalid workload.", extra={"tasks": ["A workload needs at least one task."]})
-    if len(tasks) > constants.MAX_TASKS_PER_WORKLOAD:
-        raise ApplicationError("Invalid workload.", extra={"tasks": [
-            f"At most {constants.MAX_TASKS_PER_WORKLOAD} tasks per workload."]})
+        if not isinstance(task, Mapping):
+            raise ApplicationError("Invalid workload.", extra={"task": ["Must be an object."]})
+        count = bounded_int(1 if replicas is None else replicas, field="replicas", minimum=1,
+                            maximum=constants.MAX_TASKS_PER_WORKLOAD)
+    else:
+        if not isinstance(tasks, (list, tuple)) or not tasks:
+            raise ApplicationError("Invalid workload.", extra={"tasks": ["A workload needs at least one task."]})
+        if len(tasks) > constants.MAX_TASKS_PER_WORKLOAD:
+            raise ApplicationError("Invalid workload.", extra={"tasks": [
+                f"At most {constants.MAX_TASKS_PER_WORKLOAD} tasks per workload."]})
+        count = len(tasks)
 
     priority = bounded_int(priority, field="priority", minimum=-constants.MAX_PRIORITY,
                            maximum=constants.MAX_PRIORITY)
     if preemptible is None:
         preemptible = priority < 100
     if min_available is None:
-        min_available = len(tasks)
-    min_available = bounded_int(min_available, field="min_available", minimum=1, maximum=len(tasks))
+        min_available = count
+    min_available = bounded_int(min_available, field="min_available", minimum=1, maximum=count)
 
     workload = Workload(queue=locked, name=name, tenant=tenant, owner=owner, priority=priority,
                         preemptible=bool(preemptible), min_available=min_available, **workload_fields)
     validate(workload, message="Invalid workload.")
 
-    node_names = {t.get("node") for t in tasks if isinstance(t, Mapping) and t.get("node")} if allow_state else set()
+    specs = list(tasks) if tasks is not None else [task]
+    node_names = {t.get("node") for t in specs if isinstance(t, Mapping) and t.get("node")} if allow_state else set()
     nodes = {n.name: n for n in Node.objects.filter(name__in=node_names)} if node_names else {}
-    built, errors = [], {}
-    for i, spec in enumerate(tasks):
-        if not isinstance(spec, Mapping):
-            errors[f"tasks[{i}]"] = ["Must be an object."]
-            continue
-        t, errs = _task_from_spec(spec, index=i, workload_name=name, allow_state=allow_state, nodes=nodes)
-        errors.update(errs)
-        built.append(t)
-    names = [t.name for t in built]
-    if len(set(names)) != len(names):
-        errors["tasks"] = ["Task names must be unique within the workload."]
+    # (validated task, its name, its index) per task; specs that differ only in name share one Task
+    built: list[tuple[Task, str, int]] = []
+    errors: dict[str, list[str]] = {}
+    if tasks is None:
+        # One template, validated once; the replicas differ only in index and name.
+        template, errors = _task_from_spec(task, index=0, where="task", workload_name=name, allow_state=allow_state,
+                                           nodes=nodes)
+        built = [(template, f"{name}-{i}", i) for i in range(count)]
+    else:
+        name_field = Task._meta.get_field("name")
+        checked: dict[str, tuple[Task, dict[str, list[str]]]] = {}
+        for i, spec in enumerate(tasks):
+            where = f"tasks[{i}]"
+            if not isinstance(spec, Mapping):
+                errors[where] = ["Must be an object."]
+                continue
+            key = _spec_key(spec)
+            if key not in checked:
+                checked[key] = _task_from_spec({k: v for k, v in spec.items() if k != "name"}, index=i, where="@",
+                                               workload_name=name, allow_state=allow_state, nodes=nodes)
+            t, errs = checked[key]
+            for k, v in errs.items():
+                errors[where + k[1:]] = v
+            tname = spec.get("name")
+            if tname is None:
+                tname = f"{name}-{i}"
+            else:
+                try:
+                    tname = name_field.clean(tname, None)
+                except ValidationError as exc:
+                    errors[f"{where}.name"] = list(exc.messages)
+            built.append((t, tname, i))
+        names = [n for _, n, _ in built]
+        if len(set(names)) != len(names):
+            errors["tasks"] = ["Task names must be unique within the workload."]
     if errors:
         raise ApplicationError("Invalid workload.", extra=errors)
+    # The engine's own rules on what is about to be stored (one contract; see engine_io).
+    problems = engine_io.workload_problems(
+        queue=locked.name, name=name, priority=priority, preemptible=bool(preemptible), min_available=min_available,
+        node_selector=workload.node_selector, topology_required=workload.topology_required,
+        topology_preferred=workload.topology_preferred, preemption_delay=workload.preemption_delay,
+        staleness_grace_period=workload.staleness_grace_period, nodes=list(nodes),
+        **({"tasks": [_spec_of(t, tname) for t, tname, _ in built]} if tasks is not None
+           else {"task": _spec_of(built[0][0], None), "replicas": count}),
+    )
+    if problems:
+        raise ApplicationError("Invalid workload.", extra=problems)
 
-    workload.status = _status_of([t.state for t in built], workload.min_available)
-    workload.save()
-    for t in built:
-        t.workload = workload
-    Task.objects.bulk_create(built)
+    workload.status = _status_of([t.state for t, _, _ in built], workload.min_available)
+    _save_workload(workload)
+    _insert_tasks([_row(workload.pk, t, name=tname, index=i) for t, tname, i in built], now=timezone.now())
     return workload
+
+
+def _spec_of(t: Task, name: str | None) -> dict[str, Any]:
+    spec = {"name": name, "gpu": t.gpu, "gpu_memory_mib": t.gpu_memory_mib, "cpu_millis": t.cpu_millis,
+            "memory_bytes": t.memory_bytes, "priority": t.priority, "node_selector": t.node_selector}
+    if t.state != TaskState.PENDING or t.node_id is not None or t.gpu_groups:
+        spec.update(state=t.state, node=t.node.name if t.node_id else None, gpu_groups=list(t.gpu_groups or []))
+    return spec
+
+
+def _save_workload(workload: Workload) -> None:
+    """Insert the workload; a name taken meanwhile by a concurrent submit (the unique constraint,
+    not the earlier check, decides) is the same field error as a name taken before."""
+    try:
+        with transaction.atomic():
+            workload.save()
+    except IntegrityError as exc:
+        if "workload_unique_name" not in str(exc):
+            raise
+        raise ApplicationError("Invalid workload.", extra={"name": [DUPLICATE_NAME_MESSAGE]}) from None
 
 
 def _status_of(states: Iterable[str], min_available: int = 1) -> str:
@@ -227,7 +338,13 @@ def workload_import(
 def workload_cancel(*, workload: Workload, actor: AbstractBaseUser | None = None) -> Workload:
     """Cancel: Pending / Pipelined tasks end Failed, tasks on nodes become Releasing (the
     cluster side deletes their pods; the resources stay busy until then).  Cancelling a
-    cancelled workload is a no-op; a finished one is an error."""
+    cancelled workload is a no-op; a finished one is an error.
+
+    Set-based: the workload row is locked (the lock order of the cycle's apply: workload, then
+    tasks), then one UPDATE per target state moves every task at once -- two statements whatever
+    the gang size, with the request's bounded lock and statement timeouts.
+    """
+    bound_request_locks()
     fresh = Workload.objects.select_for_update().filter(pk=workload.pk).first()
     if fresh is None:
         raise ApplicationError("Invalid cancel.", extra={"workload": ["The workload no longer exists."]})
@@ -236,17 +353,12 @@ def workload_cancel(*, workload: Workload, actor: AbstractBaseUser | None = None
     if fresh.status in (WorkloadStatus.SUCCEEDED, WorkloadStatus.FAILED):
         raise ApplicationError("Invalid cancel.", extra={"status": [f"The workload already {fresh.status.lower()}."]})
     now = timezone.now()
-    tasks = list(Task.objects.select_for_update().filter(workload=fresh))
-    for t in tasks:
-        if t.state in (TaskState.PENDING, TaskState.PIPELINED):
-            t.state, t.node = TaskState.FAILED, None
-        elif t.state in (TaskState.RUNNING, TaskState.BINDING):
-            t.state = TaskState.RELEASING
-        else:
-            continue
-        t.version += 1
-        t.updated_at = now
-    Task.objects.bulk_update(tasks, ["state", "node", "version", "updated_at"])
+    tasks = Task.objects.filter(workload_id=fresh.pk)
+    # Releases first: every statement leaves the nodes within capacity (the guard triggers).
+    tasks.filter(state__in=(TaskState.PENDING, TaskState.PIPELINED)).update(
+        state=TaskState.FAILED, node=None, gpu_groups=[], version=F("version") + 1, updated_at=now)
+    tasks.filter(state__in=(TaskState.RUNNING, TaskState.BINDING)).update(
+        state=TaskState.RELEASING, version=F("version") + 1, updated_at=now)
     fresh.status = WorkloadStatus.CANCELLED
     who = f" by {actor.get_username()}" if actor is not None else ""
     fresh.status_message = f"Cancelled{who} at {now:%Y-%m-%d %H:%M:%S}Z."

@@ -107,11 +107,11 @@ def test_errors_in_a_task_list_name_the_index(alice_client, nodes):
     assert list(response.json()["extra"]) == ["tasks[2].gpu"]
 
 
-def test_duplicate_task_names_come_back_from_the_service(alice_client, nodes):
+def test_duplicate_task_names_are_named(alice_client, nodes):
     body = {"name": "dup", "queue": "a-train", "tasks": [{"name": "t", "gpu": 1}, {"name": "t", "gpu": 1}]}
     response = alice_client.post(URL, body, format="json")
     assert response.status_code == 400
-    assert response.json()["extra"] == {"tasks": ["Task names must be unique within the workload."]}
+    assert response.json()["extra"] == {"tasks[1].name": ["duplicate task name 't' (also tasks[0].name)"]}
     _assert_nothing_stored()
 
 
