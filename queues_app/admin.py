@@ -846,7 +846,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 @admin.register(SchedulingCycle)
 class SchedulingCycleAdmin(ReadOnlyAdmin):
     list_display = ("id", "generation", "status", "trigger", "started_at", "duration", "bound_count",
-                    "pipelined_count", "evicted_count", "tasks_count")
+                    "pipelined_count", "evicted_count", "tasks_count", "quarantined_count")
     list_filter = ("status", "trigger")
     date_hierarchy = "started_at"
     show_full_result_count = False

@@ -43,6 +43,8 @@ from scheduler_engine.snapshot import TaskState as EngineTaskState
 __all__ = [
     "EngineIndex",
     "EngineInput",
+    "Quarantine",
+    "load_quarantined",
     "build_engine_input",
     "build_scenario_dict",
     "build_snapshot",
@@ -208,6 +210,26 @@ def _unique_names(names: list[str], qualifiers: list[str]) -> list[str]:
 # what the engine will be given.
 
 
+def _as_given(value: Any, kind: type) -> Any:
+    """A JSON column's value as the engine should see it: a copy when it has the right shape,
+    otherwise the value itself (written by raw SQL), so the engine names the problem instead
+    of this conversion crashing or silently reshaping it."""
+    if value is None:
+        return kind()
+    return kind(value) if isinstance(value, kind) else value
+
+
+def _merge_selectors(workload: Any, task: Any) -> Any:
+    """The workload's node selector under the task's own (both label maps); a malformed one is
+    passed on as it is, for the engine to refuse."""
+    workload, task = _as_given(workload, dict), _as_given(task, dict)
+    if not isinstance(workload, dict):
+        return workload
+    if not isinstance(task, dict):
+        return task
+    return {**workload, **task}
+
+
 def node_scenario(n: Mapping[str, Any]) -> dict[str, Any]:
     """A Node row (or node_upsert fields) as a scenario node."""
     return {
@@ -216,7 +238,7 @@ def node_scenario(n: Mapping[str, Any]) -> dict[str, Any]:
         "gpuMemory": int(n["gpu_memory_mib"]),
         "cpu": f"{int(n['cpu_millis'])}m",
         "memory": int(n["memory_bytes"]),
-        "labels": dict(n["labels"] or {}),
+        "labels": _as_given(n["labels"], dict),
         "unschedulable": bool(n["unschedulable"]),
         "ready": bool(n["ready"]),
         "reservedByOthers": {
@@ -243,7 +265,7 @@ def task_scenario(t: Mapping[str, Any], *, selector: Mapping[str, str] | None = 
         "cpu": f"{int(t.get('cpu_millis') or 0)}m",
         "memory": int(t.get("memory_bytes") or 0),
         "priority": t.get("priority"),
-        "nodeSelector": {**(selector or {}), **(t.get("node_selector") or {})},
+        "nodeSelector": _merge_selectors(selector, t.get("node_selector")),
     }
     if t.get("name") is not None:
         task["name"] = t["name"]
@@ -493,10 +515,10 @@ def build_engine_input(
     for w, job_name in zip(wl_rows, job_names):
         index.workload_id[job_name] = w["id"]
         index.workload_version[w["id"]] = w["version"]
-        selector = dict(w["node_selector"] or {})
+        selector = _as_given(w["node_selector"], dict)
         tasks = []
         for t in task_rows.get(w["id"], []):
-            state, node, groups = t["state"], t["node__name"], list(t["gpu_groups"] or [])
+            state, node, groups = t["state"], t["node__name"], _as_given(t["gpu_groups"], list)
             if state == TaskState.BINDING:
                 state = TaskState.RUNNING
             elif state == TaskState.PIPELINED:
@@ -570,6 +592,143 @@ def build_snapshot_with_index(**kwargs: Any) -> tuple[Snapshot, EngineIndex]:
 def build_snapshot(**kwargs: Any) -> Snapshot:
     """``scheduler_engine.loader.load_dict(build_scenario_dict())``: the engine's input type."""
     return build_snapshot_with_index(**kwargs)[0]
+
+
+# ----------------------------------------------------------------------------- quarantine (issue 16)
+
+#: Event reason and status-message prefix of a workload the engine refuses.
+INVALID_REASON = "Invalid"
+INVALID_PREFIX = "Invalid: "
+MAX_REASON_LENGTH = 900
+
+
+@dataclass
+class Quarantine:
+    """What the engine refused of one engine input, by database id, with the reason in the
+    caller's field names (``Invalid: tasks[0].gpu: a request above 1 gpu must be whole devices,
+    got 1.5``).  ``jobs`` are the removed job dicts (their cluster confirmations still apply)."""
+
+    workloads: dict[int, str] = field(default_factory=dict)
+    queues: dict[int, str] = field(default_factory=dict)
+    nodes: dict[int, str] = field(default_factory=dict)
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.workloads or self.queues or self.nodes)
+
+    def summary(self) -> str:
+        parts = [f"{len(v)} {k}" for k, v in (("workload(s)", self.workloads), ("queue(s)", self.queues),
+                                               ("node(s)", self.nodes)) if v]
+        return "quarantined " + ", ".join(parts) if parts else ""
+
+
+def _say(problems: list[tuple[str, str]], mapper) -> str:
+    first = "; ".join(f"{mapper(p)}: {m}" if p else m for p, m in problems[:3])
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return (first + more)[:MAX_REASON_LENGTH]
+
+
+def load_quarantined(data: dict[str, Any], index: EngineIndex, *, source: str = "database") -> tuple[Snapshot,
+                                                                                                   Quarantine]:
+    """Load an engine input into a Snapshot, leaving out whatever the engine refuses.
+
+    The fast path is one ``load_dict``.  When it raises, ``scheduler_engine.loader.
+    partition_scenario`` splits the input row by row: the refused nodes, queues (with their
+    subtrees) and jobs (with those on refused queues or nodes) are removed from ``data`` **in
+    place** (so the plan and the apply see exactly what the engine saw) and returned by database
+    id with their reasons; the rest loads and is scheduled.  Resources that refused jobs still
+    hold on a node (Running / Releasing tasks) are added to the node's ``reservedByOthers`` (at
+    most its capacity), so nothing is placed on top of them.  Problems no row can be blamed for
+    (the operator's ``KAI_SCHEDULER_CONFIG``) still raise ``ScenarioError``.
+    """
+    try:
+        return engine_loader.load_dict(data, source=source), Quarantine()
+    except ScenarioError:
+        pass
+    part = engine_loader.partition_scenario(data)
+    if part.problems:
+        raise ScenarioError(part.problems, source)
+    q = Quarantine()
+    nodes, queues, jobs = data.get("nodes") or [], data.get("queues") or [], data.get("jobs") or []
+    node_reason: dict[str, str] = {}
+    for i, probs in part.refused["nodes"].items():
+        name = nodes[i].get("name")
+        node_reason[name] = f"node {name!r} is refused: {_say(probs, node_field)}"
+        if name in index.node_id:
+            q.nodes[index.node_id[name]] = INVALID_PREFIX + _say(probs, node_field)
+    own_queue: dict[str, str] = {}
+    parent_of = {qq.get("name"): qq.get("parent") for qq in queues}
+    for i, probs in part.refused["queues"].items():
+        own = [(p, m) for p, m in probs if p != "parent" or "is refused" not in m]
+        if own:
+            own_queue[queues[i].get("name")] = _say(own, queue_field)
+
+    def queue_reason(name: str) -> str:
+        seen, cur = 0, name
+        while cur is not None and cur not in own_queue and seen < 1000:
+            cur, seen = parent_of.get(cur), seen + 1
+        if cur is None or cur not in own_queue:
+            return f"queue {name!r} is refused"
+        via = f"queue {name!r} is under queue {cur!r}, which" if cur != name else f"queue {name!r}"
+        return f"{via} is refused: {own_queue[cur]}"
+
+    for i in part.refused["queues"]:
+        name = queues[i].get("name")
+        if name in index.queue_id:
+            q.queues[index.queue_id[name]] = INVALID_PREFIX + queue_reason(name)
+    for i, probs in part.refused["jobs"].items():
+        job = jobs[i]
+        wid = index.workload_id.get(job.get("name"))
+        if wid is None:
+            continue
+        path, msg = probs[0]
+        selector = {}
+        if path == "queue" and "is refused" in msg:
+            reason = f"queue: {queue_reason(job.get('queue'))}"
+        elif path.endswith(".node") and "is refused" in msg and isinstance(job.get("tasks"), list):
+            k = int(path[len("tasks["):path.index("]")])
+            node = job["tasks"][k].get("node")
+            reason = f"{job_field(path)}: {node_reason.get(node, msg)}"
+        else:
+            reason = _say(probs, lambda p: job_field(p, workload_selector=selector))
+        q.workloads[wid] = (INVALID_PREFIX + reason)[:MAX_REASON_LENGTH]
+        q.jobs.append(job)
+    clean = part.data
+    _reserve_held(clean.get("nodes") or [], q.jobs)
+    for key in ("nodes", "queues", "jobs", "usage"):
+        if key in clean:
+            data[key] = clean[key]
+    return engine_loader.load_dict(data, source=source), q
+
+
+def _reserve_held(nodes: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> None:
+    """Add what the refused jobs' tasks hold on each node to its ``reservedByOthers`` (whole
+    devices, rounded up; at most the node's capacity), as if another scheduler's pods held it."""
+    held: dict[str, list[float]] = {}
+    for job in jobs:
+        for t in job.get("tasks") or ():
+            if not isinstance(t, dict) or t.get("state") not in ("Running", "Releasing", "StuckInReleasing"):
+                continue
+            try:
+                gpu = math.ceil(float(t.get("gpu") or 0)) or (1 if t.get("gpuMemory") else 0)
+                cpu = engine_units.parse_cpu(t.get("cpu") or 0)
+                mem = engine_units.parse_memory(t.get("memory") or 0)
+            except (TypeError, ValueError):
+                continue
+            row = held.setdefault(t.get("node"), [0.0, 0.0, 0.0])
+            row[0] += gpu
+            row[1] += cpu
+            row[2] += mem
+    for n in nodes:
+        extra = held.get(n.get("name"))
+        if not extra:
+            continue
+        r = dict(n.get("reservedByOthers") or {})
+        cap_cpu = engine_units.parse_cpu(n.get("cpu") or 0)
+        r["gpu"] = _num(min(float(n.get("gpus") or 0), float(r.get("gpu") or 0) + extra[0]))
+        r["cpu"] = f"{int(min(cap_cpu, engine_units.parse_cpu(r.get('cpu') or 0) + extra[1]))}m"
+        r["memory"] = int(min(float(n.get("memory") or 0), float(r.get("memory") or 0) + extra[2]))
+        n["reservedByOthers"] = r
 
 
 # ----------------------------------------------------------------------------- the cycle's engine calls (issue #4)
@@ -746,8 +905,16 @@ def dry_run_workload(*, submit: Any, now: datetime | None = None) -> dict[str, A
     except _DryRunRollback:
         pass
     engine_input: EngineInput = holder["input"]
-    job_name = next(n for n, wid in engine_input.index.workload_id.items() if wid == holder["workload_id"])
-    snapshot = engine_loader.load_dict(engine_input.data, source="dry-run")
+    wid = holder["workload_id"]
+    job_name = next((n for n, w in engine_input.index.workload_id.items() if w == wid), None)
+    if job_name is None:  # left out of the input (e.g. its queue's tree is broken)
+        why = engine_input.excluded_workloads.get(wid, "it would not be scheduled")
+        raise ApplicationError("The workload would not be scheduled.", extra={"queue": [why]})
+    # A bad row elsewhere in the live state is quarantined here as in the cycle, never a 500.
+    snapshot, quarantine = load_quarantined(engine_input.data, engine_input.index, source="dry-run")
+    if wid in quarantine.workloads:
+        raise ApplicationError("The scheduling engine refuses this workload.",
+                               extra={"workload": [quarantine.workloads[wid]]})
     state = CycleState(snapshot)
     skipped: list[str] = []
     for action in snapshot.config.actions:
@@ -839,6 +1006,9 @@ def preview_queue_edit(*, queue_id: int, priority: int | None = None,
     edit: dict[str, Any] = {"queue": name, "resources": res_edit}
     if priority is not None:
         edit["priority"] = int(priority)
+    _, quarantine = load_quarantined(engine_input.data, engine_input.index, source="what-if")  # as the cycle does
+    if queue_id in quarantine.queues:
+        raise ApplicationError("The queue is quarantined.", extra={"queue": [quarantine.queues[queue_id]]})
     try:
         answer = preview_edits(engine_input.data, [edit])
     except ScenarioError as exc:

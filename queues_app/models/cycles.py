@@ -46,6 +46,8 @@ class SchedulingCycle(models.Model):
     bound_count = models.PositiveIntegerField(default=0)
     pipelined_count = models.PositiveIntegerField(default=0)
     evicted_count = models.PositiveIntegerField(default=0)
+    quarantined_count = models.PositiveIntegerField(
+        default=0, help_text="Workloads the engine refused (left Pending with an Invalid event); see error.")
     apply_started_at = models.DateTimeField(null=True, blank=True,
                                             help_text="Inside the apply transaction, after the fencing lock (I8).")
     apply_finished_at = models.DateTimeField(null=True, blank=True)

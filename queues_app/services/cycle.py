@@ -57,6 +57,7 @@ class CycleOutcome:
     confirmed: int = 0
     dropped: int = 0
     events: int = 0
+    quarantined: int = 0
     reason: str = ""
     phase_durations: dict[str, Any] = field(default_factory=dict)
 
@@ -225,7 +226,10 @@ def cycle_run(*, trigger: str = "manual", now: datetime | None = None, config: C
         conf = cycle_confirmations(mode=cfg.cluster_mode, task_db_state=snap.index.task_db_state,
                                    task_workload=snap.task_workload, workload_status=snap.workload_status)
         fold_into_input(snap.data, task_id=snap.index.task_id, job_id=snap.index.workload_id, conf=conf)
-        snapshot = engine_io.snapshot_from_dict(snap.data)
+        # Rows the engine refuses are quarantined (left out, reported), never a failed cycle.
+        snapshot, quarantine = engine_io.load_quarantined(snap.data, snap.index)
+        if quarantine:
+            logger.warning("cycle: %s", quarantine.summary())
         phases["load"] = round(time.perf_counter() - t, 6)
         t = time.perf_counter()
         result = (engine or engine_io.run_engine)(snapshot)
@@ -234,10 +238,12 @@ def cycle_run(*, trigger: str = "manual", now: datetime | None = None, config: C
         fault_point("after_compute")
 
         t = time.perf_counter()
-        plan = cycle_apply.build_plan(data=snap.data, index=snap.index, result=result, conf=conf)
+        plan = cycle_apply.build_plan(data=snap.data, index=snap.index, result=result, conf=conf,
+                                      confirm_only=quarantine.jobs)
         phases["plan"] = round(time.perf_counter() - t, 6)
         outcome = _apply(plan=plan, snap=snap, holder=holder, trigger=trigger, started_at=started_at,
-                         phases=phases, cfg=cfg, t0=t0, replay=engine_io.cycle_replay_record(snap.data, result))
+                         phases=phases, cfg=cfg, t0=t0, replay=engine_io.cycle_replay_record(snap.data, result),
+                         quarantine=quarantine)
     except ApplicationError as exc:
         logger.error("cycle refused: %s", exc)
         status = CycleStatus.FAILED
@@ -256,7 +262,9 @@ def cycle_run(*, trigger: str = "manual", now: datetime | None = None, config: C
 
 def _apply(*, plan: cycle_apply.Plan, snap: Snap, holder: str, trigger: str, started_at: datetime,
            phases: dict[str, Any], cfg: CycleConfig, t0: float,
-           replay: dict[str, bytes] | None = None) -> CycleOutcome:
+           replay: dict[str, bytes] | None = None,
+           quarantine: engine_io.Quarantine | None = None) -> CycleOutcome:
+    quarantine = quarantine or engine_io.Quarantine()
     t = time.perf_counter()
     with transaction.atomic():
         if connection.vendor == "postgresql":
@@ -290,6 +298,9 @@ def _apply(*, plan: cycle_apply.Plan, snap: Snap, holder: str, trigger: str, sta
         n_events = cycle_apply.write_events(plan, snap.index, drops, cycle=cycle, now=apply_started)
         n_events += cycle_apply.write_exclusion_events(snap.excluded, cycle=cycle, now=apply_started,
                                                        categories=snap.excluded_categories)
+        n_events += cycle_apply.write_exclusion_events(quarantine.workloads, cycle=cycle, now=apply_started,
+                                                       reason=engine_io.INVALID_REASON)
+        cycle_apply.write_quarantine_messages(quarantine.workloads, now=apply_started)
         if cfg.cluster_mode == "kubernetes":  # the orders to the cluster commit with the decisions (issue #7)
             from queues_app.services.kube_dispatch import kube_outbox_write
 
@@ -307,11 +318,23 @@ def _apply(*, plan: cycle_apply.Plan, snap: Snap, holder: str, trigger: str, sta
         SchedulingCycle.objects.filter(pk=cycle.pk).update(
             apply_finished_at=finished, finished_at=finished, bound_count=counts.bound,
             pipelined_count=counts.pipelined, evicted_count=counts.evicted, phase_durations=phases,
-            **(replay or {}),
+            quarantined_count=len(quarantine.workloads), error=_quarantine_note(quarantine), **(replay or {}),
         )
     return CycleOutcome(status=CycleStatus.APPLIED, cycle_id=cycle.pk, generation=generation, bound=counts.bound,
                         pipelined=counts.pipelined, evicted=counts.evicted, confirmed=counts.confirmed,
-                        dropped=counts.dropped, events=n_events, phase_durations=phases)
+                        dropped=counts.dropped, events=n_events, phase_durations=phases,
+                        quarantined=len(quarantine.workloads), reason=quarantine.summary())
+
+
+def _quarantine_note(quarantine: engine_io.Quarantine) -> str:
+    """For the cycle record (``error`` of an applied cycle): what the engine refused, the queues
+    and nodes by reason (their workloads carry their own events)."""
+    if not quarantine:
+        return ""
+    lines = [quarantine.summary()]
+    lines += [f"queue {qid}: {why}" for qid, why in list(quarantine.queues.items())[:20]]
+    lines += [f"node {nid}: {why}" for nid, why in list(quarantine.nodes.items())[:20]]
+    return "\n".join(lines)[:4000]
 
 
 def _prune(*, generation: int, cfg: CycleConfig) -> None:

@@ -121,8 +121,12 @@ def _groups(value: Any) -> list[str]:
     return [str(g) for g in (value or [])]
 
 
-def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confirmations) -> Plan:
-    """Map the engine's result to task writes and validate the decision set (see module doc)."""
+def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confirmations,
+               confirm_only: Iterable[Mapping[str, Any]] = ()) -> Plan:
+    """Map the engine's result to task writes and validate the decision set (see module doc).
+
+    ``confirm_only``: jobs the engine did not see (quarantined): their tasks get the cluster's
+    confirmations (a bind that took effect, a pod that is gone) and nothing else."""
     node_id = index.node_id
     nodes_by_name = {n["name"]: n for n in data.get("nodes", ())}
     queue_parent = {q["name"]: q.get("parent") for q in data.get("queues", ())}
@@ -230,6 +234,29 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
             final_state[tid] = fin[0]
             if fin[1] is not None and fin[0] in HOLDING + (TaskState.PIPELINED,):
                 on_node[fin[1]].append((task, fin[0], fin[2]))
+
+    for job in confirm_only:
+        wid = index.workload_id[job["name"]]
+        workload_name[wid] = job["name"]
+        for task in job.get("tasks", ()):
+            tid = index.task_id.get(task.get("name"))
+            if tid is None:
+                continue
+            task_workload[tid] = wid
+            workload_tasks[wid].append(tid)
+            db_state = index.task_db_state[tid]
+            confirm = None
+            if tid in conf.bound:
+                confirm = Target(TaskState.RUNNING, node_id.get(task.get("node")), _groups(task.get("gpuGroups")))
+            elif tid in conf.released:
+                confirm = Target(conf.released[tid], None, [])
+            final_state[tid] = confirm.state if confirm else db_state
+            if confirm is not None:
+                db_node_id = node_id.get(task.get("node"))
+                if tid in conf.released:
+                    db_node_id = index.node_id.get(getattr(index, "released_node", {}).get(tid))
+                writes[tid] = TaskWrite(task_id=tid, workload_id=wid, version=index.task_version[tid],
+                                        db_state=db_state, db_node_id=db_node_id, confirm=confirm)
 
     for nname in sorted(placed_nodes):
         errors.extend(_node_problems(nodes_by_name[nname], on_node.get(nname, [])))
@@ -684,16 +711,37 @@ def _category(value: Any) -> str:
 
 
 def write_exclusion_events(excluded: Mapping[int, str], *, cycle: SchedulingCycle, now: datetime,
-                           categories: Mapping[int, str] | None = None) -> int:
+                           categories: Mapping[int, str] | None = None, reason: str = "NotScheduled") -> int:
     """Why a workload was left out of the snapshot (a gang still waiting for its pods, a queue
-    tree corrupted by raw SQL): one ``NotScheduled`` event each, so "why pending" has an answer;
-    its category is ``categories[wid]`` (``gang``), else ``invalid``."""
+    tree corrupted by raw SQL, a row the engine refuses: ``reason`` Invalid): one event each, so
+    "why pending" has an answer; its category is ``categories[wid]`` (``gang``), else ``invalid``."""
     categories = categories or {}
-    rows = [SchedulingEvent(cycle=cycle, workload_id=wid, reason="NotScheduled", message=why[:1000], created_at=now,
+    rows = [SchedulingEvent(cycle=cycle, workload_id=wid, reason=reason, message=why[:1000], created_at=now,
                             category=_category(categories.get(wid)) or PendingCategory.INVALID)
             for wid, why in excluded.items()]
     SchedulingEvent.objects.bulk_create(rows, batch_size=1000)
     return len(rows)
+
+
+def write_quarantine_messages(quarantined: Mapping[int, str], *, now: datetime) -> None:
+    """``Workload.status_message`` = the quarantine reason (shown by the admin and the API) for
+    the workloads the engine refused; cleared on active workloads no longer refused.  Not a
+    version bump: nothing a cycle decides on changed."""
+    from queues_app.engine_io import INVALID_PREFIX
+
+    stale = Workload.objects.filter(status__in=(WorkloadStatus.PENDING, WorkloadStatus.RUNNING,
+                                                WorkloadStatus.RELEASING),
+                                    status_message__startswith=INVALID_PREFIX)
+    if quarantined:
+        stale = stale.exclude(id__in=list(quarantined))
+    stale.update(status_message="")
+    if not quarantined:
+        return
+    current: dict[int, str] = {}
+    for chunk in _chunks(quarantined):
+        current.update(Workload.objects.filter(id__in=chunk).values_list("id", "status_message"))
+    changed = [(wid, msg[:1000]) for wid, msg in quarantined.items() if wid in current and current[wid] != msg[:1000]]
+    _bulk_set("queues_app_workload", [("status_message", "varchar")], changed, now=now)
 
 
 def vendor_is_postgres() -> bool:
