@@ -92,7 +92,7 @@ def test_admin_quota_form_shows_the_engine_refusal_on_the_field(admin_client_op,
     data = form_data(admin_client_op.get(url))
     idx = next(i for i in range(3) if data[f"resources-{i}-id"] == [
         str(QueueResource.objects.get(queue=q, resource="memory").pk)])
-    data[f"resources-{idx}-quota"] = [str(2**70)]
+    data[f"resources-{idx}-quota"] = [str(2**34)]  # GiB: 2**64 bytes, above the engine's 2**63
     resp = admin_client_op.post(url, data)
     assert resp.status_code == 200
     html = resp.content.decode()
