@@ -356,6 +356,13 @@ def workload_problems(*, queue: str, name: str, tasks: list[Mapping[str, Any]] |
         for k, engine_key in (("state", "state"), ("node", "node"), ("gpu_groups", "gpuGroups")):
             if spec.get(k) not in (None, "", []):
                 out[engine_key] = spec[k]
+        # the states the cycle exports them as (build_engine_input): a bind issued holds its node
+        if out.get("state") == TaskState.BINDING:
+            out["state"] = str(TaskState.RUNNING)
+        elif out.get("state") == TaskState.PIPELINED:
+            out["state"] = str(TaskState.PENDING)
+            out.pop("node", None)
+            out.pop("gpuGroups", None)
         return out
 
     job: dict[str, Any] = {"name": name, "queue": queue, "priority": priority,

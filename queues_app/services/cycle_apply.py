@@ -20,6 +20,7 @@ Three steps, each with its own reason:
 """
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -49,6 +50,9 @@ HOLDING = (TaskState.RUNNING, TaskState.BINDING, TaskState.RELEASING, TaskState.
 ALLOCATED = (TaskState.RUNNING, TaskState.BINDING, TaskState.PIPELINED)
 PLACE_STATES = (TaskState.BINDING, TaskState.PIPELINED)
 CHUNK = 900
+#: Rows per UPDATE / SELECT ... FOR UPDATE statement of the apply on PostgreSQL (array parameters):
+#: bounded, so no statement carries an unbounded payload.
+UPDATE_BATCH = 5000
 
 
 class DecisionSetRefused(ApplicationError):
@@ -343,22 +347,37 @@ def _chunks(ids: Iterable[int]) -> Iterable[list[int]]:
         yield ids[i:i + CHUNK]
 
 
+def _lock_rows(model, ids: Iterable[int], columns: tuple[str, ...]) -> list[tuple]:
+    """``SELECT id, columns FROM table WHERE id IN ids ORDER BY id FOR UPDATE``, set-based.
+
+    PostgreSQL: ``id = ANY(%s)`` with one array parameter per UPDATE_BATCH ids (ordered, so
+    every locker takes row locks in the same order).  SQLite: the ORM in chunks
+    (``select_for_update`` is a no-op there; BEGIN IMMEDIATE already serializes writers)."""
+    ids = sorted(set(ids))
+    if not ids:
+        return []
+    if connection.vendor != "postgresql":
+        out: list[tuple] = []
+        for chunk in _chunks(ids):
+            out.extend(model.objects.filter(id__in=chunk).order_by("id").values_list("id", *columns))
+        return out
+    table = model._meta.db_table
+    cols = ", ".join(("id", *columns))
+    out = []
+    with connection.cursor() as cur:
+        for i in range(0, len(ids), UPDATE_BATCH):
+            cur.execute(f"SELECT {cols} FROM {table} WHERE id = ANY(%s::bigint[]) ORDER BY id FOR UPDATE",
+                        [ids[i:i + UPDATE_BATCH]])
+            out.extend(cur.fetchall())
+    return out
+
+
 def lock_and_read_versions(plan: Plan) -> Versions:
     """Lock what the decisions depend on (workloads, tasks, nodes, queues -- fixed order) and
-    read the current versions.  On SQLite the BEGIN IMMEDIATE of the transaction already
-    serializes writers, and ``select_for_update`` is a no-op there."""
-    wids = {w.workload_id for w in plan.writes.values()}
-    wv: dict[int, int] = {}
-    for chunk in _chunks(wids):
-        wv.update(Workload.objects.select_for_update().filter(id__in=chunk).order_by("id").values_list("id", "version"))
-    tv: dict[int, tuple[int, str]] = {}
-    for chunk in _chunks(plan.writes):
-        for tid, ver, st in Task.objects.select_for_update().filter(id__in=chunk).order_by("id").values_list(
-                "id", "version", "state"):
-            tv[tid] = (ver, st)
-    nv: dict[int, int] = {}
-    for chunk in _chunks(plan.node_ids):
-        nv.update(Node.objects.select_for_update().filter(id__in=chunk).order_by("id").values_list("id", "version"))
+    read the current versions."""
+    wv = {wid: ver for wid, ver in _lock_rows(Workload, {w.workload_id for w in plan.writes.values()}, ("version",))}
+    tv = {tid: (ver, st) for tid, ver, st in _lock_rows(Task, plan.writes, ("version", "state"))}
+    nv = {nid: ver for nid, ver in _lock_rows(Node, plan.node_ids, ("version",))}
     qv = dict(Queue.objects.select_for_update().order_by("id").values_list("id", "version"))
     return Versions(task=tv, workload=wv, node=nv, queue=qv)
 
@@ -490,47 +509,61 @@ class ApplyCounts:
     task_writes: int = 0
 
 
-def _bulk_set(table: str, columns: list[tuple[str, str]], rows: list[tuple], *, now: datetime) -> int:
-    """``UPDATE table SET col = v.col, ..., updated_at = now FROM (VALUES ...) v WHERE id = v.id``.
+def _bulk_set(table: str, columns: list[tuple[str, str]], rows: list[tuple], *, now: datetime,
+              constants: Mapping[str, Any] | None = None) -> int:
+    """Set columns of many rows by id, set-based, UPDATE_BATCH rows per statement.
 
-    One statement per chunk instead of Django's ``bulk_update`` (whose CASE expressions cost
-    seconds of Python for thousands of rows).  ``columns`` are ``(name, postgres type)``; the
-    first value of every row is the id.  Works on PostgreSQL and SQLite (>= 3.33).
+    PostgreSQL: ``UPDATE table SET col = v.col, ... FROM unnest(%s::bigint[], %s::type[], ...)
+    AS v(id, col, ...) WHERE table.id = v.id`` -- one array per column, so a batch is one
+    statement with a handful of parameters (no per-row placeholders for the driver to parse, no
+    per-row CASE).  SQLite: ``UPDATE ... FROM (VALUES ...)`` in chunks within its parameter
+    limit.  ``columns`` are ``(name, postgres type)``; the first value of every row is the id;
+    ``constants`` are columns set to one value for every row (e.g. the target state).
     """
     if not rows:
         return 0
     pg = connection.vendor == "postgresql"
     names = ["id"] + [c for c, _ in columns]
     types = ["bigint"] + [t for _, t in columns]
-
-    def cast(i: int) -> str:
-        return f"CAST(column{i + 1} AS {types[i]}) AS {names[i]}" if pg else f"column{i + 1} AS {names[i]}"
-
-    select = ", ".join(cast(i) for i in range(len(names)))
-    assign = ", ".join(f"{c} = v.{c}" for c, _ in columns)
+    fixed = dict(constants or {})
+    assign = ", ".join([f"{c} = v.{c}" for c, _ in columns] + [f"{c} = %s" for c in fixed])
     stamp = connection.ops.adapt_datetimefield_value(now)
     done = 0
-    per = max(1, 900 // len(names))
     with connection.cursor() as cur:
-        for i in range(0, len(rows), per):
-            chunk = rows[i:i + per]
-            marks = ", ".join("(" + ", ".join(["%s"] * len(names)) + ")" for _ in chunk)
-            sql = (f"UPDATE {table} SET {assign}, updated_at = %s FROM (SELECT {select} FROM (VALUES {marks}) AS vv) "
-                   f"AS v WHERE {table}.id = v.id")
-            cur.execute(sql, [stamp] + [x for row in chunk for x in row])
-            done += cur.rowcount
+        if pg:
+            arrays = ", ".join(f"%s::{t}[]" for t in types)
+            sql = (f"UPDATE {table} SET {assign}, updated_at = %s FROM unnest({arrays}) AS v({', '.join(names)}) "
+                   f"WHERE {table}.id = v.id")
+            for i in range(0, len(rows), UPDATE_BATCH):
+                chunk = rows[i:i + UPDATE_BATCH]
+                cur.execute(sql, [*fixed.values(), stamp, *[list(col) for col in zip(*chunk)]])
+                done += cur.rowcount
+        else:
+            select = ", ".join(f"column{i + 1} AS {names[i]}" for i in range(len(names)))
+            per = max(1, 900 // len(names))
+            for i in range(0, len(rows), per):
+                chunk = rows[i:i + per]
+                marks = ", ".join("(" + ", ".join(["%s"] * len(names)) + ")" for _ in chunk)
+                sql = (f"UPDATE {table} SET {assign}, updated_at = %s FROM (SELECT {select} FROM (VALUES {marks}) "
+                       f"AS vv) AS v WHERE {table}.id = v.id")
+                cur.execute(sql, [*fixed.values(), stamp] + [x for row in chunk for x in row])
+                done += cur.rowcount
     if done != len(rows):
         raise ApplicationError("Apply failed.", extra={table: [f"{len(rows) - done} row(s) vanished during apply"]})
     return done
 
 
-def _task_rows(tasks: list[Task]) -> list[tuple]:
-    import json as _json
-
-    return [(t.id, t.state, t.node_id, _json.dumps(list(t.gpu_groups)), t.version) for t in tasks]
+TASK_COLUMNS = [("node_id", "bigint"), ("gpu_groups", "jsonb"), ("version", "bigint")]
 
 
-TASK_COLUMNS = [("state", "varchar"), ("node_id", "bigint"), ("gpu_groups", "jsonb"), ("version", "bigint")]
+def _write_task_rows(rows: list[tuple[str, int, int | None, list[str], int]], *, now: datetime) -> None:
+    """``(state, id, node_id, gpu_groups, version)`` rows: one UPDATE per target state (in
+    bounded batches), the state a constant of the statement."""
+    by_state: dict[str, list[tuple]] = defaultdict(list)
+    for state, tid, node, groups, version in rows:
+        by_state[state].append((tid, node, json.dumps(list(groups)), version))
+    for state in sorted(by_state):
+        _bulk_set("queues_app_task", TASK_COLUMNS, by_state[state], now=now, constants={"state": str(state)})
 
 
 def write_tasks(plan: Plan, drops: Mapping[int, str], *, now: datetime, mid_apply=None) -> tuple[ApplyCounts, dict[int, str]]:
@@ -538,8 +571,8 @@ def write_tasks(plan: Plan, drops: Mapping[int, str], *, now: datetime, mid_appl
     un-pipelining), then the rest, so every statement leaves the nodes within capacity (the
     guard triggers check after each statement on PostgreSQL and after each row on SQLite)."""
     counts = ApplyCounts()
-    freeing: list[Task] = []
-    adding: list[Task] = []
+    freeing: list[tuple] = []
+    adding: list[tuple] = []
     moved = 0
     final: dict[int, str] = dict(plan.final_state)
     for tid, w in plan.writes.items():
@@ -555,8 +588,7 @@ def write_tasks(plan: Plan, drops: Mapping[int, str], *, now: datetime, mid_appl
             final[tid] = w.db_state
             continue
         final[tid] = target.state
-        row = Task(id=tid, state=target.state, node_id=target.node_id, gpu_groups=list(target.groups),
-                   version=w.version + 1, updated_at=now)
+        row = (target.state, tid, target.node_id, target.groups, w.version + 1)
         if target is w.decision:
             if w.kind == "bind":
                 counts.bound += 1
@@ -574,14 +606,13 @@ def write_tasks(plan: Plan, drops: Mapping[int, str], *, now: datetime, mid_appl
             # a move (a released task placed again elsewhere in the same cycle): leave the old
             # node in the freeing statement first, or a task arriving there earlier in the adding
             # statement would find it still held (SQLite's guard checks every row)
-            freeing.append(Task(id=tid, state=TaskState.PENDING, node_id=None, gpu_groups=[], version=w.version + 1,
-                                updated_at=now))
+            freeing.append((TaskState.PENDING, tid, None, [], w.version + 1))
             moved += 1
         adding.append(row)
-    _bulk_set("queues_app_task", TASK_COLUMNS, _task_rows(freeing), now=now)
+    _write_task_rows(freeing, now=now)
     if mid_apply is not None:
         mid_apply()
-    _bulk_set("queues_app_task", TASK_COLUMNS, _task_rows(adding), now=now)
+    _write_task_rows(adding, now=now)
     counts.task_writes = len(freeing) + len(adding) - moved
     return counts, final
 
