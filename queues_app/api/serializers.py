@@ -9,6 +9,7 @@ rejected instead of ignored, so a typo (``min_avaliable``) is not silently dropp
 """
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -447,6 +448,28 @@ class NodeOutputSerializer(serializers.Serializer):
     version = serializers.IntegerField()
 
 
+@extend_schema_field({
+    "type": "object",
+    "description": "Seconds per phase (lease, statistics, snapshot, load, compute, plan, apply, total); "
+                   "``engine`` holds the engine's own phases (open, allocate, ..., total).",
+    "additionalProperties": {"oneOf": [{"type": "number"},
+                                       {"type": "object", "additionalProperties": {"type": "number"}}]},
+})
+class PhaseDurationsField(serializers.Field):
+    """``{phase: seconds}`` with one nested level (``engine``); anything else is left out, so an
+    odd value in a stored record can never turn the list into a 500."""
+
+    def to_representation(self, value: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, item in (value or {}).items() if isinstance(value, dict) else ():
+            if isinstance(item, dict):
+                out[str(key)] = {str(k): float(v) for k, v in item.items()
+                                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+            elif isinstance(item, (int, float)) and not isinstance(item, bool) and math.isfinite(item):
+                out[str(key)] = float(item)
+        return out
+
+
 class CycleOutputSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     generation = serializers.IntegerField(allow_null=True)
@@ -457,8 +480,10 @@ class CycleOutputSerializer(serializers.Serializer):
     bound_count = serializers.IntegerField()
     pipelined_count = serializers.IntegerField()
     evicted_count = serializers.IntegerField()
-    phase_durations = serializers.DictField(child=serializers.FloatField())
-    error = serializers.CharField()
+    quarantined_count = serializers.IntegerField(help_text="Workloads the engine refused (left Pending, Invalid).")
+    phase_durations = PhaseDurationsField()
+    error = serializers.CharField(help_text="Why the cycle failed / was skipped; for an applied cycle, what was "
+                                            "quarantined.")
 
 
 class CycleTriggerOutputSerializer(serializers.Serializer):

@@ -170,3 +170,19 @@ def test_statement_shows_decayed_usage_from_fairshare(alice_client, queue_tree, 
     q = alice_client.get(QUEUES).json()["results"][0]
     assert q["usage_source"] == "fairshare_app.normalized_usage"
     assert q["resources"]["gpu"]["decayed_usage"] == 0.25
+
+
+def test_cycle_records_with_engine_phase_durations_are_listed(operator_client, tenants, queue_tree, nodes):
+    """Issue 16 (3): ``phase_durations`` holds a nested ``engine`` dict; the list answered 500
+    (``float() argument must be ... not 'dict'``) on every database that had run a cycle."""
+    from queues_app.services import workload_submit
+    from queues_app.services.cycle import cycle_run
+
+    workload_submit(queue=queue_tree["a-train"], name="w", tenant=tenants["team_a"], replicas=1, task={"gpu": 1})
+    assert cycle_run(trigger="test").status == "applied"
+    response = operator_client.get("/api/v1/cycles/")
+    assert response.status_code == 200, response.content[:300]
+    [cycle] = response.json()["results"]
+    assert cycle["status"] == "applied" and cycle["bound_count"] == 1 and cycle["quarantined_count"] == 0
+    phases = cycle["phase_durations"]
+    assert isinstance(phases["apply"], float) and isinstance(phases["engine"]["allocate"], float)
