@@ -481,7 +481,7 @@ class NodeAdminForm(forms.ModelForm):
 @admin.register(Node)
 class NodeAdmin(ScaleUpAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
     list_display = ("name", "gpus", "gpus_held", "gpu_memory", "cpu", "memory", "ready", "unschedulable",
-                    "label_summary", "version")
+                    "label_summary", "devices_list", "version")
     list_filter = ("ready", "unschedulable", "gpus")
     search_fields = ("name",)
     form = NodeAdminForm
@@ -525,6 +525,10 @@ class NodeAdmin(ScaleUpAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
     def label_summary(self, obj: Node) -> str:
         return ", ".join(f"{k}={v}" for k, v in sorted((obj.labels or {}).items()))
 
+    @admin.display(description="DRA devices")
+    def devices_list(self, obj: Node) -> str:
+        return admin_devices.devices_summary(obj)
+
     def save_model(self, request: HttpRequest, obj: Node, form: forms.ModelForm, change: bool) -> None:
         fields = {k: form.cleaned_data[k] for k in NODE_FIELDS if k in form.cleaned_data}
         if change and "name" in form.changed_data:
@@ -567,7 +571,8 @@ class TaskInline(admin.TabularInline):
     """A workload's tasks: state, node (a link) and the GPU devices they hold."""
 
     model = Task
-    fields = ("index", "name", "state", "node", "gpus", "cpu", "memory", "devices", "priority")
+    fields = ("index", "name", "state", "node", "gpus", "cpu", "memory", "devices_held", "priority", "subgroup",
+              "claims_list")
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -580,7 +585,7 @@ class TaskInline(admin.TabularInline):
         return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
-        return super().get_queryset(request).select_related("node")
+        return super().get_queryset(request).select_related("node", "sub_group")
 
     @admin.display(description="GPUs")
     def gpus(self, obj: Task) -> str:
@@ -594,9 +599,21 @@ class TaskInline(admin.TabularInline):
     def memory(self, obj: Task) -> str:
         return quantities.gib(obj.memory_bytes)
 
+    # (names unlike the model's fields: a readonly field that names a model field shows its raw value)
     @admin.display(description="devices")
-    def devices(self, obj: Task) -> str:
-        return ", ".join(obj.gpu_groups or []) or "—"
+    def devices_held(self, obj: Task) -> str:
+        """Shared GPU groups, and the DRA devices its claims hold (``gpu.nvidia.com 0,1``)."""
+        parts = list(obj.gpu_groups or [])
+        parts += [f"{cls} {','.join(str(d) for d in idx)}" for cls, idx in sorted((obj.devices or {}).items())]
+        return ", ".join(parts) or "—"
+
+    @admin.display(description="subgroup")
+    def subgroup(self, obj: Task) -> str:
+        return obj.sub_group.name if obj.sub_group_id else "—"
+
+    @admin.display(description="claims")
+    def claims_list(self, obj: Task) -> str:
+        return ", ".join(f"{c.get('count', 1)} x {c.get('device_class')}" for c in obj.claims or []) or "—"
 
 
 def _count_of(qs: QuerySet, fk: str) -> Subquery:
@@ -634,13 +651,14 @@ class WorkloadAdmin(ServiceErrorsMixin, admin.ModelAdmin):
                             "last_eviction")}),
         ("Workload", {"fields": ("name", "queue", "tenant", "owner", "priority", "preemptible", "min_available",
                                  "created_at", "started_at", "finished_at")}),
+        ("Subgroups", {"fields": ("min_sub_groups", "subgroup_tree")}),
         ("Placement and eviction settings, history", {
             "classes": ("collapse",),
             "fields": ("topology_required", "topology_preferred", "node_selector", "preemption_delay",
                        "staleness_grace_period", "stale_since", "updated_at", "version")}),
     )
     readonly_fields = ("status_badge", "why_summary", "queue_position", "estimated_start", "latest_events",
-                       "last_eviction")
+                       "last_eviction", "subgroup_tree")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Workload]:
         # a subquery rather than Count("tasks"): the paginator's count then skips it (a GROUP BY
@@ -721,6 +739,10 @@ class WorkloadAdmin(ServiceErrorsMixin, admin.ModelAdmin):
             return "never evicted"
         return format_html('{} <span class="reason-code">{}</span> {}', f"{e['created_at']:%Y-%m-%d %H:%M:%S}",
                            e["reason"], e["message"])
+
+    @admin.display(description="subgroups (placed / required)")
+    def subgroup_tree(self, obj: Workload) -> str:
+        return admin_devices.sub_group_tree(obj)
 
     @admin.display(description="tasks", ordering="task_total")
     def n_tasks(self, obj: Workload) -> int:
@@ -904,3 +926,7 @@ class KubeAutoscaleStateAdmin(ReadOnlyAdmin):
 @admin.register(Heartbeat)
 class HeartbeatAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "source")
+
+
+# subgroups and device classes (needs ServiceErrorsMixin above; registers DeviceClassAdmin)
+from queues_app import admin_devices  # noqa: E402

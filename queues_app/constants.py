@@ -27,6 +27,9 @@ MAX_TASK_GPU = Decimal(MAX_NODE_GPUS)
 MAX_TASKS_PER_WORKLOAD = 10_000
 MAX_LABELS = 64
 MAX_LABEL_LENGTH = 316  # k8s: 253 prefix + "/" + 63 name
+MAX_DEVICE_CLASSES = 64  # device classes a node offers / a task claims
+MAX_NODE_DEVICES = 100_000  # devices of one class on one node
+MAX_SUBGROUPS_PER_WORKLOAD = 1_000
 MAX_DURATION_SECONDS = 10 * 365 * 86400
 
 #: Names: letters, digits, '-', '_', '.'; starting and ending with a letter or digit.

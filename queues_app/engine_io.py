@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from queues_app.choices import TASK_STATES_HOLDING, WORKLOAD_STATUSES_ACTIVE, PendingCategory, Resource, TaskState
 from queues_app.errors import ApplicationError
-from queues_app.models import Node, Queue, QueueResource, Task, Workload
+from queues_app.models import DeviceClass, Node, Queue, QueueResource, SubGroup, Task, Workload
 from scheduler_engine import loader as engine_loader
 from scheduler_engine import units as engine_units
 from scheduler_engine.snapshot import CPU, GPU, MEM, Snapshot
@@ -231,8 +231,8 @@ def _merge_selectors(workload: Any, task: Any) -> Any:
 
 
 def node_scenario(n: Mapping[str, Any]) -> dict[str, Any]:
-    """A Node row (or node_upsert fields) as a scenario node."""
-    return {
+    """A Node row (or node_upsert fields) as a scenario node (``devices``: its DRA devices)."""
+    node = {
         "name": n["name"],
         "gpus": int(n["gpus"]),
         "gpuMemory": int(n["gpu_memory_mib"]),
@@ -247,6 +247,16 @@ def node_scenario(n: Mapping[str, Any]) -> dict[str, Any]:
             "memory": int(n["reserved_memory_bytes"]),
         },
     }
+    devices = _as_given(n.get("devices"), dict)
+    if devices:
+        node["devices"] = devices
+    return node
+
+
+def device_classes_scenario() -> list[dict[str, Any]]:
+    """The DeviceClass rows as the scenario's ``deviceClasses`` (one query)."""
+    return [{"name": c["name"], **({"countsAs": "gpu"} if c["counts_as"] == "gpu" else {})}
+            for c in DeviceClass.objects.order_by("name").values("name", "counts_as")]
 
 
 def queue_resource_scenario(r: Mapping[str, Any]) -> dict[str, Any]:
@@ -269,7 +279,36 @@ def task_scenario(t: Mapping[str, Any], *, selector: Mapping[str, str] | None = 
     }
     if t.get("name") is not None:
         task["name"] = t["name"]
+    sub_group = t.get("sub_group__name", t.get("sub_group"))
+    if sub_group is not None:
+        task["subGroup"] = sub_group
+    claims = t.get("claims")
+    if claims:
+        task["claims"] = _claims_scenario(claims)
     return task
+
+
+def _claims_scenario(claims: Any) -> Any:
+    """A task's ``claims`` (``[{device_class, count}]``) as the scenario's ``[{deviceClass, count}]``;
+    a malformed value is passed on for the engine to name."""
+    if not isinstance(claims, list):
+        return claims
+    return [{"deviceClass": c.get("device_class"), "count": c.get("count", 1)} if isinstance(c, dict) else c
+            for c in claims]
+
+
+def sub_group_scenario(g: Mapping[str, Any]) -> dict[str, Any]:
+    """A subgroup spec / SubGroup row (``name``, ``parent`` or ``parent__name``, ``min_available``,
+    ``min_sub_groups``, ``topology_*``) as a scenario ``subGroups`` entry."""
+    entry: dict[str, Any] = {"name": g.get("name"), "parent": g.get("parent__name", g.get("parent")) or None}
+    if g.get("min_available") is not None:
+        entry["minAvailable"] = g["min_available"]
+    if g.get("min_sub_groups") is not None:
+        entry["minSubGroups"] = g["min_sub_groups"]
+    if g.get("topology_required") or g.get("topology_preferred"):
+        entry["topology"] = {"required": g.get("topology_required") or None,
+                             "preferred": g.get("topology_preferred") or None}
+    return entry
 
 
 # ----------------------------------------------------------------------------- the contract at every door
@@ -277,11 +316,14 @@ def task_scenario(t: Mapping[str, Any], *, selector: Mapping[str, str] | None = 
 # The engine's own input rules (``scheduler_engine.loader.validate_*``), run on one row in
 # scenario form, with the engine's paths mapped to the field names of the API / services / admin.
 
-_JOB_FIELDS = {"minAvailable": "min_available", "stalenessGracePeriod": "staleness_grace_period",
+_JOB_FIELDS = {"minAvailable": "min_available", "minSubGroups": "min_sub_groups", "stalenessGracePeriod": "staleness_grace_period",
                "preemptionDelay": "preemption_delay", "createdMinutesAgo": "created_at",
                "startedMinutesAgo": "started_at", "staleFor": "stale_since"}
 _TASK_FIELDS = {"gpuMemory": "gpu_memory_mib", "cpu": "cpu_millis", "memory": "memory_bytes",
-                "gpuGroups": "gpu_groups", "nodeSelector": "node_selector"}
+                "gpuGroups": "gpu_groups", "nodeSelector": "node_selector", "subGroup": "sub_group"}
+_SUB_GROUP_FIELDS = {"minAvailable": "min_available", "minSubGroups": "min_sub_groups",
+                     "topology.required": "topology_required", "topology.preferred": "topology_preferred"}
+_SUB_GROUP_PATH = re.compile(r"^subGroups(\[\d+\])?(?:\.(.*))?$")
 _QUEUE_FIELDS = {"overQuotaWeight": "over_quota_weight", "reclaimMinRuntime": "reclaim_min_runtime",
                  "preemptMinRuntime": "preempt_min_runtime", "createdMinutesAgo": "created_at"}
 _NODE_FIELDS = {"gpuMemory": "gpu_memory_mib", "cpu": "cpu_millis", "memory": "memory_bytes",
@@ -291,7 +333,9 @@ _TASK_PATH = re.compile(r"^(tasks\[\d+\]|task)(?:\.([A-Za-z]+))?(.*)$")
 
 
 def job_field(path: str, *, workload_selector: Mapping[str, str] | None = None) -> str:
-    """An engine path inside a job (``tasks[2].gpuMemory``) as the API's field (``tasks[2].gpu_memory_mib``).
+    """An engine path inside a job (``tasks[2].gpuMemory``) as the API's field (``tasks[2].gpu_memory_mib``;
+    ``subGroups[1].minAvailable`` -> ``sub_groups[1].min_available``, ``tasks[0].claims[0].deviceClass``
+    -> ``tasks[0].claims[0].device_class``).
 
     A node-selector key that only the workload's own selector sets is reported there
     (``node_selector.<key>``), since that is where the caller wrote it."""
@@ -302,7 +346,13 @@ def job_field(path: str, *, workload_selector: Mapping[str, str] | None = None) 
             return head + rest
         if fld == "nodeSelector" and workload_selector and rest.startswith(".") and rest[1:] in workload_selector:
             return "node_selector" + rest
+        if fld == "claims":
+            rest = re.sub(r"\.deviceClass$", ".device_class", rest)
         return f"{head}.{_TASK_FIELDS.get(fld, fld)}{rest}"
+    sg = _SUB_GROUP_PATH.match(path)
+    if sg:
+        tail = sg.group(2)
+        return "sub_groups" + (sg.group(1) or "") + ("." + _SUB_GROUP_FIELDS.get(tail, tail) if tail else "")
     if path.startswith("topology."):
         return "topology_" + path.split(".", 1)[1]
     head, dot, rest = path.partition(".")
@@ -336,25 +386,37 @@ def _extra(problems: list[tuple[str, str]], mapper) -> dict[str, list[str]]:
     return extra
 
 
-def workload_problems(*, queue: str, name: str, tasks: list[Mapping[str, Any]] | None = None,
-                      task: Mapping[str, Any] | None = None, replicas: int | None = None, priority: int = 50,
-                      preemptible: bool | None = None, min_available: int | None = None,
-                      node_selector: Mapping[str, str] | None = None, topology_required: str = "",
-                      topology_preferred: str = "", preemption_delay: timedelta | None = None,
-                      staleness_grace_period: timedelta | None = None,
-                      nodes: Any = ()) -> dict[str, list[str]]:
-    """The engine's verdict on one workload as services take it (``tasks`` specs, or ``replicas``
-    copies of one ``task``): ``{api field: [reasons]}``, empty when the engine accepts it.
+def workload_problems(**kwargs: Any) -> dict[str, list[str]]:
+    """The engine's verdict on one workload as services take it: ``{api field: [reasons]}``, empty
+    when the engine accepts it (arguments: :func:`workload_check`)."""
+    return workload_check(**kwargs)[0]
 
-    Task specs may carry ``state`` / ``node`` / ``gpu_groups`` (imports); ``nodes`` are the node
-    names such a task may name.  ``min_available`` None: not checked (a Kubernetes gang whose pods
+
+def workload_check(*, queue: str, name: str, tasks: list[Mapping[str, Any]] | None = None,
+                   task: Mapping[str, Any] | None = None, replicas: int | None = None, priority: int = 50,
+                   preemptible: bool | None = None, min_available: int | None = None,
+                   node_selector: Mapping[str, str] | None = None, topology_required: str = "",
+                   topology_preferred: str = "", preemption_delay: timedelta | None = None,
+                   staleness_grace_period: timedelta | None = None,
+                   sub_groups: list[Mapping[str, Any]] | None = None, min_sub_groups: int | None = None,
+                   nodes: Any = ()) -> tuple[dict[str, list[str]], int]:
+    """The engine's verdict on one workload as services take it (``tasks`` specs, or ``replicas``
+    copies of one ``task``): ``({api field: [reasons]}, gang size)``; no reasons when the engine
+    accepts it.  The gang size is the engine's: ``min_available`` (default all tasks), or with
+    ``sub_groups`` the fewest tasks that satisfy the tree (scenario-format "SubGroups").
+
+    Task specs may carry ``sub_group`` and ``claims`` (``[{device_class, count}]``, checked against
+    the DeviceClass rows), and ``state`` / ``node`` / ``gpu_groups`` / ``devices`` (imports);
+    ``nodes`` are the nodes such a task may name (names, or Node objects / node rows when tasks
+    pin their ``devices``).  ``min_available`` None: not checked (a Kubernetes gang whose pods
     are still arriving)."""
     selector = dict(node_selector or {})
 
     def one(spec: Mapping[str, Any]) -> dict[str, Any]:
         out = task_scenario(spec, selector=selector)
-        for k, engine_key in (("state", "state"), ("node", "node"), ("gpu_groups", "gpuGroups")):
-            if spec.get(k) not in (None, "", []):
+        for k, engine_key in (("state", "state"), ("node", "node"), ("gpu_groups", "gpuGroups"),
+                              ("devices", "devices")):
+            if spec.get(k) not in (None, "", [], {}):
                 out[engine_key] = spec[k]
         # the states the cycle exports them as (build_engine_input): a bind issued holds its node
         if out.get("state") == TaskState.BINDING:
@@ -374,14 +436,32 @@ def workload_problems(*, queue: str, name: str, tasks: list[Mapping[str, Any]] |
         job["minAvailable"] = min_available
     if topology_required or topology_preferred:
         job["topology"] = {"required": topology_required or None, "preferred": topology_preferred or None}
+    if sub_groups:
+        job["subGroups"] = [sub_group_scenario(g) if isinstance(g, Mapping) else g for g in sub_groups]
+    if min_sub_groups is not None:
+        job["minSubGroups"] = min_sub_groups
+    specs = list(tasks) if tasks is not None else [task or {}]
     if tasks is not None:
         job["tasks"] = [one(t) for t in tasks]
     else:
         job["replicas"] = 1 if replicas is None else replicas
         job["task"] = one(task or {})
         job["task"].pop("name", None)
-    problems = engine_loader.validate_job(job, nodes=nodes)
-    return _extra(problems, lambda p: job_field(p, workload_selector=selector))
+    claims = any(isinstance(t, Mapping) and t.get("claims") for t in specs)
+    classes = device_classes_scenario() if claims else None
+    node_rows = [n if isinstance(n, str) else _node_ref(n) for n in nodes]
+    problems, gang = engine_loader.check_job(job, nodes=node_rows, device_classes=classes)
+    return _extra(problems, lambda p: job_field(p, workload_selector=selector)), gang
+
+
+def _node_ref(n: Any) -> dict[str, Any]:
+    """A node a task names, as much as a job's check needs (its name and devices)."""
+    get = n.get if isinstance(n, Mapping) else lambda k, d=None: getattr(n, k, d)
+    row: dict[str, Any] = {"name": get("name")}
+    devices = get("devices")
+    if devices:
+        row["devices"] = devices
+    return row
 
 
 def queue_problems(*, name: str, priority: int = 100, quotas: Mapping[str, Mapping[str, Any]] | None = None,
@@ -400,8 +480,11 @@ def queue_problems(*, name: str, priority: int = 100, quotas: Mapping[str, Mappi
 
 
 def node_problems(fields: Mapping[str, Any]) -> dict[str, list[str]]:
-    """The engine's verdict on one node (Node field names and units)."""
-    return _extra(engine_loader.validate_node(node_scenario(fields)), node_field)
+    """The engine's verdict on one node (Node field names and units; ``devices`` against the
+    DeviceClass rows)."""
+    node = node_scenario(fields)
+    classes = device_classes_scenario() if node.get("devices") else None
+    return _extra(engine_loader.validate_node(node, device_classes=classes), node_field)
 
 
 def label_key_problem(key: str) -> str | None:
@@ -422,8 +505,8 @@ def build_engine_input(
 ) -> EngineInput:
     """Read the scheduling state into a scenario dict and its :class:`EngineIndex`.
 
-    Exactly five queries (nodes, queues, queue resources, workloads, tasks), plus whatever
-    the usage provider runs.  Call it inside a REPEATABLE READ / read-only transaction if all
+    Exactly seven queries (device classes, nodes, queues, queue resources, workloads,
+    subgroups, tasks), plus whatever the usage provider runs.  Call it inside a REPEATABLE READ / read-only transaction if all
     five must see one snapshot (PostgreSQL); on SQLite a transaction already gives that.
     ``config`` keys (scenario names) override ``settings.KAI_SCHEDULER_CONFIG``; ``now``
     defaults to the current time; ``usage`` to ``settings.KAI_USAGE_PROVIDER``'s result, else
@@ -435,17 +518,21 @@ def build_engine_input(
     now = now or timezone.now()
     index = EngineIndex()
 
+    device_classes = device_classes_scenario()
+    node_devices: dict[str, dict[str, int]] = {}
     nodes = []
     # ordered in Python (not by the database collation): the engine breaks placement ties by node
     # order, so SQLite and PostgreSQL decide the same and a preview that adds nodes orders as a cycle
     # after adding them would (scheduler_engine.simulate.apply_edits sorts the same way)
     for n in sorted(Node.objects.values(
         "id", "name", "gpus", "gpu_memory_mib", "cpu_millis", "memory_bytes", "labels", "unschedulable", "ready",
-        "reserved_gpus", "reserved_cpu_millis", "reserved_memory_bytes", "version",
+        "reserved_gpus", "reserved_cpu_millis", "reserved_memory_bytes", "version", "devices",
     ), key=lambda n: n["name"]):
         index.node_id[n["name"]] = n["id"]
         index.node_version[n["id"]] = n["version"]
         nodes.append(node_scenario(n))
+        if nodes[-1].get("devices") and isinstance(nodes[-1]["devices"], dict):
+            node_devices[n["name"]] = nodes[-1]["devices"]
 
     resources: dict[int, dict[str, dict[str, Any]]] = {}
     for r in QueueResource.objects.values("queue_id", "resource", "quota", "over_quota_weight", "limit"):
@@ -479,7 +566,7 @@ def build_engine_input(
     wl_rows = list(exported.order_by("created_at", "name", "id").values(
         "id", "name", "queue__name", "priority", "preemptible", "min_available", "created_at", "started_at",
         "stale_since", "staleness_grace_period", "preemption_delay", "topology_required", "topology_preferred",
-        "node_selector", "version", "queue_id",
+        "node_selector", "version", "queue_id", "min_sub_groups",
     ))
     excluded_workloads: dict[int, str] = {}
     excluded_categories: dict[int, str] = {}
@@ -490,10 +577,16 @@ def build_engine_input(
             excluded_workloads[w["id"]] = f"not scheduled: queue {w['queue__name']!r} has child queues"
     wl_rows = [w for w in wl_rows if w["id"] not in excluded_workloads]
     job_names = _unique_names([w["name"] for w in wl_rows], [w["queue__name"] for w in wl_rows])
+    sub_groups: dict[int, list[dict[str, Any]]] = {}
+    for g in SubGroup.objects.filter(workload__in=exported).order_by("workload_id", "index", "id").values(
+        "id", "workload_id", "name", "parent__name", "min_available", "min_sub_groups", "topology_required",
+        "topology_preferred",
+    ):
+        sub_groups.setdefault(g["workload_id"], []).append(g)
     task_rows: dict[int, list[dict[str, Any]]] = {}
     for t in Task.objects.filter(workload__in=exported).order_by("workload_id", "index").values(
         "id", "workload_id", "name", "gpu", "gpu_memory_mib", "cpu_millis", "memory_bytes", "priority",
-        "node_selector", "state", "node__name", "gpu_groups", "version",
+        "node_selector", "state", "node__name", "gpu_groups", "version", "sub_group__name", "claims", "devices",
     ):
         task_rows.setdefault(t["workload_id"], []).append(t)
     # A gang whose pods are still arriving (Kubernetes mode: a pod group of minAvailable 4 with 2
@@ -503,6 +596,14 @@ def build_engine_input(
     kept = []
     for w in wl_rows:
         have = task_rows.get(w["id"], [])
+        if w["id"] in sub_groups:
+            why = _sub_groups_waiting(sub_groups[w["id"]], have)
+            if why:
+                excluded_workloads[w["id"]] = why
+                excluded_categories[w["id"]] = PendingCategory.GANG
+                continue
+            kept.append(w)
+            continue
         if len(have) < int(w["min_available"]):
             if not any(t["state"] in TASK_STATES_HOLDING for t in have):
                 excluded_workloads[w["id"]] = (f"waiting for pods: gang needs {w['min_available']}, "
@@ -534,6 +635,10 @@ def build_engine_input(
             index.task_db_state[t["id"]] = t["state"]
             task = task_scenario(t, selector=selector)
             task.update(state=str(state), node=node, gpuGroups=groups)
+            if node and isinstance(t["claims"], list) and t["claims"]:
+                pins = _device_pins(t["claims"], t["devices"], node_devices.get(node, {}))
+                if pins:
+                    task["devices"] = pins
             tasks.append(task)
             all_tasks.append(task)
             task_ids.append(t["id"])
@@ -557,6 +662,10 @@ def build_engine_input(
         if w["topology_required"] or w["topology_preferred"]:
             job["topology"] = {"required": w["topology_required"] or None,
                                "preferred": w["topology_preferred"] or None}
+        if w["id"] in sub_groups:
+            del job["minAvailable"]
+            job["minSubGroups"] = w["min_sub_groups"]
+            job["subGroups"] = [sub_group_scenario(g) for g in sub_groups[w["id"]]]
         jobs.append(job)
     # Task names are unique per workload in the DB but global in a scenario.
     unique = _unique_names([t["name"] for t in all_tasks], task_owner)
@@ -571,6 +680,8 @@ def build_engine_input(
     cfg: dict[str, Any] = {**getattr(settings, "KAI_SCHEDULER_CONFIG", {}), **dict(config or {})}
     cfg.setdefault("now", _iso(now))
     data: dict[str, Any] = {"name": name, "config": cfg, "nodes": nodes, "queues": queues, "jobs": jobs}
+    if device_classes:
+        data["deviceClasses"] = device_classes
     if usage is not None:
         usage_map = dict(usage)
     elif getattr(settings, "KAI_USAGE_PROVIDER", None):
@@ -583,6 +694,88 @@ def build_engine_input(
         cfg.update({k: v for k, v in fair.get("config", {}).items() if k not in (config or {})})
     return EngineInput(data=data, index=index, excluded_queues=excluded_queues,
                        excluded_workloads=excluded_workloads, excluded_categories=excluded_categories)
+
+
+def _sub_groups_waiting(groups: list[dict[str, Any]], tasks: list[dict[str, Any]]) -> str:
+    """A tree whose leaves have fewer tasks than their ``minAvailable`` (Kubernetes: pods still
+    arriving) cannot start: why, or '' when it may be scheduled. One that already holds resources
+    keeps running with the pods it has: its leaves' requirements are lowered to what exists."""
+    parents = {g["parent__name"] for g in groups if g["parent__name"]}
+    count: dict[str, int] = {}
+    for t in tasks:
+        count[t["sub_group__name"]] = count.get(t["sub_group__name"], 0) + 1
+    short = [(g, count.get(g["name"], 0)) for g in groups
+             if g["name"] not in parents and int(g["min_available"] or 0) > count.get(g["name"], 0)]
+    if not short:
+        return ""
+    if not any(t["state"] in TASK_STATES_HOLDING for t in tasks):
+        g, n = short[0]
+        return f"waiting for pods: subgroup {g['name']} needs {g['min_available']}, {n} exist"
+    for g, n in short:
+        g["min_available"] = n
+    return ""
+
+
+def _device_pins(claims: list[Mapping[str, Any]], held: Mapping[str, Any] | None,
+                 offered: Mapping[str, int]) -> dict[str, list[int]] | None:
+    """The devices a task on a node holds, as the engine takes them (``devices`` of the scenario):
+    only classes it claims, as many indices as it claims, below what the node offers. Anything
+    else (a class no longer claimed, a node that shrank) is left out and the engine picks devices."""
+    want: dict[str, int] = {}
+    try:
+        for c in claims or ():
+            want[c.get("device_class")] = want.get(c.get("device_class"), 0) + int(c.get("count", 1))
+    except (AttributeError, TypeError, ValueError):
+        return None  # malformed claims: the engine names them
+    if not isinstance(held, dict):
+        return None
+    out: dict[str, list[int]] = {}
+    for cls, idx in held.items():
+        if cls not in want or not isinstance(idx, list):
+            continue
+        cap = offered.get(cls, 0) if isinstance(offered.get(cls, 0), int) else 0
+        ok = [int(d) for d in idx if isinstance(d, int) and 0 <= d < cap]
+        if len(set(ok)) == want[cls] == len(ok):
+            out[cls] = ok
+    return out or None
+
+
+def sub_group_status(workload: Workload) -> list[dict[str, Any]]:
+    """A workload's subgroup tree with what is placed and what is required, by the engine's rules:
+    ``[{name, parent, depth, required, required_kind, placed, satisfied, topology_required}]`` in tree
+    order (parents before children). Placed = Running, Binding or Pipelined tasks under it."""
+    from scheduler_engine.subgroups import tree_status
+
+    groups = list(SubGroup.objects.filter(workload=workload).order_by("index", "id").values(
+        "id", "name", "parent_id", "min_available", "min_sub_groups", "topology_required"))
+    if not groups:
+        return []
+    pos = {g["id"]: i for i, g in enumerate(groups)}
+    placed = [0] * len(groups)
+    for sid in Task.objects.filter(workload=workload, sub_group__isnull=False,
+                                   state__in=(TaskState.RUNNING, TaskState.BINDING, TaskState.PIPELINED)
+                                   ).values_list("sub_group_id", flat=True):
+        placed[pos[sid]] += 1
+    parents = [pos.get(g["parent_id"], -1) for g in groups]
+    leaf = [i not in parents for i in range(len(groups))]
+    under, sat, _ = tree_status(parents, [int(g["min_available"] or 0) for g in groups],
+                                [-1 if g["min_sub_groups"] is None else int(g["min_sub_groups"]) for g in groups],
+                                -1 if workload.min_sub_groups is None else int(workload.min_sub_groups), placed)
+    kids = [sum(1 for p in parents if p == i) for i in range(len(groups))]
+    out: list[dict[str, Any]] = []
+
+    def walk(p: int, depth: int) -> None:
+        for i, g in enumerate(groups):
+            if parents[i] == p:
+                required = int(g["min_available"] or 0) if leaf[i] else (
+                    kids[i] if g["min_sub_groups"] is None else int(g["min_sub_groups"]))
+                out.append({"name": g["name"], "parent": groups[p]["name"] if p >= 0 else None, "depth": depth,
+                            "required": required, "required_kind": "tasks" if leaf[i] else "subgroups",
+                            "placed": under[i], "satisfied": sat[i], "topology_required": g["topology_required"]})
+                walk(i, depth + 1)
+
+    walk(-1, 0)
+    return out
 
 
 def build_scenario_dict(**kwargs: Any) -> dict[str, Any]:
@@ -787,12 +980,17 @@ def import_scenario(data: Mapping[str, Any] | Snapshot, *, now: datetime | None 
     current time), so exporting with the same ``now`` gives the same ages back.  ``config``,
     ``usage`` and ``expect`` are not stored (they are not database state).
     """
+    from queues_app.services.devices import device_class_upsert
     from queues_app.services.nodes import node_upsert
     from queues_app.services.queues import queue_create
     from queues_app.services.workloads import workload_import
 
     snap = data if isinstance(data, Snapshot) else engine_loader.load_dict(dict(data), source="import")
     now = now or snap.config.now or timezone.now()
+    dcs = snap.device_classes
+    classes = list(dcs.names)
+    for c, cname in enumerate(classes):
+        device_class_upsert(name=cname, counts_as="gpu" if dcs.counts_as_gpu[c] else "")
     nd = snap.nodes
     for i, name in enumerate(nd.names):
         node_upsert(
@@ -800,6 +998,8 @@ def import_scenario(data: Mapping[str, Any] | Snapshot, *, now: datetime | None 
             memory_bytes=int(nd.capacity[i, MEM]), labels=dict(nd.labels[i]), unschedulable=bool(nd.unschedulable[i]),
             ready=bool(nd.ready[i]), reserved_gpus=_dec(nd.reserved[i, GPU]),
             reserved_cpu_millis=int(nd.reserved[i, CPU]), reserved_memory_bytes=int(nd.reserved[i, MEM]),
+            **({"devices": {classes[c]: int(nd.devices[i, c]) for c in range(len(classes)) if nd.devices[i, c]}}
+               if classes else {}),
         )
     qs = snap.queues
     created: dict[int, Queue] = {}
@@ -816,7 +1016,7 @@ def import_scenario(data: Mapping[str, Any] | Snapshot, *, now: datetime | None 
                     for k, res in enumerate(Resource.values)},
             source="import",
         )
-    js, ts = snap.jobs, snap.tasks
+    js, ts, sg = snap.jobs, snap.tasks, snap.sub_groups
     for j, name in enumerate(js.names):
         tasks = []
         for t in js.tasks_of(j):
@@ -829,11 +1029,31 @@ def import_scenario(data: Mapping[str, Any] | Snapshot, *, now: datetime | None 
                 "node_selector": dict(ts.node_selector[t]), "state": EngineTaskState(int(ts.state[t])).label,
                 "node": nd.names[node] if node >= 0 else None, "gpu_groups": list(ts.gpu_groups[t]),
             })
+            if ts.sub_group[t] >= 0:
+                tasks[-1]["sub_group"] = sg.names[int(ts.sub_group[t])]
+            if classes and ts.claims[t].any():
+                tasks[-1]["claims"] = [{"device_class": classes[c], "count": int(ts.claims[t, c])}
+                                       for c in range(len(classes)) if ts.claims[t, c]]
+                if ts.devices[t]:
+                    tasks[-1]["devices"] = {classes[c]: list(v) for c, v in ts.devices[t].items()}
         started = js.started_minutes_ago[j]
         stale = js.stale_for[j]
+        a, c_sg = int(js.sg_start[j]), int(js.sg_count[j])
+        tree = None
+        if c_sg:
+            tree = []
+            for g in range(a, a + c_sg):
+                par = int(sg.parent[g])
+                tree.append({"name": sg.names[g], "parent": sg.names[par] if par >= 0 else None,
+                             "min_available": int(sg.min_available[g]) if sg.min_available[g] >= 0 else None,
+                             "min_sub_groups": int(sg.min_sub_groups[g]) if sg.min_sub_groups[g] >= 0 else None,
+                             "topology_required": sg.topology_required[g] or "",
+                             "topology_preferred": sg.topology_preferred[g] or ""})
         workload_import(
             queue=created[int(js.queue[j])], name=name, tasks=tasks, priority=int(js.priority[j]),
-            preemptible=bool(js.preemptible[j]), min_available=int(js.min_available[j]),
+            preemptible=bool(js.preemptible[j]), min_available=None if c_sg else int(js.min_available[j]),
+            sub_groups=tree, min_sub_groups=(int(js.min_sub_groups[j]) if js.min_sub_groups[j] >= 0 else None)
+            if c_sg else None,
             created_at=now - timedelta(minutes=float(js.created_minutes_ago[j])),
             started_at=None if math.isnan(started) else now - timedelta(minutes=float(started)),
             stale_since=None if math.isnan(stale) else now - timedelta(seconds=float(stale)),
@@ -1060,9 +1280,10 @@ def _scale_up_shape(*, node: Mapping[str, Any] | None, like: str | None, name: s
             raise ApplicationError("Unknown node.", extra={"like": [f"No node named {like!r}."]})
         fields = {"gpus": src.gpus, "gpu_memory_mib": src.gpu_memory_mib, "cpu_millis": src.cpu_millis,
                   "memory_bytes": src.memory_bytes,
-                  "labels": {k: v for k, v in (src.labels or {}).items() if k not in _NODE_IDENTITY_LABELS}}
+                  "labels": {k: v for k, v in (src.labels or {}).items() if k not in _NODE_IDENTITY_LABELS},
+                  "devices": dict(src.devices or {})}
     else:
-        allowed = ("gpus", "gpu_memory_mib", "cpu_millis", "memory_bytes", "labels")
+        allowed = ("gpus", "gpu_memory_mib", "cpu_millis", "memory_bytes", "labels", "devices")
         unknown = sorted(set(node) - set(allowed))
         if unknown:
             raise ApplicationError("Invalid node shape.", extra={f"node.{k}": ["Unknown field."] for k in unknown})
@@ -1081,7 +1302,7 @@ def preview_scale_up(*, count: int, node: Mapping[str, Any] | None = None, like:
 
     The shape is ``like`` (an existing node's capacity and labels, without its hostname label) or
     ``node`` (Node fields: ``gpus``, ``gpu_memory_mib``, ``cpu_millis``, ``memory_bytes``,
-    ``labels``), validated like a node write.  The next cycle's input (:func:`_next_cycle_input`)
+    ``labels``, ``devices``), validated like a node write.  The next cycle's input (:func:`_next_cycle_input`)
     runs through ``scheduler_engine.simulate.preview_edits`` as is and with the nodes
     ``<name_prefix>-1..count`` added, which answers per queue the fair share before / after and
     the allocation, which pending workloads would start (``starts``) and why the others still
@@ -1105,18 +1326,21 @@ def preview_scale_up(*, count: int, node: Mapping[str, Any] | None = None, like:
                 "cpu": f"{int(shape.cpu_millis)}m", "memory": int(shape.memory_bytes),
                 "labels": dict(shape.labels or {}), "unschedulable": False, "ready": True,
                 "reservedByOthers": {"gpu": 0, "cpu": "0m", "memory": 0}}
+    if shape.devices:
+        template["devices"] = {cls: int(n) for cls, n in shape.devices.items()}
     edit = {"addNodes": {"count": count, "namePrefix": name_prefix, "node": template}}
     try:
         answer = preview_edits(data, [edit])
     except ScenarioError as exc:
         extra: dict[str, list[str]] = {}
         for path, msg in exc.problems:
-            extra.setdefault(f"node.{path.rsplit('.', 1)[-1]}" if path.startswith("nodes[") else path, []).append(msg)
+            field = re.match(r"nodes\[\d+\]\.(\w+)", path)  # nodes[N].devices.<class> -> node.devices
+            extra.setdefault(f"node.{field.group(1)}" if field else path, []).append(msg)
         raise ApplicationError("The added nodes are not valid.", extra=extra) from None
     answer["workloads"] = {j: index.workload_id[j] for j in answer["jobs"] if j in index.workload_id}
     answer["node"] = {"gpus": template["gpus"], "gpu_memory_mib": template["gpuMemory"],
                       "cpu_millis": int(shape.cpu_millis), "memory_bytes": template["memory"],
-                      "labels": template["labels"]}
+                      "labels": template["labels"], "devices": dict(shape.devices or {})}
     return answer
 
 

@@ -145,7 +145,7 @@ def _checks() -> dict[str, tuple[str, str, list[Any]]]:
             "queue status allocation differs from its tasks (queue, resource, status, tasks)",
             _closure_cte() + f""",
                 alloc AS (
-                    SELECT c.ancestor AS queue_id, COALESCE(SUM(t.gpu), 0) AS gpu,
+                    SELECT c.ancestor AS queue_id, COALESCE(SUM(t.gpu + t.dra_gpus), 0) AS gpu,
                            COALESCE(SUM(t.cpu_millis), 0) AS cpu, COALESCE(SUM(t.memory_bytes), 0) AS mem
                       FROM closure c JOIN queues_app_workload w ON w.queue_id = c.descendant
                       JOIN queues_app_task t ON t.workload_id = w.id AND t.state IN {ALLOCATED}
@@ -169,7 +169,7 @@ def _checks() -> dict[str, tuple[str, str, list[Any]]]:
             "queue allocated above its hard limit (queue, resource, allocated, limit)",
             _closure_cte() + f""",
                 alloc AS (
-                    SELECT c.ancestor AS queue_id, COALESCE(SUM(t.gpu), 0) AS gpu,
+                    SELECT c.ancestor AS queue_id, COALESCE(SUM(t.gpu + t.dra_gpus), 0) AS gpu,
                            COALESCE(SUM(t.cpu_millis), 0) / 1000.0 AS cpu, COALESCE(SUM(t.memory_bytes), 0) AS memory
                       FROM closure c JOIN queues_app_workload w ON w.queue_id = c.descendant
                       JOIN queues_app_task t ON t.workload_id = w.id AND t.state IN {ALLOCATED}

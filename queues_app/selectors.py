@@ -106,7 +106,7 @@ def workload_list(*, tenant: Tenant | None, filters: Mapping[str, Any] | None = 
 def workload_get(*, tenant: Tenant | None, pk: int) -> Workload:
     """One workload visible to the caller, tasks prefetched; raises Workload.DoesNotExist."""
     return workload_list(tenant=tenant).prefetch_related(
-        Prefetch("tasks", queryset=Task.objects.select_related("node").order_by("index"))
+        Prefetch("tasks", queryset=Task.objects.select_related("node", "sub_group").order_by("index"))
     ).get(pk=pk)
 
 

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 from django.db.models import Count, Q, QuerySet
 
-from queues_app import selectors
+from queues_app import engine_io, selectors
 from queues_app.choices import WORKLOAD_STATUSES_STARTED, PendingCategory, WorkloadStatus
 from queues_app.models import Queue, SchedulingEvent, Tenant, Workload
 
@@ -224,4 +224,6 @@ def workload_why(*, tenant: Tenant | None, workload: Workload, limit: int = 20) 
         "waiting_for_note": WAITING_FOR_NOTES.get(waiting_for, "") if waiting_for else "",
         "last_eviction": ev(eviction) if eviction is not None else None,
         "events": rendered,
+        # hierarchical gangs: each subgroup's placed / required, by the engine's rules
+        "sub_groups": engine_io.sub_group_status(workload),
     }

@@ -316,10 +316,13 @@ def _relative(problems: list[Problem], prefix: str) -> list[Problem]:
     return out
 
 
-def validate_node(node: Any) -> list[Problem]:
+def validate_node(node: Any, *, device_classes: Any = None) -> list[Problem]:
     """The loader's rules for one node dict (``nodes[i]`` of a scenario); paths relative to it
-    (``reservedByOthers.gpu``).  Empty list = valid."""
+    (``reservedByOthers.gpu``, ``devices.<class>``).  ``device_classes`` is the scenario's
+    ``deviceClasses`` list the node's ``devices`` refer to.  Empty list = valid."""
     v = _Validator()
+    v.dclasses = v.device_classes(device_classes)
+    v.problems.clear()  # the caller's device classes are not the node's problem
     v.nodes([node])
     return _relative(v.problems, "nodes[0]")
 
@@ -336,18 +339,31 @@ def validate_queue(queue: Any) -> list[Problem]:
     return _relative(v.problems, "queues[0]")
 
 
-def validate_job(job: Any, *, nodes: Iterable[str] = ()) -> list[Problem]:
+def validate_job(job: Any, *, nodes: Iterable[str | dict] = (), device_classes: Any = None) -> list[Problem]:
     """The loader's rules for one job and its tasks (``tasks[2].gpu``, ``task.gpuMemory``,
-    ``minAvailable``).  Its queue is taken to be an existing leaf queue (the caller resolves
-    queues); a task's ``node`` must be one of ``nodes``."""
+    ``minAvailable``, ``subGroups[1].parent``, ``tasks[0].claims[0].deviceClass``).  Its queue is
+    taken to be an existing leaf queue (the caller resolves queues); a task's ``node`` must be one
+    of ``nodes`` (names, or node dicts when a task pins the node's ``devices``); claims refer to
+    ``device_classes`` (the scenario's ``deviceClasses`` list)."""
+    return check_job(job, nodes=nodes, device_classes=device_classes)[0]
+
+
+def check_job(job: Any, *, nodes: Iterable[str | dict] = (), device_classes: Any = None) -> tuple[list[Problem], int]:
+    """:func:`validate_job` and the job's gang size as the engine takes it: ``minAvailable`` (default
+    all tasks), or with ``subGroups`` the fewest tasks that satisfy the root (0 when invalid)."""
     v = _Validator()
-    node_rows = [{"name": n} for n in dict.fromkeys(nodes)]
-    node_table = v.nodes(node_rows)
+    v.dclasses = v.device_classes(device_classes)
+    rows: dict[str, dict] = {}
+    for n in nodes:
+        row = {"name": n} if isinstance(n, str) else n
+        rows.setdefault(row.get("name") if isinstance(row, dict) else None, row)
+    node_table = v.nodes(list(rows.values()))
     queue_name = job.get("queue") if isinstance(job, dict) else None
     queue_table = v.queues([{"name": queue_name}] if isinstance(queue_name, str) and queue_name.strip() else [])
     v.problems.clear()  # the stand-ins' own problems (none expected) are not the job's
-    v.jobs([job], node_table, queue_table)
-    return _relative(v.problems, "jobs[0]")
+    jobs, _ = v.jobs([job], node_table, queue_table)
+    problems = _relative(v.problems, "jobs[0]")
+    return problems, (0 if problems or not len(jobs) else int(jobs.min_available[0]))
 
 
 @dataclass

@@ -440,6 +440,35 @@ def job_sub_group_status(snap: Snapshot, task_state, j: int) -> dict[str, dict]:
     return out
 
 
+def tree_status(parents: Sequence[int], min_available: Sequence[int], min_sub_groups: Sequence[int], root_min: int,
+                placed: Sequence[int]) -> tuple[list[int], list[bool], bool]:
+    """The satisfaction rules on plain arrays (for callers without a snapshot, e.g. a status page):
+    ``parents[i]`` local parent (-1 = the job), ``min_available[i]`` of leaves, ``min_sub_groups[i]`` of
+    mid-level subgroups (-1 = all children), ``root_min`` of the job (-1 = all), ``placed[i]`` tasks
+    placed in leaf i. Returns (tasks placed under each subgroup, each satisfied, the job satisfied)."""
+    n = len(parents)
+    kids: list[list[int]] = [[] for _ in range(n + 1)]
+    for i, p in enumerate(parents):
+        kids[p if p >= 0 else n].append(i)
+    sat = [False] * (n + 1)
+    under = [0] * (n + 1)
+
+    def visit(i: int) -> None:
+        if i < n and not kids[i]:
+            under[i] = int(placed[i])
+            sat[i] = under[i] >= int(min_available[i])
+            return
+        for k in kids[i]:
+            visit(k)
+        under[i] = sum(under[k] for k in kids[i])
+        need = (root_min if i == n else int(min_sub_groups[i]))
+        need = len(kids[i]) if need < 0 else need
+        sat[i] = sum(1 for k in kids[i] if sat[k]) >= need
+
+    visit(n)
+    return under[:n], sat[:n], sat[n]
+
+
 def min_tasks(tree: Tree) -> int:
     """The fewest tasks that satisfy the root (the loader's derived ``minAvailable``)."""
     least = [0] * (tree.size + 1)

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import DecimalField, F, Sum
 
 from fairshare_app.clock import db_now, floor_to_grid, to_epoch
 from fairshare_app.models import (
@@ -68,12 +68,17 @@ class AccountingResult:
 def cluster_capacity() -> np.ndarray:
     """Schedulable capacity now: [gpu devices, cpu cores, memory bytes]."""
     total = np.zeros(3)
-    for g, rg, c, rc, m, rm in Node.objects.filter(ready=True, unschedulable=False).values_list(
-            "gpus", "reserved_gpus", "cpu_millis", "reserved_cpu_millis", "memory_bytes", "reserved_memory_bytes"):
-        total += [max(0.0, float(g) - float(rg)), max(0.0, float(c) - float(rc)) / 1000.0, max(0.0, float(m) - float(rm))]
+    for g, dra, rg, c, rc, m, rm in Node.objects.filter(ready=True, unschedulable=False).values_list(
+            "gpus", "dra_gpus", "reserved_gpus", "cpu_millis", "reserved_cpu_millis", "memory_bytes",
+            "reserved_memory_bytes"):
+        # DRA devices of GPU classes are GPUs of the cluster (scenario-format "Devices")
+        total += [max(0.0, float(g) - float(rg)) + float(dra), max(0.0, float(c) - float(rc)) / 1000.0,
+                  max(0.0, float(m) - float(rm))]
     return total
 
 
+#: a task's GPUs: classic ones plus claimed devices of GPU classes
+_GPU = DecimalField(max_digits=24, decimal_places=4)
 _GROUP = ("workload__queue_id", "workload__queue__name", "workload__tenant_id", "workload__tenant__name",
           "workload__owner_id", "workload__owner__username")
 
@@ -97,7 +102,7 @@ def holdings(*, start: datetime, end: datetime) -> list[_Holding]:
     out: list[_Holding] = []
     current = (Task.objects.filter(state__in=TASK_STATES_HOLDING)
                .values(*_GROUP, "workload__started_at")
-               .annotate(g=Sum("gpu"), c=Sum("cpu_millis"), m=Sum("memory_bytes")))
+               .annotate(g=Sum(F("gpu") + F("dra_gpus"), output_field=_GPU), c=Sum("cpu_millis"), m=Sum("memory_bytes")))
     for row in current:
         began = row["workload__started_at"]
         hs = s_e if began is None else max(s_e, to_epoch(began))
@@ -106,7 +111,7 @@ def holdings(*, start: datetime, end: datetime) -> list[_Holding]:
                                  workload__started_at__isnull=False, workload__started_at__lt=end,
                                  workload__finished_at__gt=start)
              .values(*_GROUP, "workload__started_at", "workload__finished_at")
-             .annotate(g=Sum("gpu"), c=Sum("cpu_millis"), m=Sum("memory_bytes")))
+             .annotate(g=Sum(F("gpu") + F("dra_gpus"), output_field=_GPU), c=Sum("cpu_millis"), m=Sum("memory_bytes")))
     for row in ended:
         hs = max(s_e, to_epoch(row["workload__started_at"]))
         he = min(e_e, to_epoch(row["workload__finished_at"]))

@@ -127,6 +127,31 @@ class TenantQueueField(serializers.SlugRelatedField):
         return super().to_internal_value(data)
 
 
+class ClaimInputSerializer(StrictSerializer):
+    """One ResourceClaim request: ``count`` devices of a device class (all-or-nothing with the task)."""
+
+    device_class = serializers.CharField(max_length=253, help_text="A declared device class, e.g. gpu.nvidia.com.")
+    count = bounded_int(min_value=1, max_value=constants.MAX_NODE_DEVICES, required=False, default=1)
+
+
+class SubGroupInputSerializer(StrictSerializer):
+    """One subgroup of a hierarchical gang: a leaf sets ``min_available``, a subgroup with children
+    ``min_sub_groups`` (default all); ``parent`` names another subgroup (empty: the workload)."""
+
+    name = serializers.CharField(max_length=constants.MAX_NAME_LENGTH, validators=[name_validator])
+    parent = serializers.CharField(max_length=constants.MAX_NAME_LENGTH, required=False, allow_null=True,
+                                   default=None)
+    min_available = bounded_int(min_value=0, max_value=constants.MAX_TASKS_PER_WORKLOAD, required=False,
+                                allow_null=True, help_text="Leaf: tasks placed together (default: all its tasks).")
+    min_sub_groups = bounded_int(min_value=1, max_value=constants.MAX_SUBGROUPS_PER_WORKLOAD, required=False,
+                                 allow_null=True, help_text="Mid-level: children that must be satisfied (default all).")
+    topology_required = serializers.CharField(max_length=constants.MAX_LABEL_LENGTH, required=False,
+                                              allow_blank=True, default="",
+                                              help_text="Node label: the subgroup's tasks in one domain of it.")
+    topology_preferred = serializers.CharField(max_length=constants.MAX_LABEL_LENGTH, required=False,
+                                               allow_blank=True, default="")
+
+
 class TaskInputSerializer(StrictSerializer):
     name = serializers.CharField(max_length=constants.MAX_NAME_LENGTH + 12, validators=[name_validator],
                                  required=False)
@@ -139,6 +164,11 @@ class TaskInputSerializer(StrictSerializer):
     priority = bounded_int(min_value=-constants.MAX_PRIORITY, max_value=constants.MAX_PRIORITY, required=False,
                            allow_null=True)
     node_selector = LabelMapField()
+    sub_group = serializers.CharField(max_length=constants.MAX_NAME_LENGTH, required=False, allow_null=True,
+                                      help_text="The leaf subgroup this task belongs to (workloads with sub_groups).")
+    claims = serializers.ListField(child=ClaimInputSerializer(), required=False,
+                                   max_length=constants.MAX_DEVICE_CLASSES,
+                                   help_text="Devices claimed (dynamic resource allocation).")
 
 
 class WorkloadCreateInputSerializer(StrictSerializer):
@@ -169,6 +199,12 @@ class WorkloadCreateInputSerializer(StrictSerializer):
     staleness_grace_period_seconds = bounded_int(min_value=-constants.MAX_DURATION_SECONDS,
                                                  max_value=constants.MAX_DURATION_SECONDS, required=False,
                                                  allow_null=True, help_text="Negative = never evict when stale.")
+    sub_groups = serializers.ListField(child=SubGroupInputSerializer(), required=False,
+                                       max_length=constants.MAX_SUBGROUPS_PER_WORKLOAD,
+                                       help_text="A hierarchical gang: the tree of subgroups (each task names a leaf).")
+    min_sub_groups = bounded_int(min_value=1, max_value=constants.MAX_SUBGROUPS_PER_WORKLOAD, required=False,
+                                 allow_null=True, help_text="With sub_groups: top-level subgroups that must be "
+                                                            "satisfied (default all).")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "tasks" in attrs and ("replicas" in attrs or "task" in attrs):
@@ -191,7 +227,8 @@ class WorkloadCreateInputSerializer(StrictSerializer):
     @staticmethod
     def _check_engine(attrs: dict[str, Any]) -> None:
         """The scheduling engine's own input rules (``gpu`` above 1 in whole devices, ``gpu`` or
-        ``gpu_memory_mib`` but not both, Kubernetes label keys, ...), the same check the service,
+        ``gpu_memory_mib`` but not both, Kubernetes label keys, the subgroup tree, claims of declared
+        device classes, ...), the same check the service,
         the admin and the cycle apply: what this accepts, the engine schedules."""
         from queues_app import engine_io
 
@@ -206,7 +243,9 @@ class WorkloadCreateInputSerializer(StrictSerializer):
             node_selector=attrs.get("node_selector") or {}, topology_required=attrs.get("topology_required", ""),
             topology_preferred=attrs.get("topology_preferred", ""),
             preemption_delay=seconds("preemption_delay_seconds"),
-            staleness_grace_period=seconds("staleness_grace_period_seconds"), **form)
+            staleness_grace_period=seconds("staleness_grace_period_seconds"),
+            sub_groups=[dict(g) for g in attrs.get("sub_groups") or []] or None,
+            min_sub_groups=attrs.get("min_sub_groups"), **form)
         if problems:
             renamed = {"preemption_delay": "preemption_delay_seconds",
                        "staleness_grace_period": "staleness_grace_period_seconds"}
@@ -224,6 +263,10 @@ class TaskOutputSerializer(serializers.Serializer):
     node_selector = serializers.DictField(child=serializers.CharField())
     state = serializers.CharField()
     node = serializers.CharField(source="node.name", allow_null=True, default=None)
+    sub_group = serializers.CharField(source="sub_group.name", allow_null=True, default=None)
+    claims = serializers.ListField(child=serializers.DictField())
+    devices = serializers.DictField(child=serializers.ListField(child=serializers.IntegerField()),
+                                    help_text="Claimed devices held on its node: {device class: [index, ...]}.")
 
 
 class WorkloadOutputSerializer(serializers.Serializer):
@@ -235,6 +278,7 @@ class WorkloadOutputSerializer(serializers.Serializer):
     priority = serializers.IntegerField()
     preemptible = serializers.BooleanField()
     min_available = serializers.IntegerField()
+    min_sub_groups = serializers.IntegerField(allow_null=True)
     topology_required = serializers.CharField()
     topology_preferred = serializers.CharField()
     node_selector = serializers.DictField(child=serializers.CharField())
@@ -251,8 +295,28 @@ class WorkloadOutputSerializer(serializers.Serializer):
         return int(count) if count is not None else obj.tasks.count()
 
 
+class SubGroupStatusSerializer(serializers.Serializer):
+    """One subgroup with what is placed under it and what it requires (the engine's rules)."""
+
+    name = serializers.CharField()
+    parent = serializers.CharField(allow_null=True)
+    depth = serializers.IntegerField()
+    required = serializers.IntegerField(help_text="min_available (leaf: tasks) or min_sub_groups (children).")
+    required_kind = serializers.CharField(help_text="tasks | subgroups")
+    placed = serializers.IntegerField(help_text="Running, Binding or Pipelined tasks under it.")
+    satisfied = serializers.BooleanField()
+    topology_required = serializers.CharField()
+
+
 class WorkloadDetailOutputSerializer(WorkloadOutputSerializer):
     tasks = TaskOutputSerializer(many=True, source="tasks.all")
+    sub_groups = serializers.SerializerMethodField()
+
+    @extend_schema_field(SubGroupStatusSerializer(many=True))
+    def get_sub_groups(self, obj) -> list[dict[str, Any]]:
+        from queues_app import engine_io
+
+        return SubGroupStatusSerializer(engine_io.sub_group_status(obj), many=True).data
 
 
 class DryRunTaskSerializer(serializers.Serializer):
@@ -308,6 +372,8 @@ class WhyOutputSerializer(serializers.Serializer):
     waiting_for_note = serializers.CharField(help_text="waiting_for in one sentence ('' when not pending).")
     last_eviction = EventOutputSerializer(allow_null=True)
     events = EventOutputSerializer(many=True)
+    sub_groups = SubGroupStatusSerializer(many=True, help_text="Per subgroup: placed / required and whether it is "
+                                                               "satisfied (empty without subgroups).")
 
 
 # ============================================================================ queues
@@ -423,6 +489,9 @@ class NodeInputSerializer(StrictSerializer):
     reserved_gpus = quantity(max_value=constants.MAX_NODE_GPUS, max_digits=12, required=False)
     reserved_cpu_millis = bounded_int(min_value=0, max_value=constants.MAX_NODE_CPU_MILLIS, required=False)
     reserved_memory_bytes = bounded_int(min_value=0, max_value=constants.MAX_NODE_MEMORY_BYTES, required=False)
+    devices = serializers.DictField(child=bounded_int(min_value=0, max_value=constants.MAX_NODE_DEVICES),
+                                    required=False, allow_empty=True,
+                                    help_text="DRA devices offered: {device class: count}.")
 
 
 class NodeUpdateInputSerializer(NodeInputSerializer):
@@ -442,6 +511,7 @@ class NodeOutputSerializer(serializers.Serializer):
     reserved_gpus = serializers.DecimalField(max_digits=12, decimal_places=4, coerce_to_string=False)
     reserved_cpu_millis = serializers.IntegerField()
     reserved_memory_bytes = serializers.IntegerField()
+    devices = serializers.DictField(child=serializers.IntegerField())
     allocated_gpus = serializers.FloatField()
     allocated_cpu_millis = serializers.FloatField()
     allocated_memory_bytes = serializers.FloatField()

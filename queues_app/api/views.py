@@ -238,10 +238,15 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
         if data.get("staleness_grace_period_seconds") is not None:
             kwargs["staleness_grace_period"] = timedelta(seconds=data["staleness_grace_period_seconds"])
         if "tasks" in data:
-            kwargs["tasks"] = [dict(t) for t in data["tasks"]]
+            kwargs["tasks"] = [_task_kwargs(t) for t in data["tasks"]]
         else:
-            kwargs["task"] = dict(data["task"])
+            kwargs["task"] = _task_kwargs(data["task"])
             kwargs["replicas"] = data.get("replicas", 1)
+        if data.get("sub_groups"):
+            kwargs["sub_groups"] = [dict(g) for g in data["sub_groups"]]
+            kwargs["min_sub_groups"] = data.get("min_sub_groups")
+        elif data.get("min_sub_groups") is not None:
+            kwargs["min_sub_groups"] = data["min_sub_groups"]
         return kwargs
 
     def _dry_run_body(self, outcome: dict[str, Any]) -> dict[str, Any]:
@@ -274,6 +279,18 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
         """Why pending / why evicted: latest events with reasons and numbers, queue position."""
         workload = self._get(pk)
         return Response(s.WhyOutputSerializer(selectors_api.workload_why(tenant=self.tenant, workload=workload)).data)
+
+
+def _task_kwargs(task: dict[str, Any]) -> dict[str, Any]:
+    """A validated task spec for the service (claims as plain dicts, absent optional keys left out)."""
+    out = dict(task)
+    if out.get("sub_group") is None:
+        out.pop("sub_group", None)
+    if "claims" in out:
+        out["claims"] = [dict(c) for c in out["claims"]]
+        if not out["claims"]:
+            out.pop("claims")
+    return out
 
 
 def _truthy(value: str | None) -> bool:
@@ -428,7 +445,7 @@ def _node_body(node, allocated: dict[int, dict[str, float]]) -> dict[str, Any]:
     return s.NodeOutputSerializer({
         **{f: getattr(node, f) for f in ("id", "name", "gpus", "gpu_memory_mib", "cpu_millis", "memory_bytes",
                                          "labels", "unschedulable", "ready", "reserved_gpus", "reserved_cpu_millis",
-                                         "reserved_memory_bytes", "version")},
+                                         "reserved_memory_bytes", "version", "devices")},
         "allocated_gpus": a.get("gpu", 0.0), "allocated_cpu_millis": a.get("cpu_millis", 0.0),
         "allocated_memory_bytes": a.get("memory_bytes", 0.0),
     }).data

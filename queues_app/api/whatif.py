@@ -58,6 +58,9 @@ class ScaleUpShapeSerializer(s.StrictSerializer):
     cpu_millis = s.bounded_int(min_value=0, max_value=constants.MAX_NODE_CPU_MILLIS, required=False)
     memory_bytes = s.bounded_int(min_value=0, max_value=constants.MAX_NODE_MEMORY_BYTES, required=False)
     labels = s.LabelMapField()
+    devices = serializers.DictField(child=s.bounded_int(min_value=0, max_value=constants.MAX_NODE_DEVICES),
+                                    required=False, allow_empty=True,
+                                    help_text="DRA devices offered: {device class: count} (declared classes).")
 
 
 class ScaleUpPreviewInputSerializer(s.StrictSerializer):

@@ -1,6 +1,7 @@
 """Models of queues_app, split by entity and re-exported here."""
 from queues_app.models.api import IdempotencyKey
 from queues_app.models.cycles import Heartbeat, SchedulerState, SchedulingCycle, SchedulingEvent
+from queues_app.models.devices import DeviceClass
 from queues_app.models.kube import (
     KubeAutoscaleState,
     KubeLease,
@@ -9,15 +10,19 @@ from queues_app.models.kube import (
     KubeOutboxKind,
     KubeOutboxStatus,
     KubePod,
+    KubePodGroup,
+    KubeResourceClaim,
+    KubeResourceSlice,
     KubeSyncCursor,
     KubeWorkloadRef,
 )
 from queues_app.models.nodes import Node
 from queues_app.models.queues import Queue, QueueResource, QueueStatus, QuotaChange
 from queues_app.models.tenants import Tenant
-from queues_app.models.workloads import Task, Workload
+from queues_app.models.workloads import SubGroup, Task, Workload
 
 __all__ = [
+    "DeviceClass",
     "Heartbeat",
     "IdempotencyKey",
     "KubeAutoscaleState",
@@ -27,6 +32,9 @@ __all__ = [
     "KubeOutboxKind",
     "KubeOutboxStatus",
     "KubePod",
+    "KubePodGroup",
+    "KubeResourceClaim",
+    "KubeResourceSlice",
     "KubeSyncCursor",
     "KubeWorkloadRef",
     "Node",
@@ -37,6 +45,7 @@ __all__ = [
     "SchedulerState",
     "SchedulingCycle",
     "SchedulingEvent",
+    "SubGroup",
     "Task",
     "Tenant",
     "Workload",

@@ -59,6 +59,10 @@ class KubePod(models.Model):
         max_length=120, blank=True,
         help_text="The pod's PodScheduled condition as observed: '<status>:<reason>:<message digest>' "
                   "('' = none). The cycle compares it with the condition it wants (queues_app.kube.conditions).")
+    sub_group_name = models.CharField(max_length=253, blank=True,
+                                      help_text="The pod's kai.scheduler/subgroup-name label (a leaf of its PodGroup).")
+    claims = models.JSONField(default=list, blank=True,
+                              help_text="Its ResourceClaims: [[name in the pod, ResourceClaim object name], ...].")
     observed_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -164,3 +168,59 @@ class KubeAutoscaleState(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class KubePodGroup(models.Model):
+    """A KAI PodGroup (``scheduling.run.ai/v2alpha2``) as last observed: the gang (``minMember``) or
+    subgroup tree of the workload whose pods name it (``pod-group-name`` annotation)."""
+
+    namespace = models.CharField(max_length=253)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64)
+    resource_version = models.CharField(max_length=64, blank=True)
+    spec = models.JSONField(default=dict, blank=True, help_text="The translated gang: min_member, min_sub_groups, "
+                                                               "topology, sub_groups.")
+    observed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=("namespace", "name"), name="kubepodgroup_unique_name")]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class KubeResourceSlice(models.Model):
+    """A ResourceSlice (``resource.k8s.io/v1``): devices a DRA driver publishes for one node. A
+    node's devices of a class are the devices of its slices whose driver the class selects, indexed
+    in (pool, device name) order -- the indices the engine decides on."""
+
+    name = models.CharField(max_length=253, unique=True)
+    uid = models.CharField(max_length=64)
+    node_name = models.CharField(max_length=253, blank=True, db_index=True)
+    driver = models.CharField(max_length=253)
+    pool = models.CharField(max_length=253, blank=True)
+    devices = models.JSONField(default=list, blank=True, help_text="Device names, as published.")
+    observed_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.driver} on {self.node_name or '-'})"
+
+
+class KubeResourceClaim(models.Model):
+    """A ResourceClaim (``resource.k8s.io/v1``) as last observed: its requests (device class,
+    count) make the claims of the pods that reference it; its allocation, the devices they hold."""
+
+    namespace = models.CharField(max_length=253)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64)
+    resource_version = models.CharField(max_length=64, blank=True)
+    requests = models.JSONField(default=list, blank=True, help_text="[[request name, device class, count], ...]")
+    allocation = models.JSONField(default=list, blank=True, help_text="[[request, driver, pool, device], ...]")
+    reserved_for = models.JSONField(default=list, blank=True, help_text="Pod uids.")
+    observed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=("namespace", "name"), name="kuberesourceclaim_unique_name")]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"

@@ -9,7 +9,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from queues_app import constants
-from queues_app.models.validators import name_validator, validate_finite, validate_label_map
+from queues_app.models.validators import name_validator, validate_device_counts, validate_finite, validate_label_map
 
 
 class Node(models.Model):
@@ -32,6 +32,11 @@ class Node(models.Model):
         default=0, validators=[MaxValueValidator(constants.MAX_NODE_MEMORY_BYTES)]
     )
     labels = models.JSONField(default=dict, blank=True, validators=[validate_label_map])
+    devices = models.JSONField(default=dict, blank=True, validators=[validate_device_counts],
+                               help_text="DRA devices offered: {device class name: count} (e.g. from ResourceSlices).")
+    dra_gpus = models.PositiveIntegerField(
+        default=0, validators=[MaxValueValidator(constants.MAX_NODE_DEVICES)], editable=False,
+        help_text="Devices of classes that count as GPUs (derived from devices; in GPU capacity).")
     unschedulable = models.BooleanField(default=False)
     ready = models.BooleanField(default=True, help_text="A node that is not ready adds nothing to capacity.")
     reserved_gpus = models.DecimalField(

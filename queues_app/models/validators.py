@@ -65,3 +65,45 @@ def validate_duration_bounds(value: Any) -> None:
         return
     if abs(value.total_seconds()) > constants.MAX_DURATION_SECONDS:
         raise ValidationError("Duration is too long (at most ten years).", code="too_long")
+
+
+def validate_device_counts(value: Any) -> None:
+    """A node's ``devices``: {device class name: whole number of devices >= 0}."""
+    if not isinstance(value, dict):
+        raise ValidationError("Must be an object mapping device class names to device counts.",
+                              code="invalid_devices")
+    if len(value) > constants.MAX_DEVICE_CLASSES:
+        raise ValidationError(f"At most {constants.MAX_DEVICE_CLASSES} device classes.", code="too_many_classes")
+    for key, val in value.items():
+        if not isinstance(key, str) or not key:
+            raise ValidationError(f"Device class {key!r} must be a non-empty string.", code="invalid_device_class")
+        if isinstance(val, bool) or not isinstance(val, int) or not 0 <= val <= constants.MAX_NODE_DEVICES:
+            raise ValidationError(f"Devices of {key!r} must be a whole number between 0 and "
+                                  f"{constants.MAX_NODE_DEVICES}, got {val!r}.", code="invalid_device_count")
+
+
+def validate_claims(value: Any) -> None:
+    """A task's ``claims``: [{"device_class": name, "count": whole number >= 1}]."""
+    if not isinstance(value, list):
+        raise ValidationError("Must be a list of {device_class, count} claims.", code="invalid_claims")
+    if len(value) > constants.MAX_DEVICE_CLASSES:
+        raise ValidationError(f"At most {constants.MAX_DEVICE_CLASSES} claims.", code="too_many_claims")
+    for i, c in enumerate(value):
+        if not isinstance(c, dict) or set(c) - {"device_class", "count"} or not isinstance(c.get("device_class"), str):
+            raise ValidationError(f"Claim {i} must be an object {{device_class, count}}.", code="invalid_claim")
+        n = c.get("count", 1)
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= constants.MAX_NODE_DEVICES:
+            raise ValidationError(f"Claim {i}: count must be a whole number between 1 and "
+                                  f"{constants.MAX_NODE_DEVICES}, got {n!r}.", code="invalid_claim_count")
+
+
+def validate_device_indices(value: Any) -> None:
+    """Devices a task holds on its node: {device class name: [device index, ...]}."""
+    if not isinstance(value, dict):
+        raise ValidationError("Must be an object mapping device class names to device index lists.",
+                              code="invalid_device_indices")
+    for key, val in value.items():
+        if not isinstance(key, str) or not isinstance(val, list) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and 0 <= d < constants.MAX_NODE_DEVICES for d in val):
+            raise ValidationError(f"Devices of {key!r} must be a list of device indices.",
+                                  code="invalid_device_indices")

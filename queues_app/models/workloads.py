@@ -1,4 +1,4 @@
-"""Workloads (gangs of tasks, the scenario's "jobs") and their tasks (pods)."""
+"""Workloads (gangs of tasks, the scenario's "jobs"), their subgroups and their tasks (pods)."""
 from __future__ import annotations
 
 from decimal import Decimal
@@ -14,6 +14,8 @@ from queues_app import constants
 from queues_app.choices import TASK_STATES_ON_NODE, TaskState, WorkloadStatus
 from queues_app.models.validators import (
     name_validator,
+    validate_claims,
+    validate_device_indices,
     validate_duration_bounds,
     validate_finite,
     validate_gpu_groups,
@@ -26,6 +28,10 @@ class Workload(models.Model):
 
     ``min_available`` is the gang size (all-or-nothing below it).  ``stale_since`` is when the
     gang fell below ``min_available`` (the scenario's ``staleFor`` = now - stale_since).
+    A workload with subgroups (:class:`SubGroup`, KAI's hierarchical PodGroups) is a tree: its leaf
+    subgroups have their own ``min_available``, ``min_sub_groups`` says how many of its top-level
+    subgroups must be satisfied (null: all), and ``min_available`` holds the fewest tasks that
+    satisfy the tree (derived by the engine's rules, for display).
     ``version`` is bumped on every write; the cycle applies decisions only to the version it
     read.
     """
@@ -44,6 +50,9 @@ class Workload(models.Model):
     min_available = models.PositiveIntegerField(
         default=1, validators=[MaxValueValidator(constants.MAX_TASKS_PER_WORKLOAD)]
     )
+    min_sub_groups = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(constants.MAX_SUBGROUPS_PER_WORKLOAD)],
+        help_text="With subgroups: how many top-level subgroups must be satisfied (empty: all).")
     topology_required = models.CharField(max_length=constants.MAX_LABEL_LENGTH, blank=True, default="",
                                          help_text="Node label key: all tasks inside one domain of it.")
     topology_preferred = models.CharField(max_length=constants.MAX_LABEL_LENGTH, blank=True, default="")
@@ -87,6 +96,40 @@ class Workload(models.Model):
                                             "workloads."})
 
 
+class SubGroup(models.Model):
+    """One subgroup of a workload's tree (KAI hierarchical PodGroup, scenario ``subGroups``).
+
+    A leaf (no children) holds tasks and sets ``min_available`` (0 allowed: all its tasks are
+    opportunistic); a mid-level subgroup sets ``min_sub_groups`` (null: all its children). Its
+    topology applies to every task under it (one domain of that level inside its parent's).
+    ``index`` keeps the declaration order.
+    """
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="sub_groups")
+    name = models.CharField(max_length=constants.MAX_NAME_LENGTH, validators=[name_validator])
+    index = models.PositiveIntegerField(default=0)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    min_available = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MaxValueValidator(constants.MAX_TASKS_PER_WORKLOAD)],
+        help_text="Leaf subgroups: tasks that must be placed together (0: none).")
+    min_sub_groups = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(constants.MAX_SUBGROUPS_PER_WORKLOAD)],
+        help_text="Mid-level subgroups: children that must be satisfied (empty: all).")
+    topology_required = models.CharField(max_length=constants.MAX_LABEL_LENGTH, blank=True, default="")
+    topology_preferred = models.CharField(max_length=constants.MAX_LABEL_LENGTH, blank=True, default="")
+
+    class Meta:
+        ordering = ("workload_id", "index")
+        constraints = [
+            models.UniqueConstraint(fields=("workload", "name"), name="subgroup_unique_name_per_workload"),
+            models.CheckConstraint(condition=Q(min_available__isnull=True) | Q(min_sub_groups__isnull=True),
+                                   name="subgroup_min_available_or_min_sub_groups"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Task(models.Model):
     """One pod of a workload.  Requests are in engine units: gpu devices (fractional = a
     share of one device), gpu memory MiB, cpu millicores, memory bytes."""
@@ -117,6 +160,16 @@ class Task(models.Model):
     state = models.CharField(max_length=20, choices=TaskState.choices, default=TaskState.PENDING, db_index=True)
     node = models.ForeignKey("queues_app.Node", null=True, blank=True, on_delete=models.PROTECT, related_name="tasks")
     gpu_groups = models.JSONField(default=list, blank=True, validators=[validate_gpu_groups])
+    sub_group = models.ForeignKey(SubGroup, null=True, blank=True, on_delete=models.CASCADE, related_name="tasks",
+                                  help_text="The leaf subgroup of the workload's tree this task belongs to.")
+    claims = models.JSONField(default=list, blank=True, validators=[validate_claims],
+                              help_text='Devices claimed (ResourceClaims): [{"device_class": ..., "count": N}].')
+    devices = models.JSONField(default=dict, blank=True, validators=[validate_device_indices],
+                               help_text="Claimed devices held on its node: {device class: [device index, ...]}.")
+    dra_gpus = models.PositiveIntegerField(
+        default=0, validators=[MaxValueValidator(constants.MAX_NODE_DEVICES)], editable=False,
+        help_text="Claimed devices of classes that count as GPUs (derived from claims: quota, fair share and "
+                  "usage count them like gpu).")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
     version = models.PositiveBigIntegerField(editable=False, default=1)

@@ -67,6 +67,8 @@ class Target:
     state: str
     node_id: int | None
     groups: list[str]
+    #: claimed devices held on the node (dynamic resource allocation): {device class: [index, ...]}
+    devices: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -125,6 +127,10 @@ def _groups(value: Any) -> list[str]:
     return [str(g) for g in (value or [])]
 
 
+def _devices(value: Any) -> dict[str, list[int]]:
+    return {str(c): [int(d) for d in ds] for c, ds in (value or {}).items()}
+
+
 def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confirmations,
                confirm_only: Iterable[Mapping[str, Any]] = ()) -> Plan:
     """Map the engine's result to task writes and validate the decision set (see module doc).
@@ -181,10 +187,12 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
             status = eng["status"] if eng else base_state
             e_node = eng.get("node") if eng else base_node
             e_groups = _groups(eng.get("gpuGroups")) if eng else _groups(task.get("gpuGroups"))
+            held = _devices(task.get("devices"))
+            e_devices = _devices(eng.get("devices")) if eng else held
 
             confirm: Target | None = None
             if tid in conf.bound:
-                confirm = Target(TaskState.RUNNING, node_id.get(base_node), _groups(task.get("gpuGroups")))
+                confirm = Target(TaskState.RUNNING, node_id.get(base_node), _groups(task.get("gpuGroups")), held)
             elif tid in conf.released:
                 confirm = Target(conf.released[tid], None, [])
 
@@ -206,7 +214,7 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
                 if base_state == TaskState.RUNNING:
                     kind = "evict"
                     groups = _groups(task.get("gpuGroups"))
-                    decision = Target(TaskState.RELEASING, node_id.get(base_node), groups)
+                    decision = Target(TaskState.RELEASING, node_id.get(base_node), groups, held)
                     fin = (TaskState.RELEASING, base_node, groups if moved else e_groups)
                 elif base_state not in (TaskState.RELEASING, TaskState.STUCK_RELEASING):
                     errors.append(f"task {tname} is {base_state} in the snapshot; the engine cannot evict it")
@@ -223,7 +231,7 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
                     fin = (status, e_node, e_groups)
                     if not (db_state == status == TaskState.PIPELINED and db_node_id == node_id[e_node]):
                         kind = "bind" if status == TaskState.BINDING else "pipeline"
-                        decision = Target(status, node_id[e_node], e_groups)
+                        decision = Target(status, node_id[e_node], e_groups, e_devices)
             elif status == TaskState.PENDING and db_state == TaskState.PIPELINED:
                 kind = "unpipeline"
                 decision = Target(TaskState.PENDING, None, [])
@@ -553,15 +561,15 @@ def _bulk_set(table: str, columns: list[tuple[str, str]], rows: list[tuple], *, 
     return done
 
 
-TASK_COLUMNS = [("node_id", "bigint"), ("gpu_groups", "jsonb"), ("version", "bigint")]
+TASK_COLUMNS = [("node_id", "bigint"), ("gpu_groups", "jsonb"), ("devices", "jsonb"), ("version", "bigint")]
 
 
-def _write_task_rows(rows: list[tuple[str, int, int | None, list[str], int]], *, now: datetime) -> None:
-    """``(state, id, node_id, gpu_groups, version)`` rows: one UPDATE per target state (in
+def _write_task_rows(rows: list[tuple[str, int, int | None, list[str], dict, int]], *, now: datetime) -> None:
+    """``(state, id, node_id, gpu_groups, devices, version)`` rows: one UPDATE per target state (in
     bounded batches), the state a constant of the statement."""
     by_state: dict[str, list[tuple]] = defaultdict(list)
-    for state, tid, node, groups, version in rows:
-        by_state[state].append((tid, node, json.dumps(list(groups)), version))
+    for state, tid, node, groups, devices, version in rows:
+        by_state[state].append((tid, node, json.dumps(list(groups)), json.dumps(dict(devices)), version))
     for state in sorted(by_state):
         _bulk_set("queues_app_task", TASK_COLUMNS, by_state[state], now=now, constants={"state": str(state)})
 
@@ -588,7 +596,8 @@ def write_tasks(plan: Plan, drops: Mapping[int, str], *, now: datetime, mid_appl
             final[tid] = w.db_state
             continue
         final[tid] = target.state
-        row = (target.state, tid, target.node_id, target.groups, w.version + 1)
+        row = (target.state, tid, target.node_id, target.groups,
+               target.devices if target.node_id is not None else {}, w.version + 1)
         if target is w.decision:
             if w.kind == "bind":
                 counts.bound += 1
@@ -606,7 +615,7 @@ def write_tasks(plan: Plan, drops: Mapping[int, str], *, now: datetime, mid_appl
             # a move (a released task placed again elsewhere in the same cycle): leave the old
             # node in the freeing statement first, or a task arriving there earlier in the adding
             # statement would find it still held (SQLite's guard checks every row)
-            freeing.append((TaskState.PENDING, tid, None, [], w.version + 1))
+            freeing.append((TaskState.PENDING, tid, None, [], {}, w.version + 1))
             moved += 1
         adding.append(row)
     _write_task_rows(freeing, now=now)
@@ -655,10 +664,12 @@ def allocation_by_queue(parents: Mapping[int, int | None]) -> dict[int, list[flo
     Running / Binding / Pipelined tasks (one grouped query), rolled up the tree (``parents``:
     queue id -> parent id).  The value ``QueueStatus.allocated_*`` must equal (invariant I5)."""
     alloc: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    for qid, gpu, cpu, mem in Task.objects.filter(state__in=ALLOCATED).values_list("workload__queue_id").annotate(
-            gpu=Sum("gpu"), cpu=Sum("cpu_millis"), mem=Sum("memory_bytes")).values_list(
-            "workload__queue_id", "gpu", "cpu", "mem"):
-        _roll_up(alloc, parents, qid, [float(gpu or 0), float(cpu or 0) / 1000.0, float(mem or 0)])
+    for qid, gpu, dra, cpu, mem in Task.objects.filter(state__in=ALLOCATED).values_list(
+            "workload__queue_id").annotate(gpu=Sum("gpu"), dra=Sum("dra_gpus"), cpu=Sum("cpu_millis"),
+                                           mem=Sum("memory_bytes")).values_list(
+            "workload__queue_id", "gpu", "dra", "cpu", "mem"):
+        # claimed devices of GPU classes are GPUs of the queue (scenario-format "Devices")
+        _roll_up(alloc, parents, qid, [float(gpu or 0) + float(dra or 0), float(cpu or 0) / 1000.0, float(mem or 0)])
     return alloc
 
 

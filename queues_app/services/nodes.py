@@ -15,7 +15,7 @@ from queues_app.services.common import validate
 
 NODE_FIELDS = (
     "gpus", "gpu_memory_mib", "cpu_millis", "memory_bytes", "labels", "unschedulable", "ready",
-    "reserved_gpus", "reserved_cpu_millis", "reserved_memory_bytes",
+    "reserved_gpus", "reserved_cpu_millis", "reserved_memory_bytes", "devices",
 )
 
 
@@ -39,7 +39,7 @@ def node_upsert(*, name: str, **fields: Any) -> tuple[Node, bool]:
     if bad_floats:
         raise ApplicationError("Invalid node.", extra={k: ["Must be a whole number."] for k in bad_floats})
     for k, v in fields.items():
-        if k == "labels" and v is None:
+        if k in ("labels", "devices") and v is None:
             v = {}
         if k == "reserved_gpus" and isinstance(v, float):
             v = Decimal(repr(v))
@@ -48,6 +48,8 @@ def node_upsert(*, name: str, **fields: Any) -> tuple[Node, bool]:
     problems = engine_io.node_problems({"name": node.name, **{f: getattr(node, f) for f in NODE_FIELDS}})
     if problems:
         raise ApplicationError("Invalid node.", extra=problems)
+    if "devices" in fields:
+        _check_devices(node, created)
     if not created:
         held = Task.objects.filter(node=node, state__in=TASK_STATES_HOLDING).aggregate(gpu=Sum("gpu"))["gpu"] or 0
         if node.gpus < held:
@@ -56,6 +58,25 @@ def node_upsert(*, name: str, **fields: Any) -> tuple[Node, bool]:
         node.version += 1
     node.save()
     return node, created
+
+
+def _check_devices(node: Node, created: bool) -> None:
+    """Not fewer devices of a class than tasks on the node hold (undeclared classes: the engine's
+    rule in node_problems); ``dra_gpus`` derived (see services.devices)."""
+    from queues_app.services.devices import devices_gpu_count, gpu_classes
+
+    devices = node.devices or {}
+    if not created:
+        held: dict[str, int] = {}
+        for claims in Task.objects.filter(node=node, state__in=TASK_STATES_HOLDING).exclude(claims=[]).values_list(
+                "claims", flat=True):
+            for c in claims or ():
+                held[c.get("device_class")] = held.get(c.get("device_class"), 0) + int(c.get("count", 1))
+        for cls, n in sorted(held.items()):
+            if int(devices.get(cls, 0)) < n:
+                raise ApplicationError("Invalid node.", extra={f"devices.{cls}": [
+                    f"Tasks bound to {node.name} hold {n} {cls} devices; the node cannot offer fewer."]})
+    node.dra_gpus = devices_gpu_count(devices, gpu_classes(devices))
 
 
 @transaction.atomic

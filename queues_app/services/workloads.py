@@ -15,14 +15,18 @@ from django.utils import timezone
 from queues_app import constants, engine_io
 from queues_app.choices import TASK_STATES_TERMINAL, TaskState, WorkloadStatus
 from queues_app.errors import ApplicationError
-from queues_app.models import Node, Queue, Task, Tenant, Workload
+from queues_app.models import Node, Queue, SubGroup, Task, Tenant, Workload
 from queues_app.services.common import bound_request_locks, bounded_int, validate
+from queues_app.services.devices import claims_gpu_count, gpu_classes
 
 #: Keys of one task spec accepted by workload_submit.
-TASK_SPEC_KEYS = ("name", "gpu", "gpu_memory_mib", "cpu_millis", "memory_bytes", "priority", "node_selector")
+TASK_SPEC_KEYS = ("name", "gpu", "gpu_memory_mib", "cpu_millis", "memory_bytes", "priority", "node_selector",
+                  "sub_group", "claims")
 #: Extra keys accepted by workload_import (observed state, e.g. from a scenario file).
-TASK_STATE_KEYS = ("state", "node", "gpu_groups")
+TASK_STATE_KEYS = ("state", "node", "gpu_groups", "devices")
 DUPLICATE_NAME_MESSAGE = "A workload with this name already exists in this queue."
+#: Keys of one subgroup spec (``sub_groups``; scenario ``subGroups``).
+SUB_GROUP_KEYS = ("name", "parent", "min_available", "min_sub_groups", "topology_required", "topology_preferred")
 
 
 def _task_from_spec(spec: Mapping[str, Any], *, index: int, where: str, workload_name: str, allow_state: bool,
@@ -35,7 +39,7 @@ def _task_from_spec(spec: Mapping[str, Any], *, index: int, where: str, workload
     if unknown:
         errors[where] = [f"Unknown field(s): {', '.join(unknown)}."]
         return Task(), errors
-    values = {k: spec[k] for k in TASK_SPEC_KEYS if k in spec and spec[k] is not None}
+    values = {k: spec[k] for k in TASK_SPEC_KEYS if k in spec and spec[k] is not None and k != "sub_group"}
     if isinstance(values.get("gpu"), float):
         values["gpu"] = Decimal(repr(values["gpu"]))
     for k in ("gpu", "cpu_millis", "memory_bytes", "gpu_memory_mib", "priority"):
@@ -54,6 +58,7 @@ def _task_from_spec(spec: Mapping[str, Any], *, index: int, where: str, workload
             if task.node is None:
                 errors[f"{where}.node"] = [f"Unknown node {node_name!r}."]
         task.gpu_groups = list(spec.get("gpu_groups") or [])
+        task.devices = spec.get("devices") or {}
     try:
         task.full_clean(exclude=["workload"], validate_unique=False, validate_constraints=False)
     except ValidationError as exc:
@@ -69,7 +74,8 @@ INSERT_BATCH = 2000
 _TASK_COLUMNS = (("workload_id", "bigint"), ("name", "varchar"), ("index", "integer"), ("gpu", "numeric"),
                  ("gpu_memory_mib", "bigint"), ("cpu_millis", "bigint"), ("memory_bytes", "bigint"),
                  ("priority", "integer"), ("node_selector", "jsonb"), ("state", "varchar"), ("node_id", "bigint"),
-                 ("gpu_groups", "jsonb"))
+                 ("gpu_groups", "jsonb"), ("sub_group_id", "bigint"), ("claims", "jsonb"), ("devices", "jsonb"),
+                 ("dra_gpus", "integer"))
 
 
 def _insert_tasks(rows: list[tuple], *, now: datetime) -> None:
@@ -99,9 +105,12 @@ def _insert_tasks(rows: list[tuple], *, now: datetime) -> None:
                                    [(*row, stamp, stamp, 1) for row in chunk])
 
 
-def _row(workload_id: int, t: Task, *, name: str, index: int) -> tuple:
+def _row(workload_id: int, t: Task, *, name: str, index: int, sub_group: SubGroup | None = None,
+         dra_gpus: int = 0) -> tuple:
     return (workload_id, name, index, t.gpu, t.gpu_memory_mib, t.cpu_millis, t.memory_bytes, t.priority,
-            json.dumps(t.node_selector or {}), t.state, t.node_id, json.dumps(list(t.gpu_groups or [])))
+            json.dumps(t.node_selector or {}), t.state, t.node_id, json.dumps(list(t.gpu_groups or [])),
+            sub_group.pk if sub_group is not None else None, json.dumps(list(t.claims or [])),
+            json.dumps(dict(t.devices or {})), dra_gpus)
 
 
 def _spec_key(spec: Mapping[str, Any]) -> str:
@@ -124,6 +133,8 @@ def _create(
     min_available: int | None,
     allow_state: bool,
     workload_fields: Mapping[str, Any],
+    sub_groups: Sequence[Mapping[str, Any]] | None = None,
+    min_sub_groups: int | None = None,
 ) -> Workload:
     bound_request_locks()
     # Lock the queue row: queue_create locks a parent the same way, so "add a child" and
@@ -159,12 +170,17 @@ def _create(
                            maximum=constants.MAX_PRIORITY)
     if preemptible is None:
         preemptible = priority < 100
-    if min_available is None:
-        min_available = count
-    min_available = bounded_int(min_available, field="min_available", minimum=1, maximum=count)
+    tree = sub_group_specs(sub_groups, min_available=min_available, min_sub_groups=min_sub_groups)
+    if tree:
+        min_available = 0  # the engine derives it from the tree (below)
+    else:
+        if min_available is None:
+            min_available = count
+        min_available = bounded_int(min_available, field="min_available", minimum=1, maximum=count)
 
     workload = Workload(queue=locked, name=name, tenant=tenant, owner=owner, priority=priority,
-                        preemptible=bool(preemptible), min_available=min_available, **workload_fields)
+                        preemptible=bool(preemptible), min_available=min_available,
+                        min_sub_groups=min_sub_groups if tree else None, **workload_fields)
     validate(workload, message="Invalid workload.")
 
     specs = list(tasks) if tasks is not None else [task]
@@ -208,28 +224,42 @@ def _create(
     if errors:
         raise ApplicationError("Invalid workload.", extra=errors)
     # The engine's own rules on what is about to be stored (one contract; see engine_io).
-    problems = engine_io.workload_problems(
-        queue=locked.name, name=name, priority=priority, preemptible=bool(preemptible), min_available=min_available,
+    # (the leaf subgroup each task names, by task index)
+    leaf_of = ({i: spec.get("sub_group") for i, spec in enumerate(tasks) if isinstance(spec, Mapping)}
+               if tasks is not None else {i: task.get("sub_group") for i in range(count)})
+    problems, gang = engine_io.workload_check(
+        queue=locked.name, name=name, priority=priority, preemptible=bool(preemptible),
+        min_available=None if tree else min_available, sub_groups=tree or None,
+        min_sub_groups=min_sub_groups if tree else None,
         node_selector=workload.node_selector, topology_required=workload.topology_required,
         topology_preferred=workload.topology_preferred, preemption_delay=workload.preemption_delay,
-        staleness_grace_period=workload.staleness_grace_period, nodes=list(nodes),
-        **({"tasks": [_spec_of(t, tname) for t, tname, _ in built]} if tasks is not None
-           else {"task": _spec_of(built[0][0], None), "replicas": count}),
+        staleness_grace_period=workload.staleness_grace_period, nodes=list(nodes.values()),
+        **({"tasks": [_spec_of(t, tname, leaf_of[i]) for t, tname, i in built]} if tasks is not None
+           else {"task": _spec_of(built[0][0], None, leaf_of[0]), "replicas": count}),
     )
     if problems:
         raise ApplicationError("Invalid workload.", extra=problems)
+    if tree:
+        workload.min_available = gang
 
     workload.status = _status_of([t.state for t, _, _ in built], workload.min_available)
     _save_workload(workload)
-    _insert_tasks([_row(workload.pk, t, name=tname, index=i) for t, tname, i in built], now=timezone.now())
+    groups = create_sub_groups(workload, tree)
+    distinct = list({id(t): t for t, _, _ in built}.values())  # replicas share one validated Task
+    gpu = _gpu_classes_for(distinct)
+    dra = {id(t): claims_gpu_count(t.claims, gpu) if t.claims else 0 for t in distinct}
+    _insert_tasks([_row(workload.pk, t, name=tname, index=i, sub_group=groups.get(leaf_of[i]) if leaf_of[i] else None,
+                        dra_gpus=dra[id(t)]) for t, tname, i in built], now=timezone.now())
     return workload
 
 
-def _spec_of(t: Task, name: str | None) -> dict[str, Any]:
+def _spec_of(t: Task, name: str | None, sub_group: Any = None) -> dict[str, Any]:
     spec = {"name": name, "gpu": t.gpu, "gpu_memory_mib": t.gpu_memory_mib, "cpu_millis": t.cpu_millis,
-            "memory_bytes": t.memory_bytes, "priority": t.priority, "node_selector": t.node_selector}
-    if t.state != TaskState.PENDING or t.node_id is not None or t.gpu_groups:
-        spec.update(state=t.state, node=t.node.name if t.node_id else None, gpu_groups=list(t.gpu_groups or []))
+            "memory_bytes": t.memory_bytes, "priority": t.priority, "node_selector": t.node_selector,
+            "sub_group": sub_group, "claims": t.claims}
+    if t.state != TaskState.PENDING or t.node_id is not None or t.gpu_groups or t.devices:
+        spec.update(state=t.state, node=t.node.name if t.node_id else None, gpu_groups=list(t.gpu_groups or []),
+                    devices=dict(t.devices or {}))
     return spec
 
 
@@ -243,6 +273,74 @@ def _save_workload(workload: Workload) -> None:
         if "workload_unique_name" not in str(exc):
             raise
         raise ApplicationError("Invalid workload.", extra={"name": [DUPLICATE_NAME_MESSAGE]}) from None
+
+
+def sub_group_specs(sub_groups: Sequence[Mapping[str, Any]] | None, *, min_available: int | None,
+                    min_sub_groups: int | None) -> list[dict[str, Any]]:
+    """The ``sub_groups`` of a submission as plain dicts (names, parents, thresholds, topology);
+    the tree's rules are the engine's (``engine_io.workload_check`` in :func:`_create`)."""
+    if sub_groups is None or (isinstance(sub_groups, (list, tuple)) and not sub_groups):
+        if min_sub_groups is not None:
+            raise ApplicationError("Invalid workload.", extra={"min_sub_groups": [
+                "Only a workload with sub_groups sets min_sub_groups."]})
+        return []
+    if not isinstance(sub_groups, (list, tuple)):
+        raise ApplicationError("Invalid workload.", extra={"sub_groups": ["Must be a list of subgroups."]})
+    if len(sub_groups) > constants.MAX_SUBGROUPS_PER_WORKLOAD:
+        raise ApplicationError("Invalid workload.", extra={"sub_groups": [
+            f"At most {constants.MAX_SUBGROUPS_PER_WORKLOAD} subgroups."]})
+    if min_available is not None:
+        raise ApplicationError("Invalid workload.", extra={"min_available": [
+            "A workload with sub_groups has no min_available: its leaf subgroups set min_available and "
+            "min_sub_groups says how many top-level subgroups must be satisfied."]})
+    out, errors = [], {}
+    for i, g in enumerate(sub_groups):
+        if not isinstance(g, Mapping):
+            errors[f"sub_groups[{i}]"] = ["Must be an object."]
+            continue
+        unknown = sorted(set(g) - set(SUB_GROUP_KEYS))
+        if unknown:
+            errors[f"sub_groups[{i}]"] = [f"Unknown field(s): {', '.join(unknown)}."]
+            continue
+        row = SubGroup(name=g.get("name") or "", index=i, min_available=g.get("min_available"),
+                       min_sub_groups=g.get("min_sub_groups"),
+                       topology_required=g.get("topology_required") or "",
+                       topology_preferred=g.get("topology_preferred") or "")
+        try:
+            row.full_clean(exclude=["workload", "parent"], validate_unique=False, validate_constraints=False)
+        except ValidationError as exc:
+            for k, msgs in exc.message_dict.items():
+                errors[f"sub_groups[{i}].{k}"] = msgs
+            continue
+        out.append({"name": row.name, "parent": g.get("parent") or None, "min_available": row.min_available,
+                    "min_sub_groups": row.min_sub_groups, "topology_required": row.topology_required,
+                    "topology_preferred": row.topology_preferred})
+    if errors:
+        raise ApplicationError("Invalid workload.", extra=errors)
+    return out
+
+
+def create_sub_groups(workload: Workload, tree: list[dict[str, Any]]) -> dict[str, SubGroup]:
+    """Insert the tree's rows (parents before children) and return them by name."""
+    if not tree:
+        return {}
+    rows = SubGroup.objects.bulk_create([
+        SubGroup(workload=workload, name=g["name"], index=i, min_available=g["min_available"],
+                 min_sub_groups=g["min_sub_groups"], topology_required=g["topology_required"],
+                 topology_preferred=g["topology_preferred"]) for i, g in enumerate(tree)])
+    by_name = {r.name: r for r in rows}
+    with_parent = []
+    for r, g in zip(rows, tree):
+        if g["parent"]:
+            r.parent = by_name[g["parent"]]
+            with_parent.append(r)
+    SubGroup.objects.bulk_update(with_parent, ["parent"])
+    return by_name
+
+
+def _gpu_classes_for(tasks: Iterable[Task]) -> set[str]:
+    names = {c.get("device_class") for t in tasks for c in (t.claims or ())}
+    return gpu_classes(names) if names else set()
 
 
 def _status_of(states: Iterable[str], min_available: int = 1) -> str:
@@ -281,6 +379,8 @@ def workload_submit(
     node_selector: Mapping[str, str] | None = None,
     preemption_delay: timedelta | None = None,
     staleness_grace_period: timedelta | None = None,
+    sub_groups: Sequence[Mapping[str, Any]] | None = None,
+    min_sub_groups: int | None = None,
 ) -> Workload:
     """Submit a workload; all its tasks start Pending.
 
@@ -289,10 +389,16 @@ def workload_submit(
     ``replicas`` copies of one ``task``.  ``preemptible`` defaults to ``priority < 100`` and
     ``min_available`` to the number of tasks.  With a ``tenant`` the queue must be granted to
     it.  Errors name the field, e.g. ``tasks[2].gpu``.
+
+    Hierarchical gangs: ``sub_groups`` (``{name, parent?, min_available? (leaves), min_sub_groups?
+    (mid-level), topology_required?, topology_preferred?}``), ``min_sub_groups`` of the workload, and
+    every task's ``sub_group`` naming a leaf. Devices: a task's ``claims`` (``[{device_class,
+    count}]``). Both are checked by the engine's rules (scenario-format "SubGroups" / "Devices").
     """
     return _create(
         queue=queue, name=name, tasks=tasks, replicas=replicas, task=task, tenant=tenant, owner=owner,
         priority=priority, preemptible=preemptible, min_available=min_available, allow_state=False,
+        sub_groups=sub_groups, min_sub_groups=min_sub_groups,
         workload_fields=dict(
             topology_required=topology_required or "", topology_preferred=topology_preferred or "",
             node_selector=dict(node_selector or {}), preemption_delay=preemption_delay,
@@ -319,12 +425,15 @@ def workload_import(
     node_selector: Mapping[str, str] | None = None,
     preemption_delay: timedelta | None = None,
     staleness_grace_period: timedelta | None = None,
+    sub_groups: Sequence[Mapping[str, Any]] | None = None,
+    min_sub_groups: int | None = None,
 ) -> Workload:
     """Record a workload with its *observed* state (task ``state``, ``node`` name,
     ``gpu_groups``): scenario import, the demo data and tests.  Not for tenant submissions."""
     return _create(
         queue=queue, name=name, tasks=tasks, replicas=None, task=None, tenant=tenant, owner=None,
         priority=priority, preemptible=preemptible, min_available=min_available, allow_state=True,
+        sub_groups=sub_groups, min_sub_groups=min_sub_groups,
         workload_fields=dict(
             topology_required=topology_required or "", topology_preferred=topology_preferred or "",
             node_selector=dict(node_selector or {}), preemption_delay=preemption_delay,
@@ -356,7 +465,7 @@ def workload_cancel(*, workload: Workload, actor: AbstractBaseUser | None = None
     tasks = Task.objects.filter(workload_id=fresh.pk)
     # Releases first: every statement leaves the nodes within capacity (the guard triggers).
     tasks.filter(state__in=(TaskState.PENDING, TaskState.PIPELINED)).update(
-        state=TaskState.FAILED, node=None, gpu_groups=[], version=F("version") + 1, updated_at=now)
+        state=TaskState.FAILED, node=None, gpu_groups=[], devices={}, version=F("version") + 1, updated_at=now)
     tasks.filter(state__in=(TaskState.RUNNING, TaskState.BINDING)).update(
         state=TaskState.RELEASING, version=F("version") + 1, updated_at=now)
     fresh.status = WorkloadStatus.CANCELLED

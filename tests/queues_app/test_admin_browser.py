@@ -120,7 +120,7 @@ def test_the_dashboard_shows_the_cluster_and_refreshes_itself(console):
     assert not research.locator(".qbar-label").first.inner_text().startswith("0 /")  # a parent's subtree
     pending = page.inner_text("[data-section=pending]")
     assert "vit-ablation" in pending and "over its limit" in pending
-    assert page.locator("#node-map a.node").count() == 16
+    assert page.locator("#node-map a.node").count() == 20  # 16 + the DRA-only pool
     # the page polls dashboard.json and swaps its sections without a reload
     page.evaluate("window.__kaiMarker = 19")
     page.wait_for_function("Number(document.getElementById('dashboard').dataset.refreshed || 0) >= 2")
@@ -216,3 +216,24 @@ def test_the_scale_up_preview_says_what_more_nodes_would_start(console):
     page.wait_for_url(re.compile(r"/admin/queues_app/workload/\d+/change/"))
     assert "capacity" in page.inner_text("#why-waiting").lower()
     assert Node.objects.count() == nodes_before  # a preview creates nothing
+
+
+def test_a_workload_with_subgroups_shows_its_tree_and_a_node_its_devices(console):
+    """disagg-serve (the demo's subgroup tree) lists each subgroup with placed / required; a DRA node
+    lists its devices; the imex-train task shows the DRA devices it holds."""
+    page, base = console
+    wl = Workload.objects.get(name="disagg-serve")
+    page.goto(f"{base}/admin/queues_app/workload/{wl.pk}/change/")
+    tree = page.locator("table.kai-subgroups")
+    tree.wait_for()
+    rows = tree.locator("tbody tr")
+    assert rows.count() == 4
+    text = tree.inner_text()
+    assert "decode-workers" in text and "2 / 2 tasks" in text and "2 / 2 subgroups" in text
+    assert "kai.scheduler/rack" in text
+    imex = Workload.objects.get(name="imex-train")
+    page.goto(f"{base}/admin/queues_app/workload/{imex.pk}/change/")
+    body = page.inner_text("body")
+    assert "gpu.nvidia.com 0,1,2,3" in body and "4 x gpu.nvidia.com" in body
+    page.goto(f"{base}/admin/queues_app/node/?q=gb200")
+    assert "gpu.nvidia.com x4" in page.inner_text("#result_list")

@@ -52,7 +52,7 @@ def test_the_admin_index_is_the_dashboard(op_client, demo):
     assert row["reasons"][0]["reason"] == "Unschedulable" and row["reasons"][0]["workload"] == "llm-sft-big"
     assert "llm-sft-big" in html and "Unschedulable" in html
     # node map: one link per node to its change page, grouped by rack
-    assert [r["name"] for r in ctx["racks"]] == ["rack-1", "rack-2"]
+    assert [r["name"] for r in ctx["racks"]] == ["rack-1", "rack-2", "rack-3"]  # rack-3: the DRA-only pool
     node = Node.objects.get(name="dgx-rack-1-01")
     assert f'href="{reverse("admin:queues_app_node_change", args=[node.pk])}"' in html
     assert html.count('class="node u') >= 16
@@ -78,7 +78,7 @@ def test_the_json_endpoint_renders_the_same_sections_and_the_node_states(op_clie
     body = resp.json()
     assert set(body["sections"]) == {"cards", "queues", "pending", "cycles"}
     assert "llm-sft-big" in body["sections"]["pending"] and "research" in body["sections"]["queues"]
-    assert len(body["nodes"]) == 16 and all(len(n) == 3 for n in body["nodes"])
+    assert len(body["nodes"]) == 20 and all(len(n) == 3 for n in body["nodes"])  # 16 + the DRA pool
     assert "nodes_html" not in body
     assert 'data-node="' in op_client.get(reverse("admin:dashboard_data") + "?nodes=html").json()["nodes_html"]
 

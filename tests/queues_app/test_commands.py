@@ -37,9 +37,14 @@ class LoadDemoTests:
         call_command("load_demo", stdout=StringIO())
         counts = (Node.objects.count(), Queue.objects.count(), Tenant.objects.count(), Workload.objects.count(),
                   Task.objects.count(), QuotaChange.objects.count())
-        assert counts[:4] == (16, 6, 3, 9)
+        assert counts[:4] == (20, 6, 3, 11)
         racks = [n.labels["kai.scheduler/rack"] for n in Node.objects.all()]
         assert racks.count("rack-1") == racks.count("rack-2") == 8
+        pool = \
+            [n for n in Node.objects.all() if n.devices]
+        assert len(pool) == 4 and all(n.gpus == 0 and n.dra_gpus == 4 for n in pool)
+        assert Workload.objects.get(name="disagg-serve").sub_groups.count() == 4
+        assert all(t.dra_gpus == 4 for t in Task.objects.filter(workload__name="imex-train"))
         assert Task.objects.filter(state="Running").exists() and Task.objects.filter(state="Pending").exists()
         out = StringIO()
         call_command("load_demo", stdout=out)
@@ -65,9 +70,12 @@ class ExportScenarioTests:
         target = tmp_path / "live.yaml"
         call_command("export_scenario", str(target), "--now", "2026-05-01T00:00:00Z", stderr=StringIO())
         snap = load_scenario(target)
-        assert len(snap.nodes) == 16 and len(snap.jobs) == 9
+        assert len(snap.nodes) == 20 and len(snap.jobs) == 11
         [result] = _engine_cycle(target)
         assert result["jobs"]["resnet-train"]["status"] == "Running"
+        assert result["jobs"]["imex-train"]["status"] in ("Binding", "Pipelined")
+        assert {t["node"][:5] for t in result["jobs"]["imex-train"]["tasks"]} == {"gb200"}
+        assert result["jobs"]["disagg-serve"]["subGroups"]["decode"]["satisfied"]
         assert any(j["status"] in ("Binding", "Pipelined") for j in result["jobs"].values())
 
     def test_it_rejects_bad_options(self, tmp_path):

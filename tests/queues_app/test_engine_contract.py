@@ -83,6 +83,32 @@ def test_node_upsert_refuses_reserving_more_than_the_node_has(db):
     assert Node.objects.get().reserved_cpu_millis == 0
 
 
+def test_subgroup_trees_claims_and_node_devices_are_checked_by_the_engine_at_the_services(queue_tree, nodes_8):
+    """Issue 21's keys through the same entry: the tree, the claims (against the DeviceClass rows)
+    and a node's devices; the errors name the service / API field."""
+    from queues_app.services.devices import device_class_upsert
+
+    q = queue_tree["a-train"]
+    errors = _errors(lambda: workload_submit(queue=q, name="w", sub_groups=[{"name": "a"}, {"name": "b", "parent": "x"}],
+                                             tasks=[{"gpu": 1, "sub_group": "a"}, {"gpu": 1, "sub_group": "b"}]))
+    assert "sub_groups[1].parent" in errors, errors
+    errors = _errors(lambda: workload_submit(queue=q, name="w", replicas=2,
+                                             task={"claims": [{"device_class": "gpu.nvidia.com", "count": 1}]}))
+    assert errors == {"task.claims[0].device_class": [
+        "unknown device class 'gpu.nvidia.com' (declare it in deviceClasses)"]}
+    errors = _errors(lambda: node_upsert(name="gb", gpus=0, devices={"gpu.nvidia.com": 4}))
+    assert list(errors) == ["devices.gpu.nvidia.com"]
+    device_class_upsert(name="gpu.nvidia.com", counts_as="gpu")
+    node_upsert(name="gb", gpus=0, devices={"gpu.nvidia.com": 4})
+    w = workload_submit(queue=q, name="w", replicas=2, task={"claims": [{"device_class": "gpu.nvidia.com", "count": 1}]})
+    assert list(Task.objects.filter(workload=w).values_list("dra_gpus", flat=True)) == [1, 1]
+    errors = _errors(lambda: workload_import(queue=q, name="pinned", tasks=[
+        {"claims": [{"device_class": "gpu.nvidia.com", "count": 1}], "state": "Running", "node": "gb",
+         "devices": {"gpu.nvidia.com": [4]}}]))
+    assert list(errors) == ["tasks[0].devices.gpu.nvidia.com[0]"], errors
+    assert not Workload.objects.filter(name="pinned").exists()
+
+
 # ----------------------------------------------------------------------------- admin forms
 
 

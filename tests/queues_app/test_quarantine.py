@@ -176,6 +176,9 @@ _CORRUPTIONS = st.one_of(
     st.tuples(st.just("task"), st.just("node_selector"), st.sampled_from(
         [{"bad key": "x"}, {"k": 5}, {"k": None}, [1, 2], "text", {"ok": "v"}, {"-x": "y"}, {"k": {"a": 1}}])),
     st.tuples(st.just("task"), st.just("gpu_groups"), st.sampled_from([["g"], [1], {"a": 1}, "x", []])),
+    st.tuples(st.just("task"), st.just("claims"), st.sampled_from(
+        [[{"device_class": "nope"}], [{"count": 2}], "x", [1], [{"device_class": "gpu.x", "count": -1}], []])),
+    st.tuples(st.just("task"), st.just("devices"), st.sampled_from([{"gpu.x": [0]}, "x", [1], {}])),
     st.tuples(st.just("workload"), st.just("min_available"), st.sampled_from([0, 2, 5, 10_000])),
     st.tuples(st.just("workload"), st.just("node_selector"), st.sampled_from([{"bad key": "x"}, {"a/b/c": "d"}, 7])),
     st.tuples(st.just("workload"), st.just("topology_required"), st.sampled_from(["rack", "x" * 300])),
@@ -223,3 +226,37 @@ def test_random_malformed_rows_never_stop_the_cycle(django_db_blocker, corruptio
                 assert all(m.startswith("Invalid: ") for r, m in events if r == "Invalid")
         assert Queue.objects.count() == 4
         transaction.set_rollback(True)
+
+
+# ----------------------------------------------------------------------------- subgroups and devices (issue 21)
+
+
+def test_a_subgroup_tree_broken_by_sql_is_quarantined_naming_the_api_field(cluster):
+    from queues_app.models import SubGroup
+    from queues_app.services.workloads import workload_submit
+
+    tree = workload_submit(queue=cluster["qa"], name="tree", sub_groups=[{"name": "a", "min_available": 1}],
+                           tasks=[{"gpu": 1, "sub_group": "a"}])
+    good = submit(cluster["qb"], "good")
+    Workload.objects.filter(pk=tree.pk).update(min_sub_groups=3)  # raw SQL: more than its subgroups
+    out = cycle_run(trigger="test")
+    assert out.status == CycleStatus.APPLIED and out.quarantined == 1
+    assert states(good) == [TaskState.BINDING] and states(tree) == [TaskState.PENDING]
+    tree.refresh_from_db()
+    assert tree.status_message.startswith("Invalid: min_sub_groups: "), tree.status_message
+    # a leaf asking for more tasks than it has waits for its pods (like a gang), it is not refused
+    SubGroup.objects.filter(workload=tree).update(min_available=5)
+    Workload.objects.filter(pk=tree.pk).update(min_sub_groups=None)
+    cycle_run(trigger="test")
+    messages = list(SchedulingEvent.objects.filter(workload=tree).values_list("message", flat=True))
+    assert "waiting for pods: subgroup a needs 5, 1 exist" in messages, messages
+
+
+def test_a_claim_of_an_undeclared_class_written_by_sql_is_quarantined(cluster):
+    bad = submit(cluster["qa"], "bad")
+    Task.objects.filter(workload=bad).update(gpu=0, claims=[{"device_class": "fpga.example.com", "count": 1}])
+    out = cycle_run(trigger="test")
+    assert out.status == CycleStatus.APPLIED and out.quarantined == 1
+    bad.refresh_from_db()
+    assert bad.status_message == ("Invalid: tasks[0].claims[0].device_class: unknown device class "
+                                  "'fpga.example.com' (declare it in deviceClasses)")

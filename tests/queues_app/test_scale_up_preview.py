@@ -194,3 +194,23 @@ def test_the_preview_equals_the_cycle_run_after_adding_the_nodes(seed, count):
     placed = set(Task.objects.filter(state__in=(TaskState.BINDING, TaskState.PIPELINED))
                  .values_list("workload__name", flat=True))
     assert started <= placed
+
+
+def test_a_dra_node_as_the_shape_copies_its_devices_and_starts_a_claim_task():
+    """A scale-up like a DRA node carries its devices: the pending task that claims them starts;
+    a shape naming an undeclared device class is refused on ``node.devices``."""
+    data = small()
+    data["deviceClasses"] = [{"name": "gpu.nvidia.com", "countsAs": "gpu"}]
+    data["nodes"].append({"name": "gb-a", "gpus": 0, "cpu": "64", "memory": "512Gi",
+                          "labels": {"pool": "gb200"}, "devices": {"gpu.nvidia.com": 4}})
+    data["jobs"].append({"name": "dra-job", "queue": "wb", "createdMinutesAgo": 5,
+                         "tasks": [{"claims": [{"deviceClass": "gpu.nvidia.com", "count": 4}]}] * 2})
+    engine_io.import_scenario(data)
+    cycle_run(trigger="test")
+    assert Workload.objects.get(name="dra-job").status == "Pending"  # one node's devices for two tasks
+    answer = engine_io.preview_scale_up(count=1, like="gb-a")
+    assert answer["node"]["devices"] == {"gpu.nvidia.com": 4}
+    assert "dra-job" in answer["starts"]
+    with pytest.raises(Exception) as err:
+        engine_io.preview_scale_up(count=1, node={"gpus": 0, "devices": {"fpga.example.com": 1}})
+    assert "node.devices" in getattr(err.value, "extra", {})

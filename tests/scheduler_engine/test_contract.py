@@ -196,3 +196,64 @@ def test_partition_always_leaves_a_loadable_scenario(edits, queue_edit):
         own = [p for p, m in part.refused["jobs"][i] if p != "queue" and "duplicate" not in m]
         if own:
             assert validate_job(data["jobs"][i], nodes=["n0", "n1"])
+
+
+# ----------------------------------------------------------------------------- subgroups and devices (issue 21)
+
+CLASSES = [{"name": "gpu.nvidia.com"}, {"name": "compute-domain.nvidia.com"}]
+
+
+def test_validate_job_checks_the_subgroup_tree_and_claims_against_the_given_classes():
+    from scheduler_engine.loader import check_job
+
+    job = {"name": "j", "queue": "a", "minSubGroups": 1,
+           "subGroups": [{"name": "decode"}, {"name": "leader", "parent": "decode", "minAvailable": 1},
+                         {"name": "workers", "parent": "decode", "minAvailable": 2}, {"name": "prefill"}],
+           "tasks": [{"subGroup": "leader", "claims": [{"deviceClass": "gpu.nvidia.com", "count": 2}]},
+                     {"subGroup": "workers"}, {"subGroup": "workers"}, {"subGroup": "workers"},
+                     {"subGroup": "prefill"}]}
+    assert check_job(job, device_classes=CLASSES) == ([], 1)  # prefill alone satisfies the root
+    # the same job without its device classes: the claim names an unknown class
+    assert validate_job(job) == [("tasks[0].claims[0].deviceClass",
+                                  "unknown device class 'gpu.nvidia.com' (declare it in deviceClasses)")]
+    bad = copy.deepcopy(job)
+    bad["subGroups"][1]["parent"] = "nope"
+    bad["tasks"][1]["subGroup"] = "decode"
+    paths = [p for p, _ in validate_job(bad, device_classes=CLASSES)]
+    assert "subGroups[1].parent" in paths
+    bad = copy.deepcopy(job)
+    bad["tasks"][1]["subGroup"] = "decode"
+    assert [p for p, _ in validate_job(bad, device_classes=CLASSES)] == ["tasks[1].subGroup"]
+
+
+def test_validate_job_checks_device_pins_against_the_named_nodes_devices():
+    job = {"name": "j", "queue": "a",
+           "tasks": [{"state": "Running", "node": "gb", "claims": [{"deviceClass": "gpu.nvidia.com", "count": 2}],
+                      "devices": {"gpu.nvidia.com": [0, 3]}}]}
+    node = {"name": "gb", "gpus": 0, "devices": {"gpu.nvidia.com": 4}}
+    assert validate_job(job, nodes=[node], device_classes=CLASSES) == []
+    small = {**node, "devices": {"gpu.nvidia.com": 2}}
+    assert [p for p, _ in validate_job(job, nodes=[small], device_classes=CLASSES)] == ["tasks[0].devices.gpu.nvidia.com[1]"]
+
+
+def test_validate_node_checks_devices_against_the_given_classes():
+    node = {"name": "gb", "gpus": 0, "devices": {"gpu.nvidia.com": 4}}
+    assert validate_node(node, device_classes=CLASSES) == []
+    assert validate_node(node) == [("devices.gpu.nvidia.com",
+                                    "unknown device class 'gpu.nvidia.com' (declare it in deviceClasses)")]
+    assert [p for p, _ in validate_node({**node, "devices": {"gpu.nvidia.com": -1}}, device_classes=CLASSES)] == [
+        "devices.gpu.nvidia.com"]
+
+
+def test_partition_refuses_a_job_with_a_bad_tree_and_a_node_with_an_undeclared_class():
+    data = scenario()
+    data["deviceClasses"] = CLASSES
+    data["nodes"].append({"name": "gb", "gpus": 0, "devices": {"fpga.example.com": 1}})
+    data["jobs"].append({"name": "tree", "queue": "a", "subGroups": [{"name": "x", "minAvailable": 3}],
+                         "tasks": [{"subGroup": "x"}]})
+    data["jobs"].append({"name": "dra", "queue": "a", "tasks": [{"claims": [{"deviceClass": "gpu.nvidia.com"}]}]})
+    part = partition_scenario(data)
+    assert [data["nodes"][i]["name"] for i in part.refused["nodes"]] == ["gb"]
+    assert [data["jobs"][i]["name"] for i in part.refused["jobs"]] == ["tree"]
+    assert "dra" in [j["name"] for j in part.data["jobs"]]
+    load_dict(part.data)

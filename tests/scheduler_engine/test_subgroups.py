@@ -264,3 +264,10 @@ def test_scenario_copy_is_not_mutated():
     before = copy.deepcopy(data)
     run_cycle(load_dict(data))
     assert data == before
+
+
+def test_the_readme_example_holds():
+    """docs/examples/subgroups-and-devices.yaml (the README's copyable example) passes ``check``."""
+    path = Path(__file__).parents[2] / "docs" / "examples" / "subgroups-and-devices.yaml"
+    out = check_snapshot(load_scenario(path))
+    assert out.passed, out.mismatches

@@ -1,8 +1,10 @@
 """``manage.py load_demo``: an idempotent demo cluster.
 
-16 nodes x 8 GPUs in two racks / zones, a two-level queue tree with quotas, three tenants
-with member users (API tokens created when DRF's token app is installed), a mix of running
-and pending workloads, and -- only on the embedded default database outside production -- a
+16 nodes x 8 GPUs in two racks / zones, a DRA-only pool of 4 GB200-style nodes (4 DRA GPUs and
+one IMEX channel each, no classic GPUs), a two-level queue tree with quotas, three tenants with
+member users (API tokens created when DRF's token app is installed), a mix of running and
+pending workloads -- among them a disaggregated-serving workload with a subgroup tree and a job
+claiming DRA devices -- and, only on the embedded default database outside production, a
 superuser ``admin`` / ``admin``.  Running it twice changes nothing the second time.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from queues_app.models import Queue, Tenant, Workload
+from queues_app.services.devices import device_class_upsert
 from queues_app.services import (
     node_upsert,
     queue_create,
@@ -39,6 +42,18 @@ NODES = [
     }
     for rack, zone in (("rack-1", "zone-a"), ("rack-2", "zone-b"))
     for i in range(1, 9)
+]
+# dynamic resource allocation: device classes, and a DRA-only pool (devices, no classic GPUs)
+DEVICE_CLASSES = [("gpu.nvidia.com", "gpu", "NVIDIA GPUs through the DRA driver"),
+                  ("compute-domain.nvidia.com", "", "IMEX channels of a multi-node NVLink domain")]
+DRA_NODES = [
+    {
+        "name": f"gb200-{i:02d}", "gpus": 0, "cpu_millis": 144_000, "memory_bytes": 960 * GIB,
+        "labels": {"topology.kubernetes.io/zone": "zone-c", "kai.scheduler/rack": "rack-3",
+                   "nvidia.com/gpu.product": "GB200"},
+        "devices": {"gpu.nvidia.com": 4, "compute-domain.nvidia.com": 1},
+    }
+    for i in range(1, 5)
 ]
 # name, parent, priority, {resource: (quota, over_quota_weight, limit)}
 QUEUES = [
@@ -78,6 +93,24 @@ WORKLOADS = [
 ]
 
 
+# Pending workloads using KAI's newer features: a hierarchical gang (disaggregated serving: decode
+# leader + workers in one rack, prefill anywhere; scenario-format "SubGroups") and a job whose tasks
+# claim DRA GPUs and an IMEX channel ("Devices").  (Their 8 GPUs in inference and 8 DRA GPUs in batch
+# leave the busy demo of the browser tests as without them: batch's sweep stops at batch's limit.)
+FEATURE_WORKLOADS = [
+    dict(name="disagg-serve", tenant="team-serving", queue="inference", priority=125,
+         sub_groups=[{"name": "decode", "topology_required": "kai.scheduler/rack"},
+                     {"name": "decode-leader", "parent": "decode", "min_available": 1},
+                     {"name": "decode-workers", "parent": "decode", "min_available": 2},
+                     {"name": "prefill", "min_available": 2}],
+         tasks=([{**_task(2), "sub_group": "decode-leader"}] + [{**_task(2), "sub_group": "decode-workers"}] * 2
+                + [{**_task(1), "sub_group": "prefill"}] * 2)),
+    dict(name="imex-train", tenant="team-nlp", queue="batch", priority=50,
+         tasks=[{**_task(0), "claims": [{"device_class": "gpu.nvidia.com", "count": 4},
+                                        {"device_class": "compute-domain.nvidia.com", "count": 1}]}] * 2),
+]
+
+
 class Command(BaseCommand):
     help = "Load an idempotent demo cluster, queue tree, tenants, users and workloads."
 
@@ -89,9 +122,12 @@ class Command(BaseCommand):
 
     def load(self) -> list[str]:
         out: list[str] = []
-        for spec in NODES:
+        for dc_name, counts_as, description in DEVICE_CLASSES:
+            device_class_upsert(name=dc_name, counts_as=counts_as, description=description)
+        for spec in NODES + DRA_NODES:
             node_upsert(**spec)
-        out.append(f"nodes: {len(NODES)} x 8 GPUs in 2 racks / zones")
+        out.append(f"nodes: {len(NODES)} x 8 GPUs in 2 racks / zones; {len(DRA_NODES)} DRA-only nodes "
+                   f"(4 gpu.nvidia.com devices + 1 IMEX channel each)")
 
         queues: dict[str, Queue] = {q.name: q for q in Queue.objects.all()}
         for name, parent, priority, res in QUEUES:
@@ -145,7 +181,16 @@ class Command(BaseCommand):
             else:
                 workload_submit(**common, tasks=[dict(t) for t in tasks])
             created += 1
-        out.append(f"workloads: {len(WORKLOADS)} ({created} created now)")
+        for spec in FEATURE_WORKLOADS:
+            spec = dict(spec)
+            tenant = tenants[spec.pop("tenant")]
+            queue = queues[spec.pop("queue")]
+            if Workload.objects.filter(queue=queue, name=spec["name"]).exists():
+                continue
+            workload_submit(queue=queue, tenant=tenant, **spec)
+            created += 1
+        out.append(f"workloads: {len(WORKLOADS) + len(FEATURE_WORKLOADS)} ({created} created now; "
+                   f"disagg-serve has subgroups, imex-train claims DRA devices)")
 
         if settings.EMBEDDED_DATABASE and not settings.PRODUCTION:
             admin_user, made = user_model.objects.get_or_create(
