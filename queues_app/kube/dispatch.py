@@ -127,6 +127,26 @@ def bind_pod(core: k8s.CoreV1Api, *, namespace: str, name: str, uid: str, node: 
                  _request_timeout=timeout)
 
 
+def read_claim(core: k8s.CoreV1Api, *, namespace: str, name: str, timeout: float) -> Reply:
+    """GET a ResourceClaim (``resource.k8s.io/v1``)."""
+    res = k8s.ResourceV1Api(core.api_client)
+    return _call(res.read_namespaced_resource_claim, name=name, namespace=namespace, _request_timeout=timeout)
+
+
+def patch_claim_status(core: k8s.CoreV1Api, *, namespace: str, name: str, resource_version: str,
+                       allocation: dict[str, Any] | None, reserved_for: list[dict[str, Any]] | None,
+                       timeout: float) -> Reply:
+    """PATCH resourceclaims/{name}/status: the claim's ``allocation`` and ``reservedFor``, as the
+    scheduler's DRA plugin writes them before a bind (a merge patch; ``None`` clears a field).
+    ``metadata.resourceVersion`` makes it conditional (409 if the claim changed since it was read).
+    RBAC: ``resourceclaims/status`` patch."""
+    res = k8s.ResourceV1Api(core.api_client)
+    body = {"metadata": {"resourceVersion": resource_version},
+            "status": {"allocation": allocation, "reservedFor": reserved_for}}
+    return _call(res.patch_namespaced_resource_claim_status, name=name, namespace=namespace, body=body,
+                 _request_timeout=timeout)
+
+
 def evict_pod(core: k8s.CoreV1Api, *, namespace: str, name: str, uid: str, grace_seconds: int | None,
               timeout: float) -> Reply:
     body = k8s.V1Eviction(

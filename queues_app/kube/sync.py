@@ -13,6 +13,11 @@ pods of other schedulers never reach us.  A new pod's top controller (ReplicaSet
 Deployment, Job; not above a Job, so each CronJob run is its own workload) is resolved with
 GETs through the API and cached, for the group key and the gang size.
 
+KAI's PodGroups (``scheduling.run.ai/v2alpha2``) and the dynamic resource allocation objects
+(``resource.k8s.io/v1`` DeviceClasses, ResourceSlices, ResourceClaims) are listed and watched the same
+way (:mod:`queues_app.services.kube_dra`); a resource the API server does not serve (404, e.g. no
+PodGroup CRD, DRA not enabled) is simply not watched.
+
 Leader election: a database lease (:class:`~queues_app.models.KubeLease` ``kube-sync``), the
 same mechanism as the cycle's lease but a separate row.  Only the holder lists and watches; it
 renews every ``ttl / 3`` and stops its reflectors the moment a renewal fails, so two replicas
@@ -21,6 +26,7 @@ polls the lease and takes over once it expired.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import socket
@@ -35,6 +41,7 @@ from django.utils import timezone
 
 from queues_app.kube import translate
 from queues_app.models import KubePod
+from queues_app.services import kube_dra
 from queues_app.services import kube_sync as svc
 
 logger = logging.getLogger(__name__)
@@ -91,8 +98,10 @@ class Reflector:
                  on_relist: Callable[[list[dict], str], None], on_event: Callable[[str, dict], None],
                  on_cursor: Callable[[str], None] | None = None, field_selector: str | None = None,
                  watch_timeout: int | None = None, request_timeout: float | None = None,
-                 page_size: int = 500) -> None:
+                 page_size: int = 500, optional: bool = False) -> None:
         self.resource = resource
+        self.optional = optional  # a 404 means "not served here": stop instead of retrying
+        self.unserved = False
         self.list_fn = list_fn
         self.on_relist, self.on_event, self.on_cursor = on_relist, on_event, on_cursor
         self.field_selector = field_selector
@@ -196,7 +205,9 @@ class Reflector:
                 pass
 
     def run(self, stop: threading.Event, *, listed: bool = False) -> None:
-        """Until ``stop``: (re)list when needed, watch, resume; back off on errors."""
+        """Until ``stop``: (re)list when needed, watch, resume; back off on errors. An optional
+        resource the server does not serve (404 on the list: an API group or CRD not installed) is
+        not watched."""
         backoff = Backoff()
         need_list = not listed
         while not stop.is_set():
@@ -211,6 +222,10 @@ class Reflector:
                 need_list = True
                 logger.info("kube sync %s: %s; relisting", self.resource, exc)
             except Exception as exc:  # connection reset, timeouts, 5xx, database hiccups
+                if self.optional and _status_of(exc) == 404:
+                    self.unserved = True
+                    logger.info("kube sync %s: not served by this API server; not watched", self.resource)
+                    return
                 self.errors += 1
                 if stop.is_set():
                     break
@@ -325,6 +340,19 @@ class KubeSync:
                               on_relist=self._pods_relisted, on_event=self._pod_event,
                               on_cursor=lambda rv: svc.kube_cursor_save(resource="pods", resource_version=rv),
                               **common)
+        # KAI PodGroups and dynamic resource allocation (optional: not every cluster serves them)
+        res = client.ResourceV1Api(self.api_client)
+        custom = client.CustomObjectsApi(self.api_client)
+        lists = {
+            "deviceclasses": res.list_device_class,
+            "resourceslices": res.list_resource_slice,
+            "resourceclaims": res.list_resource_claim_for_all_namespaces,
+            "podgroups": functools.partial(custom.list_cluster_custom_object, "scheduling.run.ai", "v2alpha2",
+                                           "podgroups"),
+        }
+        self.extra = [Reflector(name, lists[name], on_relist=self._dra_relisted(name), on_event=self._dra_event(name),
+                                on_cursor=self._dra_cursor(name), optional=True, **common)
+                      for name in ("deviceclasses", "resourceslices", "resourceclaims", "podgroups")]
         self.leader = False
 
     # ---- handlers --------------------------------------------------------------------------
@@ -337,6 +365,18 @@ class KubeSync:
             svc.kube_node_gone(name=str((obj.get("metadata") or {}).get("name") or ""))
         else:
             svc.kube_node_observed_safe(obj=obj)
+
+    @staticmethod
+    def _dra_relisted(resource: str) -> Callable[[list[dict], str], None]:
+        return lambda items, rv: kube_dra.kube_dra_relist(resource=resource, objs=items, resource_version=rv)
+
+    @staticmethod
+    def _dra_event(resource: str) -> Callable[[str, dict], None]:
+        return lambda etype, obj: kube_dra.kube_dra_event(resource=resource, etype=etype, obj=obj)
+
+    @staticmethod
+    def _dra_cursor(resource: str) -> Callable[[str], None]:
+        return lambda rv: svc.kube_cursor_save(resource=resource, resource_version=rv)
 
     def _owner_for(self, obj: Mapping[str, Any]) -> translate.OwnerInfo | None:
         return self.owners.resolve(obj)
@@ -391,8 +431,24 @@ class KubeSync:
         if not self.acquire():
             return False
         self.nodes.relist()
+        for r in self.extra[:2]:  # device classes and slices before pods: devices of nodes
+            self._relist_optional(r)
         self.pods.relist()
+        for r in self.extra[2:]:  # claims and pod groups shape the pods' tasks
+            self._relist_optional(r)
         return True
+
+    @staticmethod
+    def _relist_optional(r: Reflector) -> bool:
+        """Relist an optional resource; False (and not watched) when the server does not serve it."""
+        try:
+            r.relist()
+            return True
+        except Exception as exc:  # noqa: BLE001
+            if _status_of(exc) == 404:
+                r.unserved = True
+                return False
+            raise
 
     def run(self, stop: threading.Event, *, poll: float | None = None) -> None:
         """Until ``stop``: wait for the lease, then list + watch both resources while renewing
@@ -421,7 +477,15 @@ class KubeSync:
                 listed_nodes = True
             except Exception as exc:
                 logger.warning("kube sync: node list failed: %s", exc)
-            for reflector, listed in ((self.nodes, listed_nodes), (self.pods, False)):
+            listed_extra = {}
+            for r in self.extra[:2]:  # devices of nodes before pods (a failure: the thread relists)
+                try:
+                    listed_extra[r.resource] = self._relist_optional(r)
+                except Exception as exc:
+                    logger.warning("kube sync: %s list failed: %s", r.resource, exc)
+            pairs = [(self.nodes, listed_nodes), (self.pods, False)]
+            pairs += [(r, listed_extra.get(r.resource, False)) for r in self.extra if not r.unserved]
+            for reflector, listed in pairs:
                 t = threading.Thread(target=self._thread_main, args=(reflector, led, listed),
                                      name=f"kube-sync-{reflector.resource}", daemon=True)
                 t.start()
@@ -432,7 +496,7 @@ class KubeSync:
                     break
         finally:
             led.set()
-            for r in (self.nodes, self.pods):
+            for r in (self.nodes, self.pods, *self.extra):
                 r.interrupt()
             for t in threads:
                 t.join(timeout=max(5.0, self.nodes.request_timeout))

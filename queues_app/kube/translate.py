@@ -396,3 +396,190 @@ class OwnerInfo:
     owner_uid: str = ""
     #: The owner's replica count (gang size when the pod has no annotation); None = unknown.
     replicas: int | None = None
+
+
+# ----------------------------------------------------------------------------- PodGroups (KAI)
+
+#: Pod label naming the leaf subgroup of the pod's PodGroup (KAI hierarchical PodGroups).
+LABEL_SUBGROUP = "kai.scheduler/subgroup-name"
+_CEL_DRIVER_RE = re.compile(r"""^\s*device\.driver\s*==\s*(?:"([^"]+)"|'([^']+)')\s*$""")
+
+
+def _opt_int(value: Any, *, field_name: str, minimum: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _bad(field_name, f"{value!r} must be a whole number >= {minimum}.")
+    return value
+
+
+def _topology(tc: Any, *, field_name: str) -> tuple[str, str]:
+    """``topologyConstraint`` -> (required level, preferred level): KAI names a level of its Topology
+    by the node label it groups nodes on, which is what the engine's domains use."""
+    if tc is None:
+        return "", ""
+    if not isinstance(tc, Mapping):
+        raise _bad(field_name, "Must be an object.")
+    req, pref = tc.get("requiredTopologyLevel") or "", tc.get("preferredTopologyLevel") or ""
+    if not isinstance(req, str) or not isinstance(pref, str):
+        raise _bad(field_name, "Topology levels must be node label keys (strings).")
+    return req, pref
+
+
+@dataclass(frozen=True)
+class PodGroupInfo:
+    """A PodGroup (``scheduling.run.ai/v2alpha2``) as workload fields: the gang of a job whose pods
+    carry its name in the ``pod-group-name`` annotation."""
+
+    name: str
+    namespace: str
+    uid: str
+    resource_version: str
+    min_member: int | None
+    min_sub_groups: int | None
+    topology_required: str
+    topology_preferred: str
+    #: ``workload_submit``-style subgroup specs (name, parent, min_available / min_sub_groups,
+    #: topology), in spec order
+    sub_groups: list[dict[str, Any]] = field(default_factory=list)
+
+
+def pod_group_fields(obj: Mapping[str, Any]) -> PodGroupInfo:
+    """A PodGroup -> its gang: ``minMember`` (flat gang), or ``subGroups`` with ``minSubGroup`` (a
+    tree: leaves with ``minMember``, mid-level subgroups with ``minSubGroup``, each with its
+    ``topologyConstraint``). The tree's own rules are the engine's (checked when it is stored)."""
+    meta = meta_of(obj, kind="podgroup")
+    spec = _mapping(obj, "spec")
+    min_member = _opt_int(spec.get("minMember"), field_name="podgroup spec.minMember", minimum=0)
+    min_sub = _opt_int(spec.get("minSubGroup"), field_name="podgroup spec.minSubGroup", minimum=1)
+    req, pref = _topology(spec.get("topologyConstraint"), field_name="podgroup spec.topologyConstraint")
+    raw = spec.get("subGroups") or []
+    if not isinstance(raw, list):
+        raise _bad("podgroup spec.subGroups", "Must be a list.")
+    parents = {g.get("parent") for g in raw if isinstance(g, Mapping) and g.get("parent")}
+    groups = []
+    for i, g in enumerate(raw):
+        where = f"podgroup spec.subGroups[{i}]"
+        if not isinstance(g, Mapping) or not isinstance(g.get("name"), str) or not g["name"]:
+            raise _bad(f"{where}.name", "Required.")
+        sreq, spref = _topology(g.get("topologyConstraint"), field_name=f"{where}.topologyConstraint")
+        mm = _opt_int(g.get("minMember"), field_name=f"{where}.minMember", minimum=0)
+        ms = _opt_int(g.get("minSubGroup"), field_name=f"{where}.minSubGroup", minimum=1)
+        entry: dict[str, Any] = {"name": g["name"], "parent": g.get("parent") or None,
+                                 "topology_required": sreq, "topology_preferred": spref}
+        if g["name"] in parents:
+            entry["min_sub_groups"] = ms
+            if mm is not None:
+                entry["min_available"] = mm  # refused by the engine's rules with its field named
+        else:
+            entry["min_available"] = mm if mm is not None else 0  # KAI: a leaf without minMember needs none
+            if ms is not None:
+                entry["min_sub_groups"] = ms
+        groups.append(entry)
+    return PodGroupInfo(name=meta.name, namespace=meta.namespace or "default", uid=meta.uid,
+                        resource_version=meta.resource_version, min_member=min_member,
+                        min_sub_groups=min_sub if groups else None, topology_required=req,
+                        topology_preferred=pref, sub_groups=groups)
+
+
+# ----------------------------------------------------------------------------- dynamic resource allocation
+
+#: KAI's ``IsGPUDeviceClass``-style extended resource for GPUs.
+GPU_EXTENDED_RESOURCE = GPU_RESOURCE
+
+
+@dataclass(frozen=True)
+class DeviceClassInfo:
+    name: str
+    #: the DRA driver whose devices it selects (a ``device.driver == "..."`` selector; else its name)
+    driver: str
+    counts_as: str  # "gpu" when its extended resource name is nvidia.com/gpu, else "" (decided by name)
+
+
+def device_class_fields(obj: Mapping[str, Any]) -> DeviceClassInfo:
+    meta = meta_of(obj, kind="deviceclass")
+    spec = _mapping(obj, "spec")
+    driver = meta.name
+    for sel in spec.get("selectors") or []:
+        expr = (_mapping(sel, "cel").get("expression") if isinstance(sel, Mapping) else None) or ""
+        m = _CEL_DRIVER_RE.match(expr) if isinstance(expr, str) else None
+        if m:
+            driver = m.group(1) or m.group(2)
+            break
+    counts_as = "gpu" if spec.get("extendedResourceName") == GPU_EXTENDED_RESOURCE else ""
+    return DeviceClassInfo(name=meta.name, driver=driver, counts_as=counts_as)
+
+
+@dataclass(frozen=True)
+class ResourceSliceInfo:
+    name: str
+    uid: str
+    node_name: str  # "" for slices not tied to one node (nodeSelector / allNodes): not used
+    driver: str
+    pool: str
+    devices: tuple[str, ...]
+
+
+def resource_slice_fields(obj: Mapping[str, Any]) -> ResourceSliceInfo:
+    meta = meta_of(obj, kind="resourceslice")
+    spec = _mapping(obj, "spec")
+    node = spec.get("nodeName") or ""
+    names = tuple(str(d.get("name")) for d in spec.get("devices") or [] if isinstance(d, Mapping) and d.get("name"))
+    return ResourceSliceInfo(name=meta.name, uid=meta.uid, node_name=node if isinstance(node, str) else "",
+                             driver=str(spec.get("driver") or ""), pool=str(_mapping(spec, "pool").get("name") or ""),
+                             devices=names)
+
+
+@dataclass(frozen=True)
+class ResourceClaimInfo:
+    name: str
+    namespace: str
+    uid: str
+    resource_version: str
+    #: (request name, device class, count) of every ``exactly`` request; "All" counts as one device
+    #: (KAI's bookkeeping of ``countGPUDevicesFromClaim``)
+    requests: tuple[tuple[str, str, int], ...]
+    #: (request, driver, pool, device) of its allocation (empty: not allocated)
+    allocation: tuple[tuple[str, str, str, str], ...]
+    reserved_for: tuple[str, ...]  # pod uids
+
+
+def resource_claim_fields(obj: Mapping[str, Any]) -> ResourceClaimInfo:
+    meta = meta_of(obj, kind="resourceclaim")
+    reqs = []
+    for i, r in enumerate(_mapping(_mapping(obj, "spec"), "devices").get("requests") or []):
+        if not isinstance(r, Mapping):
+            continue
+        ex = _mapping(r, "exactly")
+        if not ex:  # firstAvailable: the first alternative (prioritized lists are not scheduled here)
+            alts = r.get("firstAvailable") or []
+            ex = alts[0] if alts and isinstance(alts[0], Mapping) else {}
+        cls = ex.get("deviceClassName")
+        if not isinstance(cls, str) or not cls:
+            raise _bad(f"resourceclaim spec.devices.requests[{i}].exactly.deviceClassName", "Required.")
+        count = ex.get("count", 1) if ex.get("allocationMode", "ExactCount") == "ExactCount" else 1
+        reqs.append((str(r.get("name") or f"request-{i}"), cls,
+                     _opt_int(count, field_name=f"resourceclaim spec.devices.requests[{i}].exactly.count", minimum=1)))
+    status = _mapping(obj, "status")
+    results = _mapping(_mapping(status, "allocation"), "devices").get("results") or []
+    alloc = tuple((str(x.get("request") or ""), str(x.get("driver") or ""), str(x.get("pool") or ""),
+                   str(x.get("device") or "")) for x in results if isinstance(x, Mapping))
+    reserved = tuple(str(x.get("uid") or "") for x in status.get("reservedFor") or [] if isinstance(x, Mapping))
+    return ResourceClaimInfo(name=meta.name, namespace=meta.namespace or "default", uid=meta.uid,
+                             resource_version=meta.resource_version, requests=tuple(reqs), allocation=alloc,
+                             reserved_for=reserved)
+
+
+def pod_claim_refs(obj: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A pod's ResourceClaims: (name in the pod, ResourceClaim object name) for each
+    ``spec.resourceClaims`` entry (a template's claim is named in ``status.resourceClaimStatuses``;
+    until then its object name is '')."""
+    spec, status = _mapping(obj, "spec"), _mapping(obj, "status")
+    made = {s.get("name"): s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or []
+            if isinstance(s, Mapping)}
+    out = []
+    for rc in spec.get("resourceClaims") or []:
+        if not isinstance(rc, Mapping) or not rc.get("name"):
+            continue
+        out.append((str(rc["name"]), str(rc.get("resourceClaimName") or made.get(rc["name"]) or "")))
+    return out

@@ -518,7 +518,19 @@ def _bind_unit(run: _Run, rows: list[KubeOutbox]) -> None:
         if unknown is not None:
             _unit_retry(run, live, unknown, unit)
             return
-    # 3. bind, then read back
+    # 3. the members' ResourceClaims are allocated (the devices the cycle chose) and reserved for
+    #    them before any member is bound: the kubelet starts a pod only then
+    claim_rows = [r for r in live if r.task_id and KubePod.objects.filter(task_id=r.task_id).exclude(claims=[]).exists()]
+    for row in claim_rows:
+        verdict, reply = _allocate_claims(run, row)
+        if verdict == "transient":
+            _unit_retry(run, live, reply, unit)
+            return
+        if verdict != "ok":
+            _finish(run, row, KubeOutboxStatus.FAILED, "claims_refused", verdict)
+            _bind_lost(run, [row], unit)
+            return
+    # 4. bind, then read back
     bound: list[KubeOutbox] = []
     lost: list[KubeOutbox] = []
     for row in live:
@@ -567,6 +579,91 @@ def _bind_annotations(row: KubeOutbox) -> dict[str, str] | None:
         return None
     shared = bool(t["gpu_memory_mib"]) or 0 < float(t["gpu"] or 0) < 1
     return {DO_NOT_DISRUPT: "true"} if shared else None
+
+
+def _allocate_claims(run: _Run, row: KubeOutbox) -> tuple[str, api.Reply]:
+    """Write the allocation of the pod's ResourceClaims: the devices its task got (``Task.devices``,
+    indices per class) as the node's ``(driver, pool, device)`` (:func:`kube_dra.node_device_table`),
+    request by request, and reserve each claim for the pod. Idempotent: a claim already allocated so
+    only gains the reservation; one allocated differently is taken over only when no live pod
+    reserves it (its allocation is cleared first: an allocation cannot change in place). Returns
+    ``("ok" | "transient" | why it cannot be done, last reply)``."""
+    from queues_app.models import KubeResourceClaim
+    from queues_app.services.kube_dra import node_device_table
+
+    kpod = KubePod.objects.filter(task_id=row.task_id).first()
+    task = Task.objects.filter(pk=row.task_id).values("devices").first()
+    ok = api.Reply(status=200)
+    if kpod is None or task is None or not kpod.claims:
+        return "ok", ok
+    table = node_device_table(row.node_name)
+    left = {cls: list(idx) for cls, idx in (task["devices"] or {}).items()}
+    for _pod_name, claim_name in kpod.claims:
+        if not claim_name:
+            return f"a claim of pod {row.pod_name} has no ResourceClaim yet", ok
+        claim = KubeResourceClaim.objects.filter(namespace=row.namespace, name=claim_name).first()
+        if claim is None:
+            return f"ResourceClaim {row.namespace}/{claim_name} is not known", ok
+        results = []
+        for req, cls, count in claim.requests:
+            idx, left[cls] = left.get(cls, [])[:count], left.get(cls, [])[count:]
+            devs = table.get(cls, [])
+            if len(idx) < count or any(i >= len(devs) for i in idx):
+                return (f"the cycle chose {len(idx)} of the {count} {cls} devices request {req} of claim "
+                        f"{claim_name} needs on node {row.node_name}"), ok
+            results += [{"request": req, "driver": devs[i][0], "pool": devs[i][1], "device": devs[i][2]} for i in idx]
+        verdict, reply = _write_claim(run, row, claim_name, results)
+        if verdict != "ok":
+            return verdict, reply
+    return "ok", ok
+
+
+def _write_claim(run: _Run, row: KubeOutbox, name: str, results: list[dict[str, str]]) -> tuple[str, api.Reply]:
+    read = run.call(api.read_claim, namespace=row.namespace, name=name)
+    if read.not_found:
+        return f"ResourceClaim {row.namespace}/{name} does not exist", read
+    if not read.ok or not read.body:
+        return "transient", read
+    status = read.body.get("status") or {}
+    current = (status.get("allocation") or {})
+    have = sorted(tuple(sorted(r.items())) for r in (current.get("devices") or {}).get("results") or [])
+    want = sorted(tuple(sorted(r.items())) for r in results)
+    me = {"resource": "pods", "name": row.pod_name, "uid": row.pod_uid}
+    reserved = []
+    for x in status.get("reservedFor") or []:
+        if x.get("uid") == row.pod_uid:
+            continue
+        if x.get("resource") != "pods":
+            reserved.append(x)  # another kind of consumer: live as far as we can tell
+            continue
+        pod = run.call(api.read_pod, namespace=row.namespace, name=str(x.get("name") or ""))
+        if pod.ok and api.pod_uid(pod.body) == x.get("uid") and not api.pod_terminating(pod.body):
+            reserved.append(x)  # a live pod uses the claim
+        elif not pod.ok and not pod.not_found:
+            return "transient", pod
+        # else: that pod is gone (or replaced): a stale reservation the claim controller would drop
+    rv = str((read.body.get("metadata") or {}).get("resourceVersion") or "")
+    if current and have != want:
+        if reserved:
+            return (f"ResourceClaim {row.namespace}/{name} is allocated to other devices and reserved by "
+                    f"{', '.join(x.get('name', '?') for x in reserved)}"), read
+        cleared = run.call(api.patch_claim_status, namespace=row.namespace, name=name, resource_version=rv,
+                           allocation=None, reserved_for=None)
+        if not cleared.ok:
+            return ("transient" if cleared.transient or cleared.conflict else cleared.describe()), cleared
+        rv = str(((cleared.body or {}).get("metadata") or {}).get("resourceVersion") or "")
+        current = {}
+    if current and any(x.get("uid") == row.pod_uid for x in status.get("reservedFor") or []):
+        return "ok", read  # done by an earlier attempt whose reply was lost
+    allocation = {"devices": {"results": results}, "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": [row.node_name]}]}]}}
+    wrote = run.call(api.patch_claim_status, namespace=row.namespace, name=name, resource_version=rv,
+                     allocation=current or allocation, reserved_for=reserved + [me])
+    if wrote.ok:
+        return "ok", wrote
+    if wrote.transient or wrote.conflict:  # 409: the claim changed since it was read: read it again
+        return "transient", wrote
+    return f"ResourceClaim {row.namespace}/{name}: {wrote.describe()}", wrote
 
 
 def _scheduled(run: _Run, row: KubeOutbox) -> None:

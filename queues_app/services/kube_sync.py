@@ -47,6 +47,7 @@ from queues_app import constants, engine_io
 from queues_app.choices import TASK_STATES_TERMINAL, TaskState, WorkloadStatus
 from queues_app.errors import ApplicationError
 from queues_app.kube import translate
+from queues_app.services import kube_dra
 from queues_app.models import (
     KubeLease,
     KubeNode,
@@ -67,7 +68,7 @@ from queues_app.services.nodes import NODE_FIELDS, node_delete, node_upsert
 
 logger = logging.getLogger(__name__)
 
-RESOURCES = ("nodes", "pods")
+RESOURCES = ("nodes", "pods", *kube_dra.DRA_RESOURCES)
 #: SchedulingEvent / Kubernetes Event reasons written here.
 REASON_INVALID_QUEUE = "InvalidQueue"
 REASON_INVALID_POD = "InvalidPod"
@@ -267,11 +268,18 @@ def _create_pod(obj: Mapping[str, Any], *, owner: translate.OwnerInfo | None, no
         raise ApplicationError(f"Invalid pod {info.namespace}/{info.name}.",
                                extra={f"pod {k.replace('tasks[0].', '', 1)}": v for k, v in problems.items()})
     task.save()
-    KubePod.objects.create(task=task, uid=info.uid, namespace=info.namespace, name=info.name,
-                           resource_version=info.resource_version, node_name=info.status.node_name,
-                           phase=info.status.phase, deletion_timestamp=_parse_time(info.status.deletion_timestamp),
-                           pod_scheduled=info.status.scheduled[:120], observed_at=now)
+    md = obj.get("metadata") or {}
+    kpod = KubePod.objects.create(task=task, uid=info.uid, namespace=info.namespace, name=info.name,
+                                  resource_version=info.resource_version, node_name=info.status.node_name,
+                                  phase=info.status.phase,
+                                  deletion_timestamp=_parse_time(info.status.deletion_timestamp),
+                                  pod_scheduled=info.status.scheduled[:120], observed_at=now,
+                                  sub_group_name=str((md.get("labels") or {}).get(translate.LABEL_SUBGROUP) or ""),
+                                  claims=[list(c) for c in translate.pod_claim_refs(obj)])
+    kube_dra.on_pod_created(task, kpod)  # its claims; its leaf of the PodGroup's tree
     _follow(task, info.status, now=now)
+    if kpod.claims:
+        kube_dra.sync_task_claims([kpod])  # the devices its allocated claims hold on its node
     refresh_workload_statuses([workload.id], now=now, observed=True)
     return task
 
@@ -287,17 +295,21 @@ def _update_pod(kpod: KubePod, obj: Mapping[str, Any], *, now: datetime) -> Task
         status = translate.PodStatus(node_name=kpod.node_name, phase=status.phase, deleting=status.deleting,
                                      deletion_timestamp=status.deletion_timestamp, scheduled=status.scheduled)
     known = _kpod_status(kpod)
+    claims = [list(c) for c in translate.pod_claim_refs(obj)] or list(kpod.claims or [])
     if rv == kpod.resource_version and (status.node_name, status.phase, status.deleting, status.scheduled) == (
-            known.node_name, known.phase, known.deleting, known.scheduled):
+            known.node_name, known.phase, known.deleting, known.scheduled) and claims == list(kpod.claims or []):
         return task
     _lock_workload(task.workload_id)
     task = Task.objects.select_for_update().get(pk=task.pk)
     KubePod.objects.filter(pk=kpod.pk).update(
         resource_version=rv, node_name=status.node_name, phase=status.phase,
         deletion_timestamp=_parse_time(status.deletion_timestamp), pod_scheduled=status.scheduled[:120],
-        observed_at=now)
+        observed_at=now, claims=claims)
+    kpod.claims = claims
     if _follow(task, status, now=now):
         refresh_workload_statuses([task.workload_id], now=now, observed=True)
+    if kpod.claims:
+        kube_dra.sync_task_claims([kpod])  # a template's claim got its name, or its allocation changed
     return task
 
 

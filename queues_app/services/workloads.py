@@ -320,6 +320,19 @@ def sub_group_specs(sub_groups: Sequence[Mapping[str, Any]] | None, *, min_avail
     return out
 
 
+def check_tree_and_claims(*, queue: str, tree: list[dict[str, Any]], min_sub_groups: int | None,
+                          tasks: list[Task], leaf_names: list[Any], nodes: Mapping[str, Node]) -> int:
+    """A new tree for an existing workload's tasks (Kubernetes: a PodGroup's subGroups changed),
+    checked by the engine's rules (``engine_io.workload_check``, the one entry every door uses);
+    errors name the field.  Returns the gang size the engine derives."""
+    problems, gang = engine_io.workload_check(
+        queue=queue, name="workload", sub_groups=tree or None, min_sub_groups=min_sub_groups if tree else None,
+        tasks=[_spec_of(t, t.name, leaf) for t, leaf in zip(tasks, leaf_names)], nodes=list(nodes.values()))
+    if problems:
+        raise ApplicationError("Invalid workload.", extra=problems)
+    return gang
+
+
 def create_sub_groups(workload: Workload, tree: list[dict[str, Any]]) -> dict[str, SubGroup]:
     """Insert the tree's rows (parents before children) and return them by name."""
     if not tree:

@@ -149,6 +149,11 @@ def test_rbac_is_exactly_the_minimal_set():
         ("pods/binding", "create"), ("pods/eviction", "create"), ("pods/status", "patch"),
         ("events", "create"), ("events", "patch"),
         ("jobs", "get"), ("cronjobs", "get"), ("replicasets", "get"), ("statefulsets", "get"), ("deployments", "get"),
+        ("podgroups", "get"), ("podgroups", "list"), ("podgroups", "watch"),
+        ("deviceclasses", "get"), ("deviceclasses", "list"), ("deviceclasses", "watch"),
+        ("resourceslices", "get"), ("resourceslices", "list"), ("resourceslices", "watch"),
+        ("resourceclaims", "get"), ("resourceclaims", "list"), ("resourceclaims", "watch"),
+        ("resourceclaims/status", "patch"), ("resourceclaims/status", "update"),
     }
     # Leader election uses database leases: no Kubernetes Lease permissions are requested.
     assert not [d for d in manifests(SECRETS) if d["kind"] in ("Role", "RoleBinding")]
