@@ -1,0 +1,194 @@
+"""The first-party import graph: no circles, and the engine never imports Django.
+
+Why a test: an import circle is how sub-domains grow into one another unnoticed (the cycle calling
+the dispatcher calling the Celery tasks calling the cycle), and the engine's promise -- snapshot in,
+decisions out, no Django -- is only a promise until something checks it.  The graph is read with
+``ast``, not by importing, so an import written inside a function counts exactly like one at the
+top of the module: moving an import into a function hides the dependency from Python's loader, not
+from this test.  ``importlib.import_module("dotted.name")`` with a literal name counts too.
+
+What is *not* an edge (and why):
+- imports under ``if TYPE_CHECKING:`` -- never executed, annotations only;
+- the implicit execution of parent packages (``import a.b.c`` runs ``a/__init__``): counting it
+  would make every package ``__init__`` that re-exports a submodule a circle with that submodule;
+  an explicit ``from a import name`` is an edge to ``a`` (or to ``a.name`` if that is a module);
+- migrations (Django loads them by name, they import models by app label).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("queues_app", "fairshare_app", "kaiplatform", "scheduler_engine")
+
+# Circles still to break (each a set of module names forming one strongly connected component).
+# Empty means: none allowed.  Shrink it, never grow it.
+KNOWN_CIRCLES: list[frozenset[str]] = [
+    frozenset({"scheduler_engine.ordering", "scheduler_engine.subgroups"}),
+    frozenset({"queues_app.admin", "queues_app.admin_devices"}),
+    frozenset({
+        "fairshare_app.selectors", "fairshare_app.windows", "queues_app.engine_io",
+        "queues_app.services.cycle", "queues_app.services.cycle_apply", "queues_app.services.cycle_cluster",
+        "queues_app.services.kube_autoscale", "queues_app.services.kube_dispatch", "queues_app.services.kube_dra",
+        "queues_app.services.kube_sync", "queues_app.services.nodes", "queues_app.services.queues",
+        "queues_app.services.workloads", "queues_app.tasks",
+    }),
+]
+
+
+def first_party_modules() -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if "migrations" in rel.parts:
+                continue
+            name = ".".join(rel.with_suffix("").parts)
+            if name.endswith(".__init__"):
+                name = name[: -len(".__init__")]
+            mods[name] = path
+    return mods
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of every node under an ``if TYPE_CHECKING:`` block."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = node.test
+            name = test.id if isinstance(test, ast.Name) else test.attr if isinstance(test, ast.Attribute) else None
+            if name == "TYPE_CHECKING":
+                for child in node.body:
+                    skipped.update(id(n) for n in ast.walk(child))
+    return skipped
+
+
+def imported_names(module: str, path: Path) -> list[str]:
+    """Every dotted name ``module`` imports, wherever the import statement sits."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skipped = _type_checking_nodes(tree)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            names.extend(f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            fname = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if fname in ("import_module", "__import__"):
+                names.append(node.args[0].value)
+    return names
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = first_party_modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for module, path in mods.items():
+        for name in imported_names(module, path):
+            parts = name.split(".")
+            while parts and ".".join(parts) not in mods:
+                parts.pop()  # ``from a.b import func`` -> a.b; ``import a.b.c`` -> a.b.c
+            target = ".".join(parts)
+            if target and target != module:
+                graph[module].add(target)
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Tarjan's algorithm, iterative; components of more than one module are circles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[frozenset[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        comp.add(member)
+                        if member == node:
+                            break
+                    if len(comp) > 1:
+                        out.append(frozenset(comp))
+    return out
+
+
+def describe(graph: dict[str, set[str]], comp: frozenset[str]) -> str:
+    edges = [f"  {a} -> {b}" for a in sorted(comp) for b in sorted(graph[a] & comp)]
+    return "circle of {} modules:\n{}".format(len(comp), "\n".join(edges))
+
+
+def test_the_walker_sees_imports_inside_functions_and_relative_ones(tmp_path):
+    """The walker itself: a function-level import and a relative import are both edges."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from pkg.b import g\n    return g\n")
+    (pkg / "b.py").write_text("from . import a\nfrom typing import TYPE_CHECKING\n"
+                              "if TYPE_CHECKING:\n    from pkg import c\n")
+    assert imported_names("pkg.a", pkg / "a.py") == ["pkg.b.g"]
+    assert imported_names("pkg.b", pkg / "b.py") == ["pkg.a", "typing.TYPE_CHECKING"]
+    graph = {"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": set()}
+    assert strongly_connected(graph) == [frozenset({"pkg.a", "pkg.b"})]
+
+
+def test_no_import_circles_between_first_party_modules():
+    graph = import_graph()
+    circles = strongly_connected(graph)
+    new = [c for c in circles if c not in KNOWN_CIRCLES]
+    gone = [c for c in KNOWN_CIRCLES if c not in circles]
+    assert not new, "import circles:\n" + "\n".join(describe(graph, c) for c in new)
+    assert not gone, f"circles broken, remove them from KNOWN_CIRCLES: {[sorted(c) for c in gone]}"
+
+
+@pytest.mark.parametrize("forbidden", ["django", "rest_framework", "celery", "queues_app", "fairshare_app",
+                                       "kaiplatform", "tests"])
+def test_the_engine_imports_no_django_and_nothing_of_the_control_plane(forbidden):
+    mods = first_party_modules()
+    bad = sorted(
+        f"{module} imports {name}"
+        for module, path in mods.items() if module.split(".")[0] == "scheduler_engine"
+        for name in imported_names(module, path)
+        if name == forbidden or name.startswith(forbidden + ".")
+    )
+    assert not bad, bad
