@@ -1,3 +1,24 @@
-"""Compiled array kernels of the engine's hot loops (numba; the same source runs with
-``NUMBA_DISABLE_JIT=1``). Kernels take and return numpy arrays; the Python layer keeps KAI's
-control flow and the explanations."""
+"""Compiled array kernels of the engine's hot loops (numba).
+
+Kernels take and return plain numpy arrays and scalars; the Python layer (``solvers/``,
+``plugins/``) keeps KAI's control flow and the explanations. Every kernel is decorated with
+:data:`kernel` (``numba.njit(cache=True)``): compiled once per machine and cached beside the source
+(``__pycache__``), then loaded in a few milliseconds. With ``NUMBA_DISABLE_JIT=1`` numba leaves the
+functions as they are, so the very same source runs as plain Python (CI runs the engine tests that
+way too, and ``tests/scheduler_engine/test_kernels_differential.py`` compares both on whole cycles).
+
+Rules for kernel code, so that compiled and interpreted runs decide the same: float64 arithmetic
+in the same order as the reference expression (no fastmath, no reassociation), explicit loops
+instead of reductions whose order numba may change, int64 indices, no out-of-range reads.
+
+* :mod:`.gpu_fit`: the idle-GPU filter's best-fit packing of a beneficiary's GPU tasks.
+* :mod:`.victim_keys`: rules 1-6 of the victim order per queue and the per-parent winner search.
+"""
+from __future__ import annotations
+
+import numba
+
+#: ``@kernel``: numba's ``njit`` with the on-disk cache; a plain function under ``NUMBA_DISABLE_JIT=1``.
+kernel = numba.njit(cache=True)
+
+JIT_ENABLED = not numba.config.DISABLE_JIT

@@ -25,7 +25,7 @@ from .. import subgroups
 from ..plugins.elastic import tasks_to_evict
 from ..snapshot import GPU, TaskState
 from ..state import EPS, CycleState
-from .idle_gpus import fit_base, may_fit, pack
+from .idle_gpus import demand, fit_base, may_fit, pack
 from .victim_order import VictimQueue
 
 if TYPE_CHECKING:  # the solver drives the search; annotations only
@@ -138,7 +138,8 @@ class PrefixSearch:
             np.add.at(every, s.task_node[act], s.task_alloc[act, GPU])
         else:  # the same per-node sums in the same (task) order, without add.at's overhead
             every = np.bincount(s.task_node[act], weights=s.task_alloc[act, GPU], minlength=s.N).astype(float)
-        if not may_fit(s, partial, base, every):
+        dem = demand(s, partial) if len(partial) > 1 else None  # the kernel's input, once per prefix
+        if not may_fit(s, partial, base, every, dem):
             solver.last_reason = ("even evicting every eligible victim would not free enough GPUs on the nodes "
                                   f"({len(cands)} eligible jobs)")
             return None
@@ -256,7 +257,7 @@ class PrefixSearch:
                     for t in local:
                         if s.task_node[t] >= 0:
                             gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
-                    if not may_fit(s, partial, base, gpu):
+                    if not may_fit(s, partial, base, gpu, dem):
                         continue
                 res = solver._try(j, partial, list(recorded) + local)
                 if res is not None:
@@ -271,9 +272,9 @@ class PrefixSearch:
                     continue
             elif multi and len(mgood) <= 64:  # few candidate nodes: pack on them only
                 idx = np.fromiter(sorted(mgood), dtype=np.int64, count=len(mgood))
-                if not pack(s, partial, idx, base[idx] + all_gpu[idx]):
+                if not pack(s, partial, idx, base[idx] + all_gpu[idx], dem):
                     continue
-            elif not may_fit(s, partial, base, all_gpu):  # (many: one vectorised pass finds them)
+            elif not may_fit(s, partial, base, all_gpu, dem):  # (many: one vectorised pass finds them)
                 continue
             extra = [t for t in potential if t not in dropped] if dropped else list(potential)
             key = frozenset(extra) | frozenset(recorded)

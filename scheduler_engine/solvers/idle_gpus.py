@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..snapshot import GPU
+from ..kernels.gpu_fit import pack_best_fit
 from ..state import EPS, CycleState
 
 
@@ -20,7 +21,8 @@ def fit_base(state: CycleState) -> np.ndarray:
     return np.where(s.node_schedulable, base, 0.0)
 
 
-def may_fit(state: CycleState, partial: list[int], base: np.ndarray, victim_gpu: np.ndarray) -> bool:
+def may_fit(state: CycleState, partial: list[int], base: np.ndarray, victim_gpu: np.ndarray,
+            dem: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> bool:
     """Could the GPUs of tasks ``partial`` fit with per-node ``base`` plus ``victim_gpu``?"""
     s = state
     if len(partial) == 1:
@@ -41,26 +43,34 @@ def may_fit(state: CycleState, partial: list[int], base: np.ndarray, victim_gpu:
     # only nodes that could hold the smallest GPU task take part (the same choices: a node
     # below that can never pass a task's test, and argmin's first index keeps index order)
     idx = np.flatnonzero(cap >= float(g[pos_g].min()) - 1e-9)
-    return pack(s, partial, idx, cap[idx])
+    return pack(s, partial, idx, cap[idx], dem)
 
 
-def pack(state: CycleState, partial: list[int], idx: np.ndarray, cap: np.ndarray) -> bool:
-    """:func:`may_fit`'s best-fit packing of several tasks on nodes ``idx`` (ascending: the nodes
-    that could hold the smallest GPU task) with per-node GPUs ``cap`` (consumed)."""
+def demand(state: CycleState, partial: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The GPU requests of tasks ``partial`` as :func:`~scheduler_engine.kernels.gpu_fit.pack_best_fit`
+    takes them: requests largest first (stable), each task's row in a stack of node-selector masks
+    (-1: no selector), and the stack ((0, N) when no task has a selector)."""
     s = state
+    g = s.task_order_req[partial, GPU]
+    order = np.argsort(-g, kind="stable")
+    rows: dict[tuple, int] = {}
+    sel = np.full(len(partial), -1, dtype=np.int64)
+    for i, p in enumerate(order.tolist()):
+        key = s.task_selector_key[partial[p]]
+        if key:
+            sel[i] = rows.setdefault(key, len(rows))
+    masks = np.stack([s.selector_mask(k) for k in rows]) if rows else np.zeros((0, s.N), dtype=bool)
+    return np.ascontiguousarray(g[order], dtype=np.float64), sel, masks
+
+
+def pack(state: CycleState, partial: list[int], idx: np.ndarray, cap: np.ndarray,
+         dem: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> bool:
+    """:func:`may_fit`'s best-fit packing of several tasks on nodes ``idx`` (ascending: the nodes
+    that could hold the smallest GPU task) with per-node GPUs ``cap`` (consumed): largest task
+    first, each on the fitting node with the least GPUs (compiled kernel; ``dem`` = :func:`demand`
+    of ``partial`` when the caller keeps it)."""
     if idx.size == 0:
         return False
-    g = s.task_order_req[partial, GPU]
-    for t in [partial[i] for i in np.argsort(-g, kind="stable")]:
-        need = float(s.task_order_req[t, GPU])
-        if need <= EPS:
-            continue
-        ok = cap >= need - 1e-9
-        key = s.task_selector_key[t]
-        if key:
-            ok &= s.selector_mask(key)[idx]
-        if not ok.any():
-            return False
-        n = int(np.argmin(np.where(ok, cap, np.inf)))
-        cap[n] -= need
-    return True
+    need, sel, masks = demand(state, partial) if dem is None else dem
+    return bool(pack_best_fit(need, sel, masks, idx.astype(np.int64, copy=False),
+                              np.ascontiguousarray(cap, dtype=np.float64)))
