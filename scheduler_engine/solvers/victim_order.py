@@ -12,7 +12,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..ordering import _QueueProfile, _alloc_part, _dom, _profile_less, _queue_key, _static, chain_tiebreaks
+from ..kernels import victim_keys
+from ..ordering import _QueueProfile, _alloc_rows, _dom, _profile_less, _static, chain_tiebreaks
 from .. import subgroups
 from ..state import ACTIVE_STATES, CycleState
 
@@ -111,6 +112,38 @@ def _victim_static_ranks(state: CycleState) -> tuple[np.ndarray, np.ndarray]:
     return hit
 
 
+def _kernel_static(state: CycleState) -> tuple:
+    """The queue tree and the static per-queue values as :mod:`~scheduler_engine.kernels.victim_keys`
+    takes them (children in CSR form with the top level as parent Q, paths padded with -1, queues
+    deepest first, fair share / deserved / allocatable, total, priority, rules 7-8 tie-break);
+    cached on the state (only built when the tie-break is a total order)."""
+    hit = getattr(state, "_victims_kernel_static", None)
+    if hit is None:
+        Q = state.Q
+        kids = _queue_kids(state)
+        counts = np.zeros(Q + 2, dtype=np.int64)
+        flat: list[int] = []
+        for par in list(range(Q)) + [-1]:
+            ks = kids.get(par, [])
+            counts[(par if par >= 0 else Q) + 1] = len(ks)
+        kid_ptr = np.cumsum(counts)
+        for par in list(range(Q)) + [-1]:
+            flat.extend(kids.get(par, []))
+        paths = state.queue_path_list
+        depth = max((len(p) for p in paths), default=1)
+        path = np.full((Q, depth), -1, dtype=np.int64)
+        for q, p in enumerate(paths):
+            path[q, :len(p)] = p
+        by_depth = np.array(sorted(range(Q), key=lambda q: -len(paths[q])), dtype=np.int64)
+        stat = np.hstack([np.asarray(state.fair_share, dtype=np.float64), np.asarray(state.queue_deserved, dtype=np.float64),
+                          np.asarray(_alloc_rows(state), dtype=np.float64).reshape(Q, 3)])
+        hit = state._victims_kernel_static = (
+            by_depth, path, kid_ptr, np.asarray(flat, dtype=np.int64), np.ascontiguousarray(stat),
+            np.asarray(state.total, dtype=np.float64), np.asarray(state.queues.priority, dtype=np.int64).reshape(Q),
+            np.asarray(_victim_tiebreaks(state), dtype=np.int64))
+    return hit
+
+
 class VictimQueue:
     """Candidate victims in victim order (spec b, reversed), with push-back of elastic remainders.
 
@@ -123,11 +156,11 @@ class VictimQueue:
 
     Which leaf comes next: when the allocatable vectors of every parent's children form a chain
     (:func:`_victim_tiebreaks`, the usual case) the comparator is a strict total order, so every
-    queue keeps its rules-1..6 key (negated: victim order) plus a static rules-7..8 integer in a
-    lazy heap of its parent, and a pop or push re-keys only the queues on that leaf's path:
-    O(depth x log children) per victim instead of rescanning every sibling on the path. The
-    winner is the one the sequential scan picks (with a strict total order the scan returns the
-    maximum). Otherwise the winners are kept per node and rescanned in children order
+    queue keeps its rules-1..6 key (negated: victim order) in a row of a (Q, 6) array beside a
+    static rules-7..8 integer, and a pop or push re-keys only the queues on that leaf's path and
+    picks each parent's smallest live child (compiled kernels, :mod:`scheduler_engine.kernels.victim_keys`).
+    The winner is the one the sequential scan picks (with a strict total order the scan returns
+    the maximum). Otherwise the winners are kept per node and rescanned in children order
     (:meth:`_tournament`), which resolves incomparable ties exactly as the comparator's scan.
     """
 
@@ -152,18 +185,11 @@ class VictimQueue:
         self._dirty: set[int] = set()  # leaves popped from / pushed to since the winners were computed
         # heap mode (class docstring): per queue its key entry in its parent's heap (root = -1)
         self._tb = _victim_tiebreaks(state)
-        self._qheap: dict[int, list] | None = None
-        self._vrep: dict[int, int] = {}  # queue -> leaf it is represented by
-        self._qkey: dict[int, tuple] = {}
-        self._qstamp: dict[int, int] = {}
-        self._qlive: set[int] = set()
-        self._static = _static(state) if self._tb is not None else None
+        # total-order mode: the queue keys live in arrays updated by compiled kernels (None until
+        # the first pop that has to choose between leaves)
+        self._k: tuple | None = None
+        self._knext = -1  # the leaf whose victim comes next (total-order mode)
         self._kids = _queue_kids(state)
-        self._qver = state.queue_version
-        memo = getattr(state, "_victims_key_memo", None)
-        if memo is None or len(memo) != state.Q:
-            memo = state._victims_key_memo = [None] * state.Q
-        self._memo = memo
         reps = getattr(state, "_victims_whole_reps", None)
         if reps is None:
             reps = state._victims_whole_reps = {}
@@ -213,7 +239,7 @@ class VictimQueue:
             self._tree = None  # a leaf came back: rebuild the tree at the next pop
         self._ver[q] = self._ver.get(q, 0) + 1
         self._dirty.add(q)
-        if self._qheap is not None:
+        if self._k is not None:
             self._rekey_path(q)
 
     def _head(self, q: int) -> tuple[str, _Rep] | None:
@@ -390,9 +416,9 @@ class VictimQueue:
         if len(self._live) == 1:
             leaf = next(iter(self._live))
         elif self._tb is not None:
-            if self._qheap is None:
+            if self._k is None:
                 self._heap_build()
-            leaf = self._vrep[self._heap_best(-1)]
+            leaf = self._knext
         else:
             children, tops = self._tree_of(self._live)
             leaf = self._tournament(children, tops)
@@ -410,119 +436,40 @@ class VictimQueue:
         if not self._nonempty(leaf):
             self._live.discard(leaf)
             self._remove_leaf(leaf)
-        if self._qheap is not None:
+        if self._k is not None:
             self._rekey_path(leaf)
         return rep.job, rep.tasks
 
-    # ---------------------------------------------------------------- heap mode
+    # ---------------------------------------------------------------- total-order mode
     def _heap_build(self) -> None:
-        """Key every queue above a live leaf, level by level from the leaves up, into its parent's
-        heap (each heap built once with heapify: a fresh build has no stale entries)."""
+        """Key every queue above a live leaf (compiled, :func:`.victim_keys.build`): a queue is
+        represented by the leaf of its best live child, its key is its rules-1..6 victim key when
+        that leaf gives up its victims."""
         s = self.state
-        paths = s.queue_path_list
-        heaps: dict[int, list] = {}
-        self._qheap = heaps
-        levels: dict[int, set[int]] = {}
+        by_depth, path, kid_ptr, kids, stat, tot, prio, tb = _kernel_static(s)
+        Q = s.Q
+        leaf_live = np.zeros(Q, dtype=np.bool_)
+        req = np.zeros((Q, 3))
         for lq in self._live:
-            for q in paths[lq]:
-                levels.setdefault(len(paths[q]), set()).add(q)
-        vrep, qkey, qstamp, qlive, tb = self._vrep, self._qkey, self._qstamp, self._qlive, self._tb
-        for depth in sorted(levels, reverse=True):
-            touched: list[list] = []
-            for q in sorted(levels[depth]):
-                h = heaps.get(q)
-                if h:  # an inner queue: its children's heap is complete (deeper level)
-                    lq = vrep[h[0][2]]
-                elif q in self._live:
-                    lq = q
-                else:
-                    continue
-                vrep[q] = lq
-                key = qkey[q] = self._key(q, self._leaf_victims(lq))
-                qlive.add(q)
-                st = qstamp[q] = qstamp.get(q, 0) + 1
-                par = paths[q][1] if depth > 1 else -1
-                ph = heaps.get(par)
-                if ph is None:
-                    ph = heaps[par] = []
-                    touched.append(ph)
-                ph.append((key, tb[q], q, st))
-            for ph in touched:
-                heapq.heapify(ph)
+            leaf_live[lq] = True
+            req[lq] = self._leaf_victims(lq)
+        key = np.zeros((Q, 6))
+        vrep = np.full(Q, -1, dtype=np.int64)
+        self._knext = victim_keys.build(by_depth, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, leaf_live, req,
+                                        key, vrep)
+        self._k = (path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep)
         self._dirty.clear()
 
-    def _key(self, q: int, req: tuple) -> tuple:
-        """Queue q's victim-order key (rules 1-6, negated) when it gives up ``req``.
-
-        Memoised per queue on the state: (queue_version, allocation part, {request: key}); the
-        version only grows (undo bumps it too), so equal versions mean equal allocations.
-        """
-        ver = int(self._qver[q])
-        memo = self._memo[q]
-        if memo is None or memo[0] != ver:
-            memo = self._memo[q] = (ver, _alloc_part(self._static[q], self.state.queue_alloc[q].tolist()), {})
-        key = memo[2].get(req)
-        if key is None:
-            key = memo[2][req] = _queue_key(self._static[q], memo[1], req, True)
-        return key
-
-    def _set_key(self, q: int, par: int, lq: int, req: tuple | None) -> None:
-        """Queue q is represented by leaf ``lq`` (-1: none left) giving up ``req``: (re)enter its
-        key in its parent's heap if it changed."""
-        if lq < 0:
-            self._vrep.pop(q, None)
-            if q in self._qlive:
-                self._qlive.discard(q)
-                self._qstamp[q] = self._qstamp.get(q, 0) + 1
-            return
-        self._vrep[q] = lq
-        key = self._key(q, req)
-        qlive = self._qlive
-        if q in qlive and self._qkey.get(q) == key:
-            return
-        self._qkey[q] = key
-        qlive.add(q)
-        st = self._qstamp[q] = self._qstamp.get(q, 0) + 1
-        h = self._qheap.get(par)
-        if h is None:
-            h = self._qheap[par] = []
-        if h and h[0][2] == q:
-            # q's previous entry is on top (after a pop q was its parent's winner): replace it
-            heapq.heapreplace(h, (key, self._tb[q], q, st))
-            return
-        heapq.heappush(h, (key, self._tb[q], q, st))
-        if len(h) > 2 * len(self._kids[par]) + 8:  # drop stale entries now and then
-            stamps = self._qstamp
-            h[:] = [e for e in h if e[2] in qlive and stamps[e[2]] == e[3]]
-            heapq.heapify(h)
-
-    def _heap_best(self, par: int) -> int:
-        """The child of ``par`` (-1: the top level) whose victims come first, or -1."""
-        h = self._qheap.get(par)
-        if not h:
-            return -1
-        stamps, live = self._qstamp, self._qlive
-        while h:
-            e = h[0]
-            if e[2] in live and stamps[e[2]] == e[3]:
-                return e[2]
-            heapq.heappop(h)
-        return -1
-
     def _rekey_path(self, leaf: int) -> None:
-        """After a pop from / push to ``leaf``: re-key the queues on its path, bottom-up."""
-        path = self.state.queue_path_list[leaf]
-        lq = leaf if leaf in self._live else -1
-        req = self._leaf_victims(lq) if lq >= 0 else None
-        last = len(path) - 1
-        for i, q in enumerate(path):
-            if i:
-                b = self._heap_best(q)
-                nl = self._vrep[b] if b >= 0 else -1
-                if nl != lq:
-                    lq = nl
-                    req = self._leaf_victims(nl) if nl >= 0 else None
-            self._set_key(q, path[i + 1] if i < last else -1, lq, req)
+        """After a pop from / push to ``leaf``: re-key the queues on its path, bottom-up
+        (compiled, :func:`.victim_keys.rekey_path`), and find the next leaf."""
+        path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep = self._k
+        live = leaf in self._live
+        leaf_live[leaf] = live
+        if live:
+            req[leaf] = self._leaf_victims(leaf)
+        self._knext = victim_keys.rekey_path(leaf, path, kid_ptr, kids, stat, tot, prio, tb, self.state.queue_alloc,
+                                             leaf_live, req, key, vrep)
         self._dirty.clear()
 
 

@@ -109,7 +109,7 @@ def test_incomparable_siblings_fall_back_to_the_scan():
             vq = victim_order.VictimQueue(state, [j for j in range(state.J) if state.job_num_active(j) > 0])
             if len(vq._leaves()) > 1:
                 vq.pop()
-                assert vq._qheap is None  # the scan decided
+                assert vq._k is None  # the scan decided
                 return
     pytest.fail("no generated cluster had incomparable siblings")
 
@@ -125,4 +125,4 @@ def test_bench_trees_take_the_heap_path(queues):
     vq = victim_order.VictimQueue(state, [j for j in range(state.J) if state.job_num_active(j) > 0])
     assert len(vq._leaves()) > 1
     vq.pop()
-    assert vq._qheap is not None
+    assert vq._k is not None

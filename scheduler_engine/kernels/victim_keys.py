@@ -1,0 +1,214 @@
+"""Rules 1-6 of the victim order per queue, and which child of a queue gives victims first
+(:class:`scheduler_engine.solvers.victim_order.VictimQueue` in its total-order mode).
+
+A queue's victim key is the negated rules-1..6 tuple of :func:`scheduler_engine.ordering._queue_key`
+(``victim=True``) as six float64 columns; with the static rules-7..8 integer ``tb`` (unique among
+siblings) the lexicographically smallest live child is the one the sequential scan would pick.
+Dominant shares are rounded like Python's ``round(x, 12)`` (:func:`round12`, exact), so the keys,
+and the order, are the same as the Python tuples'.
+
+Arrays (Q queues; the virtual parent of the top level is Q): ``kid_ptr`` (Q + 2) / ``kids``:
+children of each queue in CSR form; ``path`` (Q, D): each queue's path to the top, padded with
+-1; ``by_depth``: queues deepest first; ``stat`` (Q, 9): fair share, deserved, allocatable;
+``tot`` (3); ``prio`` / ``tb`` (Q); ``alloc`` (Q, 3) current allocations; ``req`` (Q, 3): per
+live leaf what it gives up (victims popped + its next one); ``leaf_live`` (Q); outputs ``key``
+(Q, 6) and ``vrep`` (Q): the leaf each queue is represented by (-1: no live leaf below it).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import kernel
+
+EPS = 1e-9
+UNLIMITED = -1.0
+_SCALE = 1e12
+# 10**12 / 2**41 = 5**12 / 2**29 (exact): above 4096 the spacing of doubles is 2**-40, and a decimal
+# rounding offset beyond half of it (in units of 1e-12) moves the result to the neighbouring double
+_HALF_SPACING_4096 = 244140625.0 / 536870912.0
+_SPLIT = 134217729.0  # 2**27 + 1 (Veltkamp split)
+
+
+@kernel
+def _two_prod_err(a: float, b: float, p: float) -> float:
+    """The exact error of the product p = fl(a * b): a * b == p + err (Dekker)."""
+    c = _SPLIT * a
+    ah = c - (c - a)
+    al = a - ah
+    c = _SPLIT * b
+    bh = c - (c - b)
+    bl = b - bh
+    return ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+@kernel
+def round12(x: float) -> float:
+    """Python's ``round(x, 12)`` exactly: the double nearest to x rounded (half to even) to 12
+    decimals. Exact product x * 1e12 = y + err, then the integer nearest to it, divided by 1e12
+    (one correctly rounded division); above 4096 the result is x or a neighbour of it."""
+    if x != x or x == np.inf or x == -np.inf or x == 0.0:
+        return x
+    ax = abs(x)
+    if ax >= 8192.0:  # doubles are >= 2**-39 apart: a move of <= 0.5e-12 keeps the nearest one
+        return x
+    y = ax * _SCALE
+    err = _two_prod_err(ax, _SCALE, y)
+    if y < 4503599627370496.0:  # 2**52: y has a fraction part
+        fl = math.floor(y)
+        frac = y - fl
+        if frac > 0.5:
+            r = fl + 1.0
+        elif frac < 0.5:
+            r = fl
+        elif err > 0.0:
+            r = fl + 1.0
+        elif err < 0.0:
+            r = fl
+        elif fl % 2.0 == 0.0:
+            r = fl
+        else:
+            r = fl + 1.0
+        out = r / _SCALE
+    else:  # 4503.6 <= ax < 8192: y is an integer, the offset to the nearest integer is -err
+        if err > 0.5 or (err == 0.5 and y % 2.0 == 1.0):
+            d = 1.0 - err
+        elif err < -0.5 or (err == -0.5 and y % 2.0 == 1.0):
+            d = -1.0 - err
+        else:
+            d = -err
+        if abs(d) < _HALF_SPACING_4096:
+            out = ax
+        elif abs(d) > _HALF_SPACING_4096:
+            out = np.nextafter(ax, np.inf) if d > 0 else np.nextafter(ax, -np.inf)
+        else:  # a tie between two doubles: the one with the even significand
+            m, _e = math.frexp(ax)
+            even = (m * 9007199254740992.0) % 2.0 == 0.0
+            out = ax if even else (np.nextafter(ax, np.inf) if d > 0 else np.nextafter(ax, -np.inf))
+    return out if x > 0 else -out
+
+
+@kernel
+def dominant(a0: float, a1: float, a2: float, stat: np.ndarray, q: int, tot: np.ndarray) -> float:
+    """``ordering._dom`` of (a0, a1, a2) against queue q's allocatable: the largest of the three
+    resource shares (same operations, same order)."""
+    best = 0.0
+    for r in range(3):
+        a = a0 if r == 0 else (a1 if r == 1 else a2)
+        cap = stat[q, 6 + r]
+        if cap == UNLIMITED:
+            den = tot[r]
+            if den > 0:
+                ratio = a / den
+            elif a <= 0:
+                ratio = 0.0
+            else:
+                ratio = np.inf
+        elif cap <= 0:
+            ratio = a * 1000.0
+        else:
+            ratio = a / cap
+        if ratio > best:
+            best = ratio
+    return best
+
+
+@kernel
+def victim_key(q: int, r0: float, r1: float, r2: float, stat: np.ndarray, tot: np.ndarray, prio: np.ndarray,
+               alloc: np.ndarray, out: np.ndarray) -> None:
+    """Queue q's victim key when it gives up (r0, r1, r2), into ``out[q]`` (``_queue_key(victim=True)``)."""
+    a0 = alloc[q, 0]
+    a1 = alloc[q, 1]
+    a2 = alloc[q, 2]
+    over = stat[q, 0] < a0 - EPS and stat[q, 1] < a1 - EPS and stat[q, 2] < a2 - EPS
+    d0 = stat[q, 3]
+    d1 = stat[q, 4]
+    d2 = stat[q, 5]
+    starved = ((d0 == UNLIMITED or a0 <= d0 + EPS) and (d1 == UNLIMITED or a1 <= d1 + EPS)
+               and (d2 == UNLIMITED or a2 <= d2 + EPS))
+    violates = ((stat[q, 6] == 0 and a0 > EPS) or (stat[q, 7] == 0 and a1 > EPS)
+                or (stat[q, 8] == 0 and a2 > EPS))
+    out[q, 0] = -1.0 if over else 0.0
+    out[q, 1] = 0.0 if starved else -1.0
+    out[q, 2] = float(prio[q])
+    out[q, 3] = -1.0 if violates else 0.0
+    out[q, 4] = -round12(dominant(a0 - r0, a1 - r1, a2 - r2, stat, q, tot))
+    out[q, 5] = -round12(dominant(a0, a1, a2, stat, q, tot))
+
+
+@kernel
+def best_child(par: int, kid_ptr: np.ndarray, kids: np.ndarray, vrep: np.ndarray, key: np.ndarray,
+               tb: np.ndarray) -> int:
+    """The live child (``vrep >= 0``) of ``par`` with the smallest (key, tb), or -1."""
+    best = -1
+    for i in range(kid_ptr[par], kid_ptr[par + 1]):
+        c = kids[i]
+        if vrep[c] < 0:
+            continue
+        if best < 0:
+            best = c
+            continue
+        less = False
+        decided = False
+        for k in range(6):
+            x = key[c, k]
+            y = key[best, k]
+            if x < y:
+                less = True
+                decided = True
+                break
+            if x > y:
+                decided = True
+                break
+        if not decided:
+            less = tb[c] < tb[best]
+        if less:
+            best = c
+    return best
+
+
+@kernel
+def build(by_depth: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray, tot: np.ndarray,
+          prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, leaf_live: np.ndarray, req: np.ndarray,
+          key: np.ndarray, vrep: np.ndarray) -> int:
+    """Key every queue with a live leaf below it, deepest first (a queue is represented by its
+    best live child's leaf, a live leaf by itself; ``vrep`` -1: no live leaf below). Returns the
+    leaf whose victim comes next (-1: none)."""
+    for i in range(by_depth.shape[0]):
+        q = by_depth[i]
+        b = best_child(q, kid_ptr, kids, vrep, key, tb)
+        if b >= 0:
+            lq = vrep[b]
+        elif leaf_live[q]:
+            lq = q
+        else:
+            vrep[q] = -1
+            continue
+        vrep[q] = lq
+        victim_key(q, req[lq, 0], req[lq, 1], req[lq, 2], stat, tot, prio, alloc, key)
+    root = kid_ptr.shape[0] - 2
+    b = best_child(root, kid_ptr, kids, vrep, key, tb)
+    return vrep[b] if b >= 0 else -1
+
+
+@kernel
+def rekey_path(leaf: int, path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray,
+               tot: np.ndarray, prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, leaf_live: np.ndarray,
+               req: np.ndarray, key: np.ndarray, vrep: np.ndarray) -> int:
+    """After victims were taken from / given back to ``leaf`` (``req[leaf]``, ``leaf_live[leaf]``
+    updated): re-key the queues on its path, bottom-up. Returns the leaf whose victim comes next."""
+    lq = leaf if leaf_live[leaf] else -1
+    for i in range(path.shape[1]):
+        q = path[leaf, i]
+        if q < 0:
+            break
+        if i:
+            b = best_child(q, kid_ptr, kids, vrep, key, tb)
+            lq = vrep[b] if b >= 0 else -1
+        vrep[q] = lq
+        if lq >= 0:
+            victim_key(q, req[lq, 0], req[lq, 1], req[lq, 2], stat, tot, prio, alloc, key)
+    root = kid_ptr.shape[0] - 2
+    b = best_child(root, kid_ptr, kids, vrep, key, tb)
+    return vrep[b] if b >= 0 else -1
