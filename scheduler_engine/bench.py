@@ -38,7 +38,8 @@ refreshes) *included in* the action times.  Also the peak resident memory of the
 for the same command before and after.
 
 ``--compare-reference`` also runs the allocate action alone with the numpy engine and with the
-plain-Python reference (:mod:`scheduler_engine.reference`), checks they decide the same, and prints
+plain-Python reference (``tests/support/engine_reference.py``, a test oracle: from a source checkout
+only, never in the wheel), checks they decide the same, and prints
 the speed ratio, on a cluster of at most ``--reference-nodes`` (default 1,000) nodes: issue #8 asks
 for the ratio at 1,000 nodes, and the reference cannot run at 10,000. ``--target`` adds measured vs
 the target (full cycle < 2 s, or with ``--target-ratio R`` < R times the calibration workload; peak RSS
@@ -544,9 +545,23 @@ def _cluster_stats(snap: Snapshot) -> dict[str, Any]:
             "distinct_pending_task_shapes": len(shapes)}
 
 
+def reference_module() -> Any:
+    """The plain-Python reference allocate, or None outside a source checkout.
+
+    It is a test oracle and lives under ``tests/support`` (the wheel and the image do not ship it),
+    so ``--compare-reference`` is a development measurement run from the repository."""
+    try:
+        from tests.support import engine_reference
+    except ImportError:
+        return None
+    return engine_reference
+
+
 def compare_reference(snap: Snapshot) -> dict[str, Any]:
     """Allocate alone with the numpy engine and with the plain-Python reference: same decisions? speed?"""
-    from . import reference
+    reference = reference_module()
+    if reference is None:
+        raise RuntimeError("--compare-reference needs tests/support/engine_reference.py (a source checkout)")
     from .actions import get_action
     from .state import CycleState
 
@@ -780,6 +795,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     for flag, val in (("--subgroups", args.subgroups), ("--dra-nodes", args.dra_nodes)):
         if not (0.0 <= val <= 1.0):
             problems.append(f"{flag}: must be a fraction between 0 and 1")
+    if args.compare_reference and reference_module() is None:
+        problems.append("--compare-reference: needs the plain-Python reference from a source checkout "
+                        "(tests/support/engine_reference.py); run the bench from the repository")
     if args.target_ratio is not None and args.no_calibration:
         problems.append("--target-ratio: needs the calibration workload (drop --no-calibration)")
     actions = None

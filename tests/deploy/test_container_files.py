@@ -145,3 +145,20 @@ def test_production_refuses_to_start_without_secret_key(tmp_path):
     proc = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode != 0 and "SECRET_KEY" in proc.stderr
+
+
+def test_neither_the_image_nor_the_wheel_ships_test_tooling():
+    """The API emulator and the engine's reference are test tooling under tests/support: the image
+    copies only the product packages, and the wheel's package list (pyproject) holds no tests."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    sources = [src for word, rest in dockerfile_instructions() if word == "COPY" and "--from=" not in rest
+               for src in [p for p in rest.split() if not p.startswith("--")][:-1]]
+    assert not [s for s in sources if s.startswith("tests") or s == "."], sources
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = find_packages(where=str(ROOT), include=include)
+    assert packages and not [p for p in packages if p.split(".")[0] == "tests"], packages
+    shipped = [f for p in packages for f in (ROOT / p.replace(".", "/")).glob("*.py")]
+    assert not [f for f in shipped if "emulator" in f.stem or "reference" in f.stem]

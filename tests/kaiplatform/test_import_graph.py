@@ -182,7 +182,7 @@ def test_no_import_circles_between_first_party_modules():
 
 
 @pytest.mark.parametrize("forbidden", ["django", "rest_framework", "celery", "queues_app", "fairshare_app",
-                                       "kaiplatform", "tests"])
+                                       "kaiplatform"])
 def test_the_engine_imports_no_django_and_nothing_of_the_control_plane(forbidden):
     mods = first_party_modules()
     bad = sorted(
@@ -191,4 +191,28 @@ def test_the_engine_imports_no_django_and_nothing_of_the_control_plane(forbidden
         for name in imported_names(module, path)
         if name == forbidden or name.startswith(forbidden + ".")
     )
+    assert not bad, bad
+
+
+# Development tools of a source checkout that use test tooling: each imports it inside a function and
+# says clearly, when it is missing (wheel, image), that it needs the checkout.
+CHECKOUT_ONLY_IMPORTS = {
+    ("queues_app.management.commands.kube_demo", "tests.support.kube_emulator.KubeEmulator"),
+    ("scheduler_engine.bench", "tests.support.engine_reference"),
+}
+
+
+def test_product_code_imports_test_tooling_only_in_the_checkout_only_tools():
+    mods = first_party_modules()
+    found = {(module, name) for module, path in mods.items() for name in imported_names(module, path)
+             if name == "tests" or name.startswith("tests.")}
+    assert found == CHECKOUT_ONLY_IMPORTS
+
+
+def test_no_test_tooling_in_a_product_package():
+    """Emulators, fakes, mocks and oracles live under tests/ (the wheel and the image ship the four
+    product packages only)."""
+    words = ("emulator", "fake", "mock", "stub", "reference", "oracle")
+    bad = sorted(str(path.relative_to(ROOT)) for path in first_party_modules().values()
+                 if any(w in path.stem.lower() for w in words))
     assert not bad, bad

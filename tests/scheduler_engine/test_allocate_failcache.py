@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from scheduler_engine import reference
+from tests.support import engine_reference as reference
 from scheduler_engine.actions import allocate
 from scheduler_engine.state import CycleState
 from tests.scheduler_engine.alloc_builders import simple

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler_engine import reference
+from tests.support import engine_reference as reference
 from scheduler_engine.actions import get_action
 from scheduler_engine.bench import generate
 from scheduler_engine.loader import load_dict, load_scenario

@@ -1,7 +1,8 @@
 """``manage.py kube_demo``: the whole Kubernetes path end to end, against the bundled API emulator.
 
-What it shows, in one process and with no cluster: an emulated API server (``queues_app.kube.emulator``,
-real HTTP, real ``kubernetes`` client) with three 8-GPU nodes; pods created through the client with
+What it shows, in one process and with no cluster: an emulated API server (``tests.support.kube_emulator``:
+test tooling, so the demo runs from a source checkout, not from the wheel or the image; real HTTP,
+real ``kubernetes`` client) with three 8-GPU nodes; pods created through the client with
 ``spec.schedulerName: kai-scheduler`` and the ``kai.scheduler/queue`` label; the sync loop (list +
 watch, behind its database lease) turning them into workloads; scheduling cycles; the dispatcher
 binding pods through the Binding subresource and evicting through the Eviction API; and the
@@ -80,9 +81,13 @@ class Command(BaseCommand):
     def handle(self, *args, seconds: float, interval: float, port: int, keep_running: bool, **options):
         from kubernetes import client as k8s
 
-        from queues_app.kube.emulator import KubeEmulator
         from queues_app.kube.sync import KubeSync
 
+        try:  # test tooling: present in a source checkout, never in the wheel or the image
+            from tests.support.kube_emulator import KubeEmulator
+        except ImportError as exc:
+            raise CommandError("kube_demo needs the API emulator from a source checkout (tests/support/kube_emulator); "
+                               "run it from the repository with scripts/kube_demo.sh") from exc
         if settings.KAI_CLUSTER_MODE != "kubernetes":
             raise CommandError("kube_demo needs KAI_CLUSTER_MODE=kubernetes (scripts/kube_demo.sh sets it).")
         if not 0.1 <= interval <= 60 or not 1 <= seconds <= 3600:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from queues_app.kube.emulator import KubeEmulator
+from tests.support.kube_emulator import KubeEmulator
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from queues_app.kube.emulator import KubeEmulator, ManualClock
+from tests.support.kube_emulator import KubeEmulator, ManualClock
 
 
 @pytest.fixture(autouse=True)
@@ -566,7 +566,7 @@ def test_cli_serves_nodes_and_writes_a_kubeconfig(tmp_path):
         port = s.getsockname()[1]
     kubeconfig = tmp_path / "kc.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "queues_app.kube.emulator", "--port", str(port), "--kubeconfig", str(kubeconfig),
+        [sys.executable, "-m", "tests.support.kube_emulator", "--port", str(port), "--kubeconfig", str(kubeconfig),
          "--nodes", "3", "--gpus-per-node", "2"],
         stdout=subprocess.PIPE, text=True,
     )

@@ -113,7 +113,7 @@ def test_kubelet_starts_a_pod_only_once_its_claims_are_allocated_and_reserved(ku
 
 
 def test_pod_resource_claims_are_validated(kube_emulator):
-    from queues_app.kube.emulator import ApiError
+    from tests.support.kube_emulator import ApiError
 
     with pytest.raises(ApiError) as e:
         kube_emulator.add_pod("ns", "p", resource_claims=[{"name": "gpus"}])

@@ -1,4 +1,5 @@
-"""A plain-Python reference implementation of the allocate action (kept for tests and the bench).
+"""A plain-Python reference implementation of the allocate action (a test oracle, also used by
+``python -m scheduler_engine bench --compare-reference`` from a source checkout).
 
 It re-derives allocate's decisions from the rules in ``shared/docs/fairshare-spec.md`` (b queue
 order, f job order, g gangs / elastic, a.6 allocatable / dominant share, a.7 capacity checks) and
@@ -41,7 +42,7 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from .snapshot import Snapshot, TaskState
+from scheduler_engine.snapshot import Snapshot, TaskState
 
 __all__ = ["allocate", "ReferenceResult", "decisions_of_state", "diff_decisions"]
 
@@ -261,7 +262,7 @@ class _Ref:
     def _fair_share(self) -> list[list[float]]:
         import numpy as np  # the fair-share module's interface only; the division itself is tested on its own
 
-        from .fairshare import compute_fair_share
+        from scheduler_engine.fairshare import compute_fair_share
 
         leaf = [[0.0, 0.0, 0.0] for _ in range(self.Q)]
         for t in range(self.T):
