@@ -60,7 +60,8 @@ Primitives:
 * ``place(t, n, pipelined=False, devices=None)``: Pending -> Binding (free resources) or Pipelined
   (resources being released); picks devices/gpuGroups; adds to the queue allocation.
 * ``mark_pipelined(t)``: Binding -> Pipelined in place (KAI pipelines a whole job once one of
-  its tasks is pipelined).
+  its tasks is pipelined). ``mark_binding(t)``: the reverse, for a task that took nothing
+  releasing; ``takes_releasing(t)``: whether a placed task holds releasing resources.
 * ``evict(t, for_job=None, reason="Evicted", message=None)``: Running/Binding/Pipelined task is
   given up. Running -> Releasing (its resources become releasing); Binding/Pipelined (placed in
   this cycle) -> Pending again (resources returned), except a moved task (Running in the input,
@@ -1054,6 +1055,33 @@ class CycleState:
         self.task_dev_take[t] = [0.0] * len(self.task_devices[t])
         if self._claims_list[t] and self.task_dra[t] is not None:
             self.task_dra_take[t] = {c: [0.0] * len(v) for c, v in self.task_dra[t].items()}
+
+    def takes_releasing(self, t: int) -> bool:
+        """Whether placed task t holds anything that a Releasing task is still giving back on its
+        node (resources, a share of a device, a claimed device): what makes a placement wait."""
+        if float(self.task_rel_take[t].max()) > EPS:
+            return True
+        if any(x > EPS for x in self.task_dev_take[t]):
+            return True
+        takes = self.task_dra_take[t]
+        return bool(takes) and any(x > EPS for v in takes.values() for x in v)
+
+    def mark_binding(self, t: int) -> None:
+        """Pipelined -> Binding in place, for a task that took nothing releasing (all of it was free).
+
+        The victim search pipelines every placement it simulates (KAI ``isPipelineOnly``); when
+        the victims it finally un-places were placed earlier in this same cycle (allocate), their
+        share comes back free, not releasing, and nothing is left to wait for."""
+        if self.task_state[t] != _PIPE:
+            raise ValueError(f"task {self.tasks.names[t]} is not pipelined")
+        if self.takes_releasing(t):
+            raise ValueError(f"task {self.tasks.names[t]} waits for releasing resources")
+        self._record(t, int(self.task_node[t]))
+        self.task_state[t] = _BIND
+        self.task_rel_take[t] = 0.0
+        self.task_dev_take[t] = []
+        if self._claims_list[t] and self.task_dra[t] is not None:
+            self.task_dra_take[t] = None
 
     def evict(self, t: int, for_job: int | str | None = None, reason: str = "Evicted",
               message: str | None = None) -> None:

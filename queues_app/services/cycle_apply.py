@@ -164,6 +164,8 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
     # per node: list of (task request dict, final state, groups)
     on_node: dict[str, list[tuple[dict[str, Any], str, list[str]]]] = defaultdict(list)
     placed_nodes: set[str] = set()
+    # per workload: (task, node) of its Pipelined tasks if everything applies
+    pipelined_on: dict[int, list[tuple[str, str]]] = defaultdict(list)
 
     node_name = {v: k for k, v in node_id.items()}
     pipelined_node: dict[int, int] = getattr(index, "pipelined_node", {}) or {}
@@ -246,6 +248,8 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
             final_state[tid] = fin[0]
             if fin[1] is not None and fin[0] in HOLDING + (TaskState.PIPELINED,):
                 on_node[fin[1]].append((task, fin[0], fin[2]))
+            if fin[0] == TaskState.PIPELINED and fin[1] is not None:
+                pipelined_on[wid].append((tname, fin[1]))
 
     for job in confirm_only:
         wid = index.workload_id[job["name"]]
@@ -272,6 +276,7 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
 
     for nname in sorted(placed_nodes):
         errors.extend(_node_problems(nodes_by_name[nname], on_node.get(nname, [])))
+    errors.extend(_pipelined_problems(pipelined_on, on_node, workload_name))
     if errors:
         shown = "; ".join(errors[:10]) + (f"; and {len(errors) - 10} more" if len(errors) > 10 else "")
         raise DecisionSetRefused("The engine's decision set is inconsistent; nothing was applied.",
@@ -286,6 +291,22 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
                 final_state=final_state, task_gpu=task_gpu, workload_name=workload_name,
                 workload_queue=workload_queue, queue_ancestors=queue_ancestors, events=events,
                 queue_fair_share=fair, node_ids=node_ids)
+
+
+def _pipelined_problems(pipelined_on: Mapping[int, list[tuple[str, str]]],
+                        on_node: Mapping[str, list[tuple[dict[str, Any], str, list[str]]]],
+                        workload_name: Mapping[int, str]) -> list[str]:
+    """A task is Pipelined only onto resources that are releasing (issue #18; the engine's own
+    ``scheduler_engine.invariants``): a workload with Pipelined tasks has one of them on a node
+    where a task is Releasing once the decisions apply (a moved task is applied as its eviction,
+    so it is Releasing on the node it ran on). KAI pipelines a gang as a whole, hence per workload."""
+    releasing = {n for n, lst in on_node.items() if any(st == TaskState.RELEASING for _t, st, _g in lst)}
+    out = []
+    for wid, placed in pipelined_on.items():
+        if not any(n in releasing for _t, n in placed):
+            nodes = ", ".join(sorted({n for _t, n in placed}))
+            out.append(f"workload {workload_name.get(wid, wid)} pipelined on {nodes} where nothing is releasing")
+    return out
 
 
 def _node_problems(node: Mapping[str, Any], tasks: list[tuple[dict[str, Any], str, list[str]]]) -> list[str]:

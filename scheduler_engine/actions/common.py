@@ -17,9 +17,14 @@ import numpy as np
 
 from .. import subgroups
 from ..ordering import JobQueue, next_tasks_to_allocate
-from ..snapshot import CPU, GPU, MEM
+from ..snapshot import CPU, GPU, MEM, TaskState
 from ..solvers.job_solver import Candidates, Solution, Validator, VictimSolver
 from ..state import EPS, CycleState, fmt_amount
+
+_RUN = int(TaskState.RUNNING)
+_PEND = int(TaskState.PENDING)
+_BIND = int(TaskState.BINDING)
+_PIPE = int(TaskState.PIPELINED)
 
 
 def job_ready(state: CycleState, j: int) -> bool:
@@ -215,6 +220,7 @@ def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction)
                 unsimulated[share_key] = solver.unsimulated_failure
             s.add_event(j, action.refused, action.fail_text(j, leaf, solver.last_reason))
             continue
+        bind_what_waits_for_nothing(s, sol)
         commit_events(s, sol, action.evicted, detail=action.detail(j, leaf))
         unsimulated.clear()
         action.committed()
@@ -223,6 +229,37 @@ def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction)
         # queues (JobQueue.refresh_all is O(queues) per commit)
         for q in sorted({leaf} | {int(s.job_queue_arr[int(s.task_job[t])]) for t in sol.scenario.victims}):
             jq.refresh(q)
+
+
+def bind_what_waits_for_nothing(state: CycleState, sol: Solution) -> list[int]:
+    """After a committed solution: a job whose new placements took nothing releasing is bound.
+
+    The victim search pipelines every placement it simulates, as KAI's solvers do
+    (``common.TryToVirtuallyAllocatePreemptorAndGetVictims`` -> ``AllocateJob(..., isPipelineOnly
+    = true)``): there, a victim is always a pod on a node and ``Statement.Evict`` turns its share
+    into releasing resources. Here a victim may also be a task that allocate placed earlier in this
+    same cycle (``Binding``, KAI's ``Allocated``/``Binding``, an active-allocated status, so a
+    candidate): nothing was bound yet, so evicting it only undoes that placement
+    (``CycleState.evict``: back to Pending, its share free again, like ``Statement.unallocate``).
+    A job that then sits wholly on free resources has nothing to wait for; left Pipelined it
+    would be turned back to Pending by the next cycle and the same victims chosen again, forever
+    (issue #18). KAI pipelines a job as a whole once one of its tasks waits
+    (``PodGroupInfo.ShouldPipelineJob``); so a job stays Pipelined while any of its new
+    placements takes releasing resources, and is bound otherwise. Tasks moved from where they ran
+    (consolidation) stay Pipelined: their pod has to go first. Returns the tasks bound.
+    """
+    s = state
+    sc = sol.scenario
+    jobs = dict.fromkeys([sc.job] + [int(s.task_job[t]) for t in sc.moved])
+    bound: list[int] = []
+    for jj in jobs:
+        fresh = [t for t in s.job_task_range(jj)
+                 if s.task_state[t] == _PIPE and s._input_state[t] != _RUN]
+        if fresh and not any(s.takes_releasing(t) for t in fresh):
+            for t in fresh:
+                s.mark_binding(t)
+            bound.extend(fresh)
+    return bound
 
 
 def describe_alloc(vec: np.ndarray) -> str:
@@ -234,18 +271,27 @@ def describe_alloc(vec: np.ndarray) -> str:
 
 
 def commit_events(state: CycleState, sol: Solution, reason: str, detail: Callable[[int], str] | None = None) -> None:
-    """Write the explanations of a committed solution: one event per victim task, one for the job."""
+    """Write the explanations of a committed solution: one event per victim task, one for the job.
+
+    A victim that allocate placed earlier in this cycle is not evicted (it never started): its
+    placement is undone and it waits again; the events say so."""
     s = state
     sc = sol.scenario
     bj = sc.job
     bname = s.jobs.names[bj]
+    unplaced = 0
     for t in sc.released:
         n = sc.orig_node[t]
         node = s.nodes.names[n] if n >= 0 else "?"
         extra = detail(t) if detail else ""
+        if s.task_state[t] == _PEND:
+            unplaced += 1
+            what = (f"placed on node {node} earlier in this cycle, placement undone (nothing was bound) to make "
+                    f"room for job {bname}")
+        else:
+            what = f"on node {node} evicted to make room for job {bname}"
         s.add_event(int(s.task_job[t]), reason,
-                    f"task {s.tasks.names[t]} ({describe_alloc(sc.orig_alloc[t])}) on node {node} evicted to make "
-                    f"room for job {bname}" + (f"; {extra}" if extra else ""),
+                    f"task {s.tasks.names[t]} ({describe_alloc(sc.orig_alloc[t])}) {what}" + (f"; {extra}" if extra else ""),
                     task=t, victim_of=bj)
     for t in sc.moved:
         old = sc.orig_node[t]
@@ -255,6 +301,9 @@ def commit_events(state: CycleState, sol: Solution, reason: str, detail: Callabl
                     f"{s.nodes.names[old]} to node {s.nodes.names[new]} to make room for job {bname}",
                     task=t, victim_of=bj)
     nodes = sorted({s.nodes.names[int(s.task_node[t])] for t in sc.tasks})
+    how = "bound" if all(s.task_state[t] == _BIND for t in sc.tasks) else "pipelined"
+    evicted = len(sc.released) - unplaced
+    undone = f", {unplaced} placement(s) of this cycle undone" if unplaced else ""
     s.add_event(bj, reason,
-                f"{len(sc.tasks)} task(s) pipelined on {', '.join(nodes)} after {len(sc.released)} victim task(s) "
-                f"evicted and {len(sc.moved)} moved ({sol.scenarios_tried} scenario(s) simulated)")
+                f"{len(sc.tasks)} task(s) {how} on {', '.join(nodes)} after {evicted} victim task(s) "
+                f"evicted{undone} and {len(sc.moved)} moved ({sol.scenarios_tried} scenario(s) simulated)")

@@ -16,7 +16,7 @@ from ..ordering import JobQueue, next_tasks_to_allocate
 from ..snapshot import GPU
 from ..solvers.job_solver import VictimSolver
 from ..state import CycleState
-from .common import FailedShapes, commit_events, job_ready
+from .common import FailedShapes, bind_what_waits_for_nothing, commit_events, job_ready
 
 
 def run(state: CycleState) -> None:
@@ -70,6 +70,7 @@ class Consolidation:
             if sol is None:
                 shapes.record(j)
                 continue
+            bind_what_waits_for_nothing(s, sol)
             commit_events(s, sol, "Consolidated")
             jq.refresh_all()
 

@@ -201,6 +201,31 @@ def test_a_double_booking_decision_set_is_refused_with_nothing_written():
     assert_invariants()
 
 
+class PipeliningEngine(LyingEngine):
+    """The real engine, then every task of ``job`` Pipelined on ``node`` although nothing is
+    releasing there (issue #18: what the engine returned when reclaim un-placed victims that
+    allocate had placed in the same cycle)."""
+
+    def __call__(self, snapshot):
+        doctored = super().__call__(snapshot)
+        for t in doctored.jobs[self.job]["tasks"]:
+            t["status"] = "Pipelined"
+        return doctored
+
+
+def test_a_decision_set_pipelining_where_nothing_is_releasing_is_refused():
+    make_cluster(nodes=1, gpus=4)
+    qs = make_queues({"qa": 8})
+    cycle_run(trigger="test")
+    submit(qs["qa"], "waits", replicas=1)
+    before = dump()
+    out = cycle_run(trigger="test", engine=PipeliningEngine("waits", "n0"))
+    assert out.status == CycleStatus.FAILED and "pipelined on n0 where nothing is releasing" in out.reason
+    assert dump() == before
+    assert cycle_run(trigger="test").status == CycleStatus.APPLIED  # the real engine binds it
+    assert_invariants()
+
+
 def test_the_database_refuses_a_double_booking_even_if_the_application_check_is_wrong(monkeypatch):
     from queues_app.services import cycle_apply
 

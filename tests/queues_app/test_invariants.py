@@ -114,6 +114,25 @@ def test_allocation_drift_and_limits_are_found(scheduled):
         assert "I5.limit" in found()
 
 
+def test_pipelined_where_nothing_is_releasing_is_found(scheduled):
+    # issue #18: a task is Pipelined only onto resources being released
+    a, b = scheduled["workloads"]
+    ta = Task.objects.filter(workload=a).order_by("index").first()
+    with corrupted():
+        Task.objects.filter(pk=ta.pk).update(state="Pipelined")
+        assert "I6.pipelined" in found()
+    with corrupted():  # the same, waiting for a task that is really Releasing on that node
+        Task.objects.filter(pk=ta.pk).update(state="Pipelined")
+        Task.objects.filter(pk=Task.objects.filter(workload=b).first().pk).update(state="Releasing", node=ta.node)
+        assert "I6.pipelined" not in found()
+    with corrupted():  # the cluster confirmed a release since the last cycle: binds next cycle
+        Task.objects.filter(pk=ta.pk).update(state="Pipelined")
+        other = Task.objects.filter(workload=b).first()
+        Task.objects.filter(pk=other.pk).update(state="Pending", node=None, version=other.version + 1,
+                                                updated_at=timezone.now() + timedelta(seconds=1))
+        assert "I6.pipelined" not in found()
+
+
 def test_overlapping_apply_phases_and_bad_generations_are_found(scheduled):
     first, second = SchedulingCycle.objects.filter(status="applied").order_by("generation")
     with corrupted():
@@ -136,4 +155,4 @@ def test_only_and_skip_select_checks(scheduled):
         assert "I1.gpu" not in found(skip=["I1.gpu"])
     with pytest.raises(ValueError):
         check_invariants(only=["I9"])
-    assert len(CHECKS) == 14
+    assert len(CHECKS) == 15
