@@ -2,7 +2,7 @@
 ``tenant=None`` is an operator; a tenant sees its own usage (rows of its workloads) and the
 budgets and fair-share rows of the queues granted to it.
 
-``engine_inputs`` / ``normalized_usage`` are what ``queues_app.engine_io`` puts into the
+``engine_inputs`` / ``normalized_usage`` are what ``queues_app.cycle.engine_io`` puts into the
 engine's input (``usage`` block, ``kValue``, budget policies as queue resource overrides).
 """
 from __future__ import annotations

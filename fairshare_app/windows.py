@@ -1,7 +1,7 @@
 """Usage window and reset boundaries for the current settings.
 
 The reset-time arithmetic (tumbling windows, calendar resets, the exact-boundary rule) is the
-engine's (``scheduler_engine.usage``), reached through ``queues_app.engine_io`` -- the only
+engine's (``scheduler_engine.usage``), reached through ``queues_app.cycle.engine_io`` -- the only
 Django module allowed to import the engine.  This module only combines the settings.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from fairshare_app.choices import BudgetPeriod, ResetPeriod, WindowType
 from fairshare_app.models import FairshareSettings
-from queues_app.engine_io import usage_period_reset, usage_window_start
+from queues_app.cycle.engine_io import usage_period_reset, usage_window_start
 
 
 def window_start(cfg: FairshareSettings, now: datetime) -> datetime | None:

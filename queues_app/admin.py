@@ -16,7 +16,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from queues_app import engine_io, quantities, selectors
+from queues_app import quantities, selectors
+from queues_app.cycle import engine_io
 from queues_app.admin_whatif import ScaleUpAdminMixin, WhatIfAdminMixin
 from queues_app.choices import TASK_STATES_HOLDING
 from queues_app.errors import ApplicationError

@@ -57,7 +57,7 @@ def devices_summary(obj: Node) -> str:
 
 def sub_group_tree(obj: Workload) -> str:
     """The workload's subgroup tree as an indented table: placed / required and satisfied."""
-    from queues_app import engine_io
+    from queues_app.cycle import engine_io
 
     rows = engine_io.sub_group_status(obj) if obj and obj.pk else []
     if not rows:

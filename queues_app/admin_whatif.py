@@ -22,7 +22,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import path, reverse
 
-from queues_app import engine_io
+from queues_app.cycle import engine_io
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Queue, Workload
 from queues_app.models.validators import validate_unlimited_or_nonnegative

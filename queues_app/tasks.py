@@ -14,7 +14,7 @@ import logging
 from celery import shared_task
 from celery.signals import task_revoked
 
-from queues_app.services.cycle_config import cycle_config
+from queues_app.cycle.config import cycle_config
 
 logger = logging.getLogger("queues_app.tasks")
 
@@ -26,7 +26,7 @@ _cfg = cycle_config()
              time_limit=_cfg.time_limit, acks_late=False)
 def scheduling_cycle(trigger: str = "beat") -> dict:
     """One scheduling cycle (single-flight: extra concurrent triggers are skipped)."""
-    from queues_app.services.cycle import cycle_run
+    from queues_app.cycle.run import cycle_run
 
     outcome = cycle_run(trigger=str(trigger)[:64])
     return {"status": outcome.status, "cycle": outcome.cycle_id, "generation": outcome.generation}
@@ -39,7 +39,7 @@ def _record_expired_trigger(sender=None, request=None, terminated=None, signum=N
     if name != CYCLE_TASK:
         return
     try:
-        from queues_app.services.cycle import cycle_record_skipped
+        from queues_app.cycle.run import cycle_record_skipped
 
         kwargs = getattr(request, "kwargs", None) or {}
         trigger = str(kwargs.get("trigger", "beat"))
@@ -76,7 +76,7 @@ def kube_dispatch(limit: int = 500) -> dict:
 
     if getattr(settings, "KAI_CLUSTER_MODE", "embedded") != "kubernetes":
         return {"status": "off"}
-    from queues_app.services.kube_dispatch import kube_dispatch_due
+    from queues_app.kube.outbox import kube_dispatch_due
 
     report = kube_dispatch_due(limit=int(limit))
     return {"status": report.status, "done": report.done, "failed": report.failed, "retried": report.retried}
@@ -90,7 +90,7 @@ def kube_scale_adjust() -> dict:
     """Reconcile the utility pods that show GPU-sharing demand to cluster autoscalers (kubernetes
     mode with ``KAI_AUTOSCALE_ENABLED``; beat entry ``kube-scale-adjust``).  Single-flight through
     a database lease; no autoretry (the next beat reconciles again)."""
-    from queues_app.services.kube_autoscale import kube_scale_adjust as adjust
+    from queues_app.kube.autoscale import kube_scale_adjust as adjust
 
     report = adjust()
     return {"status": report.status, "wanted": report.wanted, "created": len(report.created),

@@ -1,7 +1,7 @@
 """What one scheduling cycle decided, in scenario units, and its JSON form.
 
 :class:`CycleResult` is the engine's one output type: the CLI prints it, ``check`` compares it with
-a scenario's ``expect`` block, and the Django side (``queues_app/engine_io.py``) applies it.  It is
+a scenario's ``expect`` block, and the Django side (``queues_app/cycle/engine_io.py``) applies it.  It is
 plain Python data (no numpy scalars) so it can be dumped as JSON directly.
 
 Units are the scenario's: gpu devices, **cpu cores** and memory bytes (the golden files' ``expect``

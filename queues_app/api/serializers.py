@@ -230,7 +230,7 @@ class WorkloadCreateInputSerializer(StrictSerializer):
         ``gpu_memory_mib`` but not both, Kubernetes label keys, the subgroup tree, claims of declared
         device classes, ...), the same check the service,
         the admin and the cycle apply: what this accepts, the engine schedules."""
-        from queues_app import engine_io
+        from queues_app.cycle import engine_io
 
         def seconds(key: str) -> timedelta | None:
             return None if attrs.get(key) is None else timedelta(seconds=attrs[key])
@@ -314,7 +314,7 @@ class WorkloadDetailOutputSerializer(WorkloadOutputSerializer):
 
     @extend_schema_field(SubGroupStatusSerializer(many=True))
     def get_sub_groups(self, obj) -> list[dict[str, Any]]:
-        from queues_app import engine_io
+        from queues_app.cycle import engine_io
 
         return SubGroupStatusSerializer(engine_io.sub_group_status(obj), many=True).data
 

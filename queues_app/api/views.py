@@ -20,7 +20,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from queues_app import engine_io, selectors, selectors_api, services
+from queues_app import selectors, selectors_api, services
+from queues_app.cycle import engine_io
 from queues_app.api import serializers as s
 from queues_app.api.pagination import PageNumberPagination
 from queues_app.api.permissions import (

@@ -20,7 +20,8 @@ from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from queues_app import constants, engine_io
+from queues_app import constants
+from queues_app.cycle import engine_io
 from queues_app.api import serializers as s
 from queues_app.api.permissions import IsOperator
 from queues_app.models import Queue

@@ -1,5 +1,5 @@
 """GPU-sharing demand an autoscaler cannot see, and the utility pods that show it (pure: no database,
-no API calls; ``queues_app/services/kube_autoscale.py`` does the I/O).
+no API calls; ``queues_app/kube/autoscale.py`` does the I/O).
 
 Why: a pod that shares a GPU asks for it in an annotation (``gpu-fraction`` / ``gpu-memory``), not
 in ``resources``, so the Cluster Autoscaler and Karpenter, which size nodes from resource

@@ -152,7 +152,7 @@ class KubeLease(models.Model):
 
 
 class KubeAutoscaleState(models.Model):
-    """What the scale adjuster (``services/kube_autoscale.py``) keeps between runs: the end of
+    """What the scale adjuster (``kube/autoscale.py``) keeps between runs: the end of
     its cool-down and its last report.  Everything else it needs is read from the cluster on
     every run (utility pods carry their identity in labels), so a restart loses nothing."""
 

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 from django.db import transaction
 from django.db.models import Sum
 
-from queues_app import engine_io
+from queues_app.cycle import engine_io
 from queues_app.choices import TASK_STATES_HOLDING, TaskState
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Task

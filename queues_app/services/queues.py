@@ -16,7 +16,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from queues_app import constants, engine_io
+from queues_app import constants
+from queues_app.cycle import engine_io
 from queues_app.choices import QuotaField, Resource
 from queues_app.errors import ApplicationError
 from queues_app.models import Queue, QueueResource, QuotaChange, Tenant, Workload

@@ -1,5 +1,5 @@
 """A small closed-loop simulator for fair-share tests: a clock the test controls, the real
-accounting + decay code (fairshare_app), the engine through queues_app.engine_io, and a
+accounting + decay code (fairshare_app), the engine through queues_app.cycle.engine_io, and a
 minimal "cluster" that applies the engine's decisions to the database.
 
 Each cycle at ``clock``:
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from fairshare_app.services.accounting import usage_account
-from queues_app.engine_io import build_snapshot_with_index, run_engine
+from queues_app.cycle.engine_io import build_snapshot_with_index, run_engine
 from queues_app.models import Task, Workload
 
 HOLDING = ("Running", "Releasing", "Binding")

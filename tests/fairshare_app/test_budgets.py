@@ -10,7 +10,7 @@ import pytest
 from fairshare_app.selectors import budget_list, budget_statuses, engine_inputs
 from fairshare_app.services.accounting import usage_account
 from fairshare_app.services.budgets import budget_create, budget_update
-from queues_app.engine_io import build_engine_input
+from queues_app.cycle.engine_io import build_engine_input
 from queues_app.errors import ApplicationError
 from tests.fairshare_app.factories import GpuBudgetFactory, finish, gpu_node, leaf_queue, running
 
@@ -124,7 +124,7 @@ class BudgetPolicyTests:
 
     def test_the_engine_really_stops_admitting_over_quota_work(self, team):
         """End to end: after the budget is spent, a pending over-quota job no longer binds."""
-        from queues_app.engine_io import build_snapshot_with_index, run_engine
+        from queues_app.cycle.engine_io import build_snapshot_with_index, run_engine
         from queues_app.services.workloads import workload_import
 
         GpuBudgetFactory(queue=team["train"], gpu_hours=1, period="DAILY", policy="block_over_quota")

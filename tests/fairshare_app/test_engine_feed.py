@@ -7,7 +7,7 @@ import pytest
 
 from fairshare_app.services.settings import fairshare_settings_update
 from fairshare_app.tasks import account_usage
-from queues_app.engine_io import build_engine_input, build_snapshot
+from queues_app.cycle.engine_io import build_engine_input, build_snapshot
 from queues_app.errors import ApplicationError
 from tests.fairshare_app.factories import T0, gpu_node, leaf_queue, minutes, running
 

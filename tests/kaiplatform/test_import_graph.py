@@ -30,11 +30,10 @@ KNOWN_CIRCLES: list[frozenset[str]] = [
     frozenset({"scheduler_engine.ordering", "scheduler_engine.subgroups"}),
     frozenset({"queues_app.admin", "queues_app.admin_devices"}),
     frozenset({
-        "fairshare_app.selectors", "fairshare_app.windows", "queues_app.engine_io",
-        "queues_app.services.cycle", "queues_app.services.cycle_apply", "queues_app.services.cycle_cluster",
-        "queues_app.services.kube_autoscale", "queues_app.services.kube_dispatch", "queues_app.services.kube_dra",
-        "queues_app.services.kube_sync", "queues_app.services.nodes", "queues_app.services.queues",
-        "queues_app.services.workloads", "queues_app.tasks",
+        "fairshare_app.selectors", "fairshare_app.windows", "queues_app.cycle.apply", "queues_app.cycle.cluster",
+        "queues_app.cycle.engine_io", "queues_app.cycle.run", "queues_app.kube.autoscale", "queues_app.kube.observed",
+        "queues_app.kube.observed_dra", "queues_app.kube.outbox", "queues_app.services.nodes",
+        "queues_app.services.queues", "queues_app.services.workloads", "queues_app.tasks",
     }),
 ]
 

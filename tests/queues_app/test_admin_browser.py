@@ -26,7 +26,7 @@ from django.core.management import call_command
 
 from queues_app.models import Node, Queue, QueueResource, Tenant, Workload
 from queues_app.services import queue_set_quota, workload_submit
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 
 CHROMIUM = os.environ.get("KAI_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

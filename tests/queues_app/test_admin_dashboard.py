@@ -12,7 +12,7 @@ from django.urls import reverse
 from queues_app import selectors
 from queues_app.models import Node, Queue, QueueStatus, SchedulingEvent, Task, Workload
 from queues_app.services import node_set_schedulable, node_upsert, workload_submit
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 
 pytestmark = pytest.mark.django_db
 

@@ -18,8 +18,8 @@ from django.db import connection
 
 from queues_app.invariants import check_invariants
 from queues_app.models import SchedulerState, SchedulingCycle, Task
-from queues_app.services.cycle import cycle_run
-from queues_app.services.cycle_faults import POINTS
+from queues_app.cycle.run import cycle_run
+from queues_app.cycle.faults import POINTS
 from queues_app.services.workloads import workload_cancel
 from tests.queues_app.cycle_helpers import dump, make_cluster, make_queues, submit
 

@@ -13,8 +13,8 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from queues_app.choices import CycleStatus, TaskState, WorkloadStatus
 from queues_app.invariants import check_invariants
 from queues_app.models import QueueStatus, SchedulerState, SchedulingCycle, SchedulingEvent, Task, Workload
-from queues_app.services import cycle_faults
-from queues_app.services.cycle import cycle_run, lease_acquire
+from queues_app.cycle import faults as cycle_faults
+from queues_app.cycle.run import cycle_run, lease_acquire
 from queues_app.services.nodes import node_upsert
 from queues_app.services.queues import queue_set_quota
 from queues_app.services.workloads import workload_cancel
@@ -174,7 +174,7 @@ class LyingEngine:
         self.job, self.node = job, node
 
     def __call__(self, snapshot):
-        from queues_app import engine_io
+        from queues_app.cycle import engine_io
 
         result = engine_io.run_engine(snapshot)
         doctored = copy.copy(result)
@@ -227,7 +227,7 @@ def test_a_decision_set_pipelining_where_nothing_is_releasing_is_refused():
 
 
 def test_the_database_refuses_a_double_booking_even_if_the_application_check_is_wrong(monkeypatch):
-    from queues_app.services import cycle_apply
+    from queues_app.cycle import apply as cycle_apply
 
     make_cluster(nodes=1, gpus=4)
     qs = make_queues({"qa": 8})
@@ -296,7 +296,7 @@ def test_a_cancelled_running_workload_releases_and_ends_failed():
 
 
 def test_kubernetes_mode_confirms_nothing_itself(settings):
-    from queues_app.services.cycle_cluster import cluster_confirm_bound
+    from queues_app.cycle.cluster import cluster_confirm_bound
 
     settings.KAI_CLUSTER_MODE = "kubernetes"
     make_cluster(nodes=1, gpus=4)
@@ -326,7 +326,7 @@ def test_rerunning_a_cycle_on_a_settled_state_changes_nothing():
 
 
 def test_the_reconciler_confirms_releases_in_kubernetes_mode(settings):
-    from queues_app.services.cycle_cluster import cluster_confirm_released
+    from queues_app.cycle.cluster import cluster_confirm_released
 
     settings.KAI_CLUSTER_MODE = "kubernetes"
     make_cluster(nodes=1, gpus=4)
@@ -353,7 +353,7 @@ class UndoneMoveEngine:
         self.job = job
 
     def __call__(self, snapshot):
-        from queues_app import engine_io
+        from queues_app.cycle import engine_io
 
         result = engine_io.run_engine(snapshot)
         doctored = copy.copy(result)
@@ -385,7 +385,7 @@ class MoveEngine(UndoneMoveEngine):
         self.node = node
 
     def __call__(self, snapshot):
-        from queues_app import engine_io
+        from queues_app.cycle import engine_io
 
         result = engine_io.run_engine(snapshot)
         doctored = copy.copy(result)
@@ -416,7 +416,7 @@ def test_tasks_that_swap_nodes_in_one_cycle_never_overcommit_a_node_mid_statemen
     the release is confirmed and the task re-placed at once).  The task written first must not
     land on the other's node while the other still holds it: SQLite's guard checks every row,
     so a move is written as a release first, then the placement."""
-    from queues_app import engine_io
+    from queues_app.cycle import engine_io
 
     unl = {"quota": -1, "overQuotaWeight": 1, "limit": -1}
     engine_io.import_scenario({
@@ -448,7 +448,7 @@ class _MoveWithinNode:
         self.task = task
 
     def __call__(self, snapshot):
-        from queues_app import engine_io
+        from queues_app.cycle import engine_io
 
         result = engine_io.run_engine(snapshot)
         for job, jres in result.jobs.items():
@@ -464,7 +464,7 @@ class _MoveWithinNode:
 def test_a_shared_gpu_task_moved_within_its_node_is_evicted_not_refused():
     """A Running task the engine pipelines on its own node (another GPU) is a move like any other:
     the cycle evicts it (it was refusing the whole decision set, so nothing was scheduled)."""
-    from queues_app import engine_io
+    from queues_app.cycle import engine_io
 
     unl = {"quota": -1, "overQuotaWeight": 1, "limit": -1}
     engine_io.import_scenario({
@@ -495,7 +495,7 @@ def test_a_shared_gpu_task_moved_within_its_node_is_evicted_not_refused():
     (["Releasing", "Running"], 1, "Running"),
 ])
 def test_workload_status_follows_its_tasks(states, min_available, expected):
-    from queues_app.services.cycle_apply import workload_status_of
+    from queues_app.cycle.apply import workload_status_of
 
     assert workload_status_of(states, WorkloadStatus.PENDING, min_available) == expected
     assert workload_status_of(states, WorkloadStatus.CANCELLED, min_available) == WorkloadStatus.CANCELLED

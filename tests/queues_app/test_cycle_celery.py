@@ -9,7 +9,7 @@ from django.core.management.base import CommandError
 
 from queues_app.choices import CycleStatus, TaskState
 from queues_app.models import SchedulingCycle
-from queues_app.services.cycle_config import cycle_config, validate_cycle_config
+from queues_app.cycle.config import cycle_config, validate_cycle_config
 from tests.queues_app.cycle_helpers import make_cluster, make_queues, states, submit
 
 

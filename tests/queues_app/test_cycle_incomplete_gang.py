@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from queues_app.models import SchedulingEvent, Task, Workload
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 from tests.queues_app.cycle_helpers import make_cluster, make_queues, states, submit
 
 pytestmark = pytest.mark.django_db

@@ -13,9 +13,9 @@ from django.db import connection
 from queues_app.choices import CycleStatus
 from queues_app.invariants import check_invariants
 from queues_app.models import SchedulerState
-from queues_app.services import cycle_faults
-from queues_app.services.cycle import cycle_run
-from queues_app.services.cycle_config import cycle_config
+from queues_app.cycle import faults as cycle_faults
+from queues_app.cycle.run import cycle_run
+from queues_app.cycle.config import cycle_config
 from tests.queues_app.cycle_helpers import make_cluster, make_queues, submit
 
 pytestmark = [

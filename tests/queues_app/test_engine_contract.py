@@ -18,7 +18,7 @@ from queues_app.choices import CycleStatus
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, QueueResource, QuotaChange, SchedulingEvent, Task, Workload
 from queues_app.services import node_upsert, queue_create, queue_set_quota, workload_import, workload_submit
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 from tests.queues_app.test_admin import admin_client_op, form_data  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.django_db
@@ -141,7 +141,7 @@ def test_admin_node_form_refuses_reserved_above_capacity(admin_client_op):  # no
 
 
 def test_a_pod_the_engine_refuses_is_an_event_not_a_task(queue_tree):
-    from queues_app.services import kube_sync as svc
+    from queues_app.kube import observed as svc
 
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "uid-p", "resourceVersion": "1",
                         "labels": {"kai.scheduler/queue": "a-train"}},
@@ -158,7 +158,7 @@ def test_a_pod_the_engine_refuses_is_an_event_not_a_task(queue_tree):
 
 
 def test_scenario_import_refuses_rows_the_engine_refuses(db):
-    from queues_app.engine_io import ScenarioError, import_scenario
+    from queues_app.cycle.engine_io import ScenarioError, import_scenario
 
     with pytest.raises(ScenarioError) as info:
         import_scenario({"nodes": [{"name": "n", "gpus": 2, "reservedByOthers": {"gpu": 3}}], "queues": [],

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from queues_app.choices import TaskState
-from queues_app.engine_io import build_engine_input, build_snapshot, build_snapshot_with_index
+from queues_app.cycle.engine_io import build_engine_input, build_snapshot, build_snapshot_with_index
 from queues_app.models import Task
 from queues_app.services import queue_create, workload_cancel, workload_import, workload_submit
 from scheduler_engine.snapshot import CPU, GPU, MEM, Snapshot

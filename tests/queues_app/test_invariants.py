@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from queues_app.invariants import CHECKS, check_invariants
 from queues_app.models import Node, Queue, QueueStatus, SchedulerState, SchedulingCycle, Task, Workload
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 from tests.queues_app.cycle_helpers import make_cluster, make_queues, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from queues_app.choices import CycleStatus, TaskState, WorkloadStatus
 from queues_app.invariants import check_invariants
 from queues_app.models import Node, Queue, QueueResource, SchedulingCycle, SchedulingEvent, Task, Workload
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 from queues_app.services.workloads import workload_cancel
 from tests.queues_app.cycle_helpers import make_cluster, make_queues, states, submit
 

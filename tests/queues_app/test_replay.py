@@ -9,9 +9,9 @@ import yaml
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from queues_app import engine_io
+from queues_app.cycle import engine_io
 from queues_app.models import SchedulingCycle
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 from tests.queues_app.cycle_helpers import make_cluster, make_queues, submit
 
 pytestmark = pytest.mark.django_db

@@ -11,11 +11,11 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from queues_app import engine_io
+from queues_app.cycle import engine_io
 from queues_app.choices import CycleStatus, TaskState
 from queues_app.models import Node, QueueStatus, SchedulingCycle, SchedulingEvent, Task, Workload
 from queues_app.selectors_api import EVICTION_REASONS
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 from queues_app.services.nodes import node_upsert
 from scheduler_engine.bench import generate
 from scheduler_engine.loader import ScenarioError

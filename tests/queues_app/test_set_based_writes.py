@@ -23,7 +23,7 @@ from django.test.utils import CaptureQueriesContext
 
 from queues_app.choices import CycleStatus, TaskState, WorkloadStatus
 from queues_app.models import Task, Workload
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 from queues_app.services.workloads import workload_cancel, workload_import, workload_submit
 from tests.queues_app.cycle_helpers import make_cluster, make_queues
 

@@ -32,7 +32,7 @@ from queues_app.choices import CycleStatus, WorkloadStatus
 from queues_app.errors import ApplicationError
 from queues_app.invariants import check_invariants
 from queues_app.models import SchedulingCycle, Workload
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 from queues_app.services.nodes import node_upsert
 from queues_app.services.queues import queue_create
 from queues_app.services.workloads import workload_cancel, workload_submit

@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from queues_app import engine_io
+from queues_app.cycle import engine_io
 from queues_app.models import Queue, QueueResource, QuotaChange, Task
 
 pytestmark = pytest.mark.django_db

@@ -271,7 +271,7 @@ class Builder:
 
     def statuses(self, queues: list) -> None:
         from queues_app.models import Queue, QueueStatus, Workload
-        from queues_app.services.cycle_apply import allocation_by_queue
+        from queues_app.cycle.apply import allocation_by_queue
 
         parents = dict(Queue.objects.values_list("id", "parent_id"))
         alloc = allocation_by_queue(parents)

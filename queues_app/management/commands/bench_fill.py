@@ -22,7 +22,7 @@ from django.db import connection
 
 from queues_app.choices import CycleStatus, TaskState
 from queues_app.models import Node, Queue, SchedulingEvent, Task, Workload
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 from queues_app.services.nodes import node_upsert
 from queues_app.services.queues import queue_create
 from queues_app.services.workloads import workload_submit

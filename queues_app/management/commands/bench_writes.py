@@ -28,7 +28,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from queues_app.models import Node, Queue, SchedulingCycle, SchedulingEvent, Task, Workload
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 from queues_app.services.nodes import node_upsert
 from queues_app.services.queues import queue_create
 from queues_app.services.workloads import workload_cancel, workload_submit

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
-from queues_app.engine_io import ScenarioError, build_scenario_dict, build_snapshot
+from queues_app.cycle.engine_io import ScenarioError, build_scenario_dict, build_snapshot
 
 
 def _json_object(text: str | None, option: str) -> dict[str, Any]:

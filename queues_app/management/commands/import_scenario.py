@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from queues_app.engine_io import ScenarioError, import_scenario
+from queues_app.cycle.engine_io import ScenarioError, import_scenario
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Queue, Workload
 

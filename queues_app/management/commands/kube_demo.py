@@ -81,7 +81,7 @@ class Command(BaseCommand):
     def handle(self, *args, seconds: float, interval: float, port: int, keep_running: bool, **options):
         from kubernetes import client as k8s
 
-        from queues_app.kube.sync import KubeSync
+        from queues_app.kube.reflector import KubeSync
 
         try:  # test tooling: present in a source checkout, never in the wheel or the image
             from tests.support.kube_emulator import KubeEmulator
@@ -202,8 +202,8 @@ class Command(BaseCommand):
         return False
 
     def _tick(self) -> None:
-        from queues_app.services.cycle import cycle_run
-        from queues_app.services.kube_dispatch import kube_dispatch_due
+        from queues_app.cycle.run import cycle_run
+        from queues_app.kube.outbox import kube_dispatch_due
 
         try:
             outcome = cycle_run(trigger="kube-demo")

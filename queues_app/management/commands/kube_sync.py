@@ -26,7 +26,7 @@ class Command(BaseCommand):
         parser.add_argument("--lease-ttl", type=float, default=15.0, help="leader lease in seconds (default 15)")
 
     def handle(self, *args, once: bool, holder: str | None, lease_ttl: float, **options):
-        from queues_app.kube.sync import LEASE_NAME, KubeSync
+        from queues_app.kube.reflector import LEASE_NAME, KubeSync
 
         if not kube_enabled():
             raise CommandError("kube_sync needs KAI_CLUSTER_MODE=kubernetes (the embedded mode has no cluster).")

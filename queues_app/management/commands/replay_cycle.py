@@ -15,7 +15,7 @@ import sys
 import yaml
 from django.core.management.base import BaseCommand, CommandError
 
-from queues_app import engine_io
+from queues_app.cycle import engine_io
 from queues_app.models import SchedulingCycle
 
 

@@ -11,7 +11,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from queues_app.choices import CycleStatus
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 
 
 class Command(BaseCommand):

@@ -176,7 +176,7 @@ def test_cycle_records_with_engine_phase_durations_are_listed(operator_client, t
     """Issue 16 (3): ``phase_durations`` holds a nested ``engine`` dict; the list answered 500
     (``float() argument must be ... not 'dict'``) on every database that had run a cycle."""
     from queues_app.services import workload_submit
-    from queues_app.services.cycle import cycle_run
+    from queues_app.cycle.run import cycle_run
 
     workload_submit(queue=queue_tree["a-train"], name="w", tenant=tenants["team_a"], replicas=1, task={"gpu": 1})
     assert cycle_run(trigger="test").status == "applied"

@@ -154,7 +154,7 @@ def demo_world(settings, operator, _keep_test_connection):
     from fairshare_app.services.accounting import usage_account
     from fairshare_app.services.budgets import budget_create
     from queues_app.models import Queue
-    from queues_app.services.cycle import cycle_run
+    from queues_app.cycle.run import cycle_run
 
     rates = {k: "1000000/min" for k in api_settings.DEFAULT_THROTTLE_RATES}
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}

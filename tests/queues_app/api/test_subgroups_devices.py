@@ -7,7 +7,7 @@ import pytest
 
 from queues_app.choices import TaskState
 from queues_app.models import SubGroup, Task, Workload
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 from queues_app.services.devices import device_class_upsert
 from queues_app.services.nodes import node_upsert
 from tests.queues_app.api.conftest import workload_body

@@ -229,7 +229,7 @@ class WhyTests:
     def test_why_says_capacity_versus_quota_from_real_cycles(self, alice_client, operator_client, tenants,
                                                               queue_tree, nodes):
         """The category comes from the engine's result through the cycle's events, never from text."""
-        from queues_app.services.cycle import cycle_run
+        from queues_app.cycle.run import cycle_run
 
         big = workload_submit(queue=queue_tree["a-train"], name="big", tenant=tenants["team_a"], task={"gpu": 8},
                               replicas=3)  # 24 GPUs on a 16-GPU cluster: capacity

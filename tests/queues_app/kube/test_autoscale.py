@@ -14,11 +14,11 @@ from django.utils import timezone
 from queues_app.choices import CycleStatus, TaskState
 from queues_app.kube import scaling
 from queues_app.models import KubeAutoscaleState, Task
-from queues_app.services import cycle_faults
-from queues_app.services.cycle import cycle_run
-from queues_app.services.kube_autoscale import kube_scale_adjust
-from queues_app.services.kube_dispatch import kube_dispatch_due
-from queues_app.services.kube_sync import kube_lease_acquire, kube_relist
+from queues_app.cycle import faults as cycle_faults
+from queues_app.cycle.run import cycle_run
+from queues_app.kube.autoscale import kube_scale_adjust
+from queues_app.kube.outbox import kube_dispatch_due
+from queues_app.kube.observed import kube_lease_acquire, kube_relist
 from queues_app.services.queues import queue_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,7 +29,7 @@ UNS = "kai-scale-adjust"
 
 @pytest.fixture(autouse=True)
 def kube_mode(settings, monkeypatch):
-    from queues_app.services import kube_dispatch
+    from queues_app.kube import outbox as kube_dispatch
 
     settings.KAI_CLUSTER_MODE = "kubernetes"
     settings.KAI_AUTOSCALE_ENABLED = True

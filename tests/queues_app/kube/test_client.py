@@ -12,7 +12,7 @@ from kubernetes import client
 
 from queues_app.kube.client import kube_api_client, kube_configuration, kube_enabled
 from queues_app.models import KubeLease, KubePod, Node, Workload
-from queues_app.services.kube_sync import kube_lease_acquire
+from queues_app.kube.observed import kube_lease_acquire
 from queues_app.services.queues import queue_create
 
 

@@ -15,10 +15,10 @@ from django.utils import timezone
 from queues_app.choices import CycleStatus, PendingCategory, TaskState
 from queues_app.kube.conditions import observed_key
 from queues_app.models import KubeOutbox, KubePod, SchedulingEvent, Task
-from queues_app.services import cycle_faults
-from queues_app.services.cycle import cycle_run
-from queues_app.services.kube_dispatch import kube_dispatch_due
-from queues_app.services.kube_sync import kube_relist
+from queues_app.cycle import faults as cycle_faults
+from queues_app.cycle.run import cycle_run
+from queues_app.kube.outbox import kube_dispatch_due
+from queues_app.kube.observed import kube_relist
 from queues_app.services.queues import queue_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,7 +29,7 @@ STATUS_PATH = r"/pods/[^/]+/status$"
 
 @pytest.fixture(autouse=True)
 def kube_mode(settings, monkeypatch):
-    from queues_app.services import kube_dispatch
+    from queues_app.kube import outbox as kube_dispatch
 
     settings.KAI_CLUSTER_MODE = "kubernetes"
     settings.KAI_KUBE_DISPATCH_SECONDS = 2

@@ -12,10 +12,10 @@ from django.utils import timezone
 from queues_app.choices import CycleStatus, TaskState
 from queues_app.invariants import check_invariants
 from queues_app.models import KubeOutbox, KubePod, SchedulingEvent, Task, Workload
-from queues_app.services import cycle_faults
-from queues_app.services.cycle import cycle_run
-from queues_app.services.kube_dispatch import kube_dispatch_due
-from queues_app.services.kube_sync import kube_relist
+from queues_app.cycle import faults as cycle_faults
+from queues_app.cycle.run import cycle_run
+from queues_app.kube.outbox import kube_dispatch_due
+from queues_app.kube.observed import kube_relist
 from tests.queues_app.cycle_helpers import make_queues
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,7 +27,7 @@ EVICT_PATH = r"/pods/[^/]+/eviction$"
 
 @pytest.fixture(autouse=True)
 def kube_mode(settings, monkeypatch):
-    from queues_app.services import kube_dispatch
+    from queues_app.kube import outbox as kube_dispatch
 
     settings.KAI_CLUSTER_MODE = "kubernetes"
     settings.KAI_KUBE_DISPATCH_SECONDS = 2
@@ -298,8 +298,8 @@ def test_a_task_cancelled_before_its_bind_is_not_bound_and_its_pod_is_evicted(cl
 
 
 def test_a_second_dispatcher_skips_while_the_first_holds_the_lease(cluster, kube_client):
-    from queues_app.services.kube_dispatch import LEASE_NAME
-    from queues_app.services.kube_sync import kube_lease_acquire
+    from queues_app.kube.outbox import LEASE_NAME
+    from queues_app.kube.observed import kube_lease_acquire
 
     emu = cluster
     gang(emu, "l", 1)

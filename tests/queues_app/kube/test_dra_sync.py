@@ -8,8 +8,8 @@ import pytest
 
 from queues_app.choices import TaskState
 from queues_app.models import KubeOutbox, Node, SubGroup, Task, Workload
-from queues_app.services.cycle import cycle_run
-from queues_app.services.kube_dra import kube_dra_relist
+from queues_app.cycle.run import cycle_run
+from queues_app.kube.observed_dra import kube_dra_relist
 from tests.queues_app.kube.test_dispatch import (  # noqa: F401 - fixtures
     NS,
     assert_invariants,
@@ -29,7 +29,7 @@ def sync(emu) -> None:
     """A full relist of every resource, in the loop's order: nodes, device classes, slices, pods,
     claims, pod groups."""
     rv = str(emu.resource_version)
-    from queues_app.services.kube_sync import kube_relist
+    from queues_app.kube.observed import kube_relist
 
     kube_relist(resource="nodes", objs=emu.list("nodes"), resource_version=rv)
     kube_dra_relist(resource="deviceclasses", objs=emu.list("deviceclasses"), resource_version=rv)

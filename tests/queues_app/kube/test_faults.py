@@ -10,7 +10,7 @@ import pytest
 
 from queues_app.choices import TaskState
 from queues_app.models import KubeOutbox, Task
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle.run import cycle_run
 from tests.queues_app.kube.test_dispatch import (  # noqa: F401 - fixtures
     BIND_PATH,
     EVICT_PATH,

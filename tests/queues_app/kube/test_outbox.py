@@ -9,8 +9,8 @@ import pytest
 
 from queues_app.choices import CycleStatus, TaskState
 from queues_app.models import KubeOutbox, KubePod, Task
-from queues_app.services import cycle_faults
-from queues_app.services.cycle import cycle_run
+from queues_app.cycle import faults as cycle_faults
+from queues_app.cycle.run import cycle_run
 from tests.queues_app.cycle_helpers import make_cluster, make_queues, states, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +28,7 @@ def enqueued(monkeypatch):
     """Dispatcher triggers are recorded instead of sent to the broker (and only after commit)."""
     from django.db import transaction
 
-    from queues_app.services import kube_dispatch
+    from queues_app.kube import outbox as kube_dispatch
 
     sent: list[int] = []
     monkeypatch.setattr(kube_dispatch, "request_dispatch", lambda: transaction.on_commit(lambda: sent.append(1)))
@@ -123,7 +123,7 @@ def test_a_pending_reason_becomes_one_event_per_pod_and_is_not_repeated(settings
 
 
 def test_reclaim_writes_evict_rows_and_victim_events_and_no_bind_for_the_pipelined(settings):
-    from queues_app.services.cycle_cluster import cluster_confirm_bound
+    from queues_app.cycle.cluster import cluster_confirm_bound
 
     settings.KAI_CLUSTER_MODE = "kubernetes"
     make_cluster(nodes=1, gpus=8)
@@ -160,7 +160,7 @@ def test_a_newer_decision_supersedes_a_pending_bind_row(settings):
     cycle_run(trigger="test")
     (first,) = rows("bind")
     # the dispatcher gave up, the task is Pending again, the next cycle binds it anew
-    from queues_app.services.cycle_cluster import cluster_bind_failed
+    from queues_app.cycle.cluster import cluster_bind_failed
 
     assert cluster_bind_failed(task_ids=[first.task_id]) == 1
     assert cluster_bind_failed(task_ids=[first.task_id]) == 0  # idempotent
@@ -177,7 +177,7 @@ def test_finished_rows_are_pruned_after_the_retention_period(settings):
 
     from django.utils import timezone
 
-    from queues_app.services.kube_dispatch import kube_dispatch_due
+    from queues_app.kube.outbox import kube_dispatch_due
 
     settings.KAI_CLUSTER_MODE = "kubernetes"
     settings.KAI_CYCLE_RETENTION_HOURS = 1

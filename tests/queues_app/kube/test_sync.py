@@ -13,7 +13,7 @@ from kubernetes import client
 from queues_app.choices import TaskState, WorkloadStatus
 from queues_app.invariants import check_invariants
 from queues_app.kube import translate
-from queues_app.kube.sync import Gone, KubeSync, OwnerResolver, Reflector
+from queues_app.kube.reflector import Gone, KubeSync, OwnerResolver, Reflector
 from queues_app.models import (
     KubeLease,
     KubeNode,
@@ -27,8 +27,8 @@ from queues_app.models import (
     Task,
     Workload,
 )
-from queues_app.services import kube_sync as svc
-from queues_app.services.cycle import cycle_run
+from queues_app.kube import observed as svc
+from queues_app.cycle.run import cycle_run
 from queues_app.services.queues import queue_create
 
 pytestmark = pytest.mark.django_db

@@ -145,7 +145,7 @@ def refresh_workload_statuses(workload_ids: Iterable[int], *, now, observed: boo
     workload reopens when a pod comes back (a controller recreating it; Cancelled stays), and the
     start / finish times are stamped. Confirmations of the cycle's own decisions only move the status.
     """
-    from queues_app.services.cycle_apply import workload_status_of
+    from queues_app.cycle.apply import workload_status_of
 
     ids = set(workload_ids)
     states: dict[int, list[str]] = {}
@@ -198,7 +198,7 @@ def restate_queue_allocation(*, queue_ids: Iterable[int], now=None) -> None:
     not mark its queue as changed, so the status must not wait for the next cycle.  The other
     status fields (fair share, counts) stay the cycle's."""
     from queues_app.models import Queue, QueueStatus
-    from queues_app.services.cycle_apply import allocation_by_queue
+    from queues_app.cycle.apply import allocation_by_queue
 
     now = now or timezone.now()
     parents = dict(Queue.objects.values_list("id", "parent_id"))

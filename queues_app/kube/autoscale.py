@@ -44,10 +44,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from queues_app.errors import ApplicationError
-from queues_app.kube import dispatch as api
+from queues_app.kube import calls as api
 from queues_app.kube import scaling
 from queues_app.models import KubeAutoscaleState
-from queues_app.services.kube_sync import kube_lease_acquire, kube_lease_holder, kube_lease_release
+from queues_app.kube.observed import kube_lease_acquire, kube_lease_holder, kube_lease_release
 
 logger = logging.getLogger("queues_app.kube.autoscale")
 

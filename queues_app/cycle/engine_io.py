@@ -1256,9 +1256,9 @@ def _next_cycle_input(now: datetime | None) -> tuple[dict[str, Any], EngineIndex
     """The engine input the next scheduling cycle would run on: the cycle's own snapshot plus the
     cluster confirmations it folds in first (embedded mode: Binding -> Running, released tasks
     gone), so a preview answers for exactly that cycle."""
-    from queues_app.services.cycle import take_snapshot
-    from queues_app.services.cycle_cluster import cycle_confirmations, fold_into_input
-    from queues_app.services.cycle_config import cycle_config
+    from queues_app.cycle.run import take_snapshot
+    from queues_app.cycle.cluster import cycle_confirmations, fold_into_input
+    from queues_app.cycle.config import cycle_config
 
     snap = take_snapshot(now=now or timezone.now())
     conf = cycle_confirmations(mode=cycle_config().cluster_mode, task_db_state=snap.index.task_db_state,

@@ -1,7 +1,7 @@
 """Observed cluster state -> rows: the ONE place where what the Kubernetes API server says
 changes nodes, workloads and tasks (kubernetes mode, issue #7).
 
-Both the sync loop (``queues_app/kube/sync.py``, list + watch) and the dispatcher's read-back
+Both the sync loop (``queues_app/kube/reflector.py``, list + watch) and the dispatcher's read-back
 after a bind or eviction call these services, so the database converges to the cluster
 whichever of them sees a change first.  Rules:
 
@@ -43,11 +43,12 @@ from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from queues_app import constants, engine_io
+from queues_app import constants
+from queues_app.cycle import engine_io
 from queues_app.choices import TASK_STATES_TERMINAL, TaskState, WorkloadStatus
 from queues_app.errors import ApplicationError
 from queues_app.kube import translate
-from queues_app.services import kube_dra
+from queues_app.kube import observed_dra as kube_dra
 from queues_app.models import (
     KubeLease,
     KubeNode,
@@ -63,7 +64,7 @@ from queues_app.models import (
     Workload,
 )
 from queues_app.services.common import validate
-from queues_app.services.cycle_cluster import refresh_workload_statuses, restate_queue_allocation
+from queues_app.cycle.cluster import refresh_workload_statuses, restate_queue_allocation
 from queues_app.services.nodes import NODE_FIELDS, node_delete, node_upsert
 
 logger = logging.getLogger(__name__)
@@ -184,7 +185,7 @@ def _follow(task: Task, status: translate.PodStatus, *, now: datetime) -> bool:
     node = Node.objects.filter(name=status.node_name).first() if status.node_name else None
     if (task.state == TaskState.BINDING and node is not None and task.node_id == node.id
             and status.phase not in (TaskState.SUCCEEDED, TaskState.FAILED)):
-        from queues_app.services.cycle_cluster import cluster_confirm_bound
+        from queues_app.cycle.cluster import cluster_confirm_bound
 
         cluster_confirm_bound(task_ids=[task.id])
         task.refresh_from_db()

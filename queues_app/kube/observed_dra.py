@@ -1,6 +1,6 @@
 """Observed PodGroups and dynamic resource allocation objects -> rows (kubernetes mode).
 
-The companion of :mod:`queues_app.services.kube_sync` for KAI's PodGroups (subgroup trees) and
+The companion of :mod:`queues_app.kube.observed` for KAI's PodGroups (subgroup trees) and
 ``resource.k8s.io`` objects, with the same rules: the cluster wins, idempotent, bad input becomes an
 event and never crashes the loop.
 

@@ -41,7 +41,7 @@ from queues_app.models import (
     Task,
     Workload,
 )
-from queues_app.services.cycle_cluster import Confirmations
+from queues_app.cycle.cluster import Confirmations
 
 EPS = 1e-6
 #: States in which a task holds its node's resources (invariant I1).
@@ -790,7 +790,7 @@ def write_quarantine_messages(quarantined: Mapping[int, str], *, now: datetime) 
     """``Workload.status_message`` = the quarantine reason (shown by the admin and the API) for
     the workloads the engine refused; cleared on active workloads no longer refused.  Not a
     version bump: nothing a cycle decides on changed."""
-    from queues_app.engine_io import INVALID_PREFIX
+    from queues_app.cycle.engine_io import INVALID_PREFIX
 
     stale = Workload.objects.filter(status__in=(WorkloadStatus.PENDING, WorkloadStatus.RUNNING,
                                                 WorkloadStatus.RELEASING),

@@ -60,7 +60,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from queues_app.choices import TaskState
-from queues_app.kube import dispatch as api
+from queues_app.kube import calls as api
 from queues_app.models import (
     KubeOutbox,
     KubeOutboxKind,
@@ -70,14 +70,14 @@ from queues_app.models import (
     SchedulingEvent,
     Task,
 )
-from queues_app.services.cycle_cluster import (
+from queues_app.cycle.cluster import (
     RELEASING_STATES,
     _lock_tasks,
     refresh_workload_statuses,
     cluster_bind_failed,
     cluster_mark_stuck_releasing,
 )
-from queues_app.services.kube_sync import kube_lease_acquire, kube_lease_holder, kube_lease_release
+from queues_app.kube.observed import kube_lease_acquire, kube_lease_holder, kube_lease_release
 
 logger = logging.getLogger("queues_app.kube.dispatch")
 
@@ -153,7 +153,7 @@ def kube_outbox_write(*, plan: Any, final: Mapping[int, str], drops: Mapping[int
     Tasks without a ``KubePod`` (not from the cluster) get no rows: there is nothing to act on.
     Returns the number of rows written; the dispatcher is enqueued after commit when > 0.
     """
-    from queues_app.services.kube_conditions import status_rows, wanted_conditions
+    from queues_app.kube.condition_rows import status_rows, wanted_conditions
 
     node_name = {v: k for k, v in index.node_id.items()}
     applied = {tid: w for tid, w in plan.writes.items()
@@ -308,7 +308,7 @@ class _Run:
 
 
 def _sync():
-    from queues_app.services import kube_sync
+    from queues_app.kube import observed as kube_sync
 
     return kube_sync
 
@@ -589,7 +589,7 @@ def _allocate_claims(run: _Run, row: KubeOutbox) -> tuple[str, api.Reply]:
     reserves it (its allocation is cleared first: an allocation cannot change in place). Returns
     ``("ok" | "transient" | why it cannot be done, last reply)``."""
     from queues_app.models import KubeResourceClaim
-    from queues_app.services.kube_dra import node_device_table
+    from queues_app.kube.observed_dra import node_device_table
 
     kpod = KubePod.objects.filter(task_id=row.task_id).first()
     task = Task.objects.filter(pk=row.task_id).values("devices").first()
@@ -879,7 +879,7 @@ def _sweep(run: _Run) -> None:
 
 def _prune(run: _Run) -> None:
     """Finished rows are kept as long as cycle records (``KAI_CYCLE_RETENTION_HOURS``), then deleted."""
-    from queues_app.services.cycle_config import cycle_config
+    from queues_app.cycle.config import cycle_config
 
     horizon = run.now - timedelta(hours=cycle_config().cycle_retention_hours)
     KubeOutbox.objects.filter(finished_at__lt=horizon).exclude(status=KubeOutboxStatus.PENDING).delete()

@@ -15,7 +15,7 @@ GETs through the API and cached, for the group key and the gang size.
 
 KAI's PodGroups (``scheduling.run.ai/v2alpha2``) and the dynamic resource allocation objects
 (``resource.k8s.io/v1`` DeviceClasses, ResourceSlices, ResourceClaims) are listed and watched the same
-way (:mod:`queues_app.services.kube_dra`); a resource the API server does not serve (404, e.g. no
+way (:mod:`queues_app.kube.observed_dra`); a resource the API server does not serve (404, e.g. no
 PodGroup CRD, DRA not enabled) is simply not watched.
 
 Leader election: a database lease (:class:`~queues_app.models.KubeLease` ``kube-sync``), the
@@ -41,8 +41,8 @@ from django.utils import timezone
 
 from queues_app.kube import translate
 from queues_app.models import KubePod
-from queues_app.services import kube_dra
-from queues_app.services import kube_sync as svc
+from queues_app.kube import observed_dra as kube_dra
+from queues_app.kube import observed as svc
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 :class:`Reply` instead of raising.
 
 Why a reply object: every outcome of a request (2xx, 404, 409, 429, 5xx, a timeout, a dropped
-connection) has a defined consequence in ``queues_app.services.kube_dispatch``; classifying
+connection) has a defined consequence in ``queues_app.kube.outbox``; classifying
 them here keeps the service free of client exception types and keeps this module free of
 database code.  Every call goes through the official ``kubernetes`` client with
 ``_preload_content=False`` (the raw JSON is returned as a dict; it also avoids the client's
