@@ -9,10 +9,9 @@ Real placements (allocate) and simulated ones (the victim solvers) use the same 
 """
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
+from ..kernels import node_index
 from ..snapshot import CPU, GPU, MEM
 from ..state import EPS, CycleState
 
@@ -118,17 +117,23 @@ class ShapeIndex:
     Identical tasks (same request, GPU memory and nodeSelector) share one index. After a
     placement only the nodes in ``state.node_log`` since the last query are re-evaluated; the
     fitting nodes sit in a lazy heap of ``(key, node)`` so the best node (smallest key, then
-    smallest index) costs O(changed nodes * log N) instead of a scan of the cluster.
+    smallest index) costs O(changed nodes * log N) instead of a scan of the cluster. The
+    re-evaluation of a node (fit + key) and the heap are compiled kernels
+    (:mod:`scheduler_engine.kernels.node_index`); tasks with DRA claims (or on clusters with DRA
+    GPUs) are re-evaluated with the generic ``fit_one`` + :func:`node_key_one`.
     """
 
-    __slots__ = ("state", "t", "col", "spread", "idle_ok", "any_ok", "key", "pos", "heap", "_fast", "_shared")
+    __slots__ = ("state", "t", "col", "spread", "idle_ok", "any_ok", "key", "pos", "hk", "hn", "hs", "_fast", "_shared")
 
     def __init__(self, state: CycleState, t: int, col: int, spread: bool) -> None:
         self.state, self.t, self.col, self.spread = state, t, col, spread
         s = state
-        # constants of the fused single-node updates (tasks without / with a shared GPU)
+        # constants of the compiled single-node updates (tasks without / with a shared GPU), copied:
+        # they are the values of the moment the index is built
         self._fast = None
         self._shared = bool(s.task_is_shared[t])
+        sched = np.array(s.node_schedulable, dtype=np.bool_)
+        ndev = np.array(s.node_devices, dtype=np.int64)
         if s.task_has_claims[t] or s.has_dra_gpus:
             pass  # DRA devices: the general single-node update (fit_one + node_key_one)
         elif not s.task_is_shared[t]:
@@ -136,140 +141,82 @@ class ShapeIndex:
             req = s.task_request[t]
             if col == GPU:
                 top = float(max(s.G, 1))
-                cap = None
+                cap = _NO_FLOATS
             else:
                 top = float(s.node_capacity[:, col].max()) if s.N else 1.0
-                cap = s.node_capacity[:, col].tolist()
-            self._fast = (s.node_schedulable.tolist(), s.selector_mask(key).tolist() if key else None,
-                          float(req[CPU]), float(req[MEM]), int(s.task_whole[t]), s.node_devices.tolist(), top, cap)
+                cap = np.array(s.node_capacity[:, col], dtype=np.float64)
+            self._fast = (sched, np.array(s.selector_mask(key), dtype=np.bool_) if key else _NO_BOOLS,
+                          float(req[CPU]), float(req[MEM]), int(s.task_whole[t]), ndev, top, cap)
         elif col == GPU and s.G:
             key = s.task_selector_key[t]
             req = s.task_request[t]
             if s.task_is_mem[t]:
                 gm = s.node_gpu_memory
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    frac = np.where(gm > 0, s.task_gpu_memory[t] / np.where(gm > 0, gm, 1.0), np.inf).tolist()
+                    frac = np.where(gm > 0, s.task_gpu_memory[t] / np.where(gm > 0, gm, 1.0), np.inf).astype(np.float64)
             else:
-                frac = None
-            self._fast = (s.node_schedulable.tolist(), s.selector_mask(key).tolist() if key else None,
-                          float(req[CPU]), float(req[MEM]), frac, s.node_devices.tolist(), float(max(s.G, 1)),
-                          float(req[GPU]))
+                frac = _NO_FLOATS
+            self._fast = (sched, np.array(s.selector_mask(key), dtype=np.bool_) if key else _NO_BOOLS,
+                          float(req[CPU]), float(req[MEM]), frac, ndev, float(max(s.G, 1)), float(req[GPU]))
+        self.hs = np.zeros(1, dtype=np.int64)
+        cap0 = 2 * s.N + 16
+        self.hk = np.empty(cap0, dtype=np.float64)
+        self.hn = np.empty(cap0, dtype=np.int64)
         self._full()
+
+    def _room(self, m: int) -> None:
+        """Make room for m more heap entries: drop the dead ones (and grow if still short)."""
+        if int(self.hs[0]) + m <= self.hk.shape[0]:
+            return
+        size = max(self.hk.shape[0], 2 * (self.state.N + m))
+        if size > self.hk.shape[0]:
+            self.hk = np.empty(size, dtype=np.float64)
+            self.hn = np.empty(size, dtype=np.int64)
+        node_index.rebuild(self.any_ok, self.key, self.hk, self.hn, self.hs)
 
     def _full(self) -> None:
         s = self.state
         idle_ok, any_ok = s.fit_rows(self.t, slice(None))
         key = node_keys(s, self.t, slice(None), idle_ok, self.col, self.spread)
-        # plain lists: the hot path reads and writes single entries
-        self.idle_ok, self.any_ok, self.key = idle_ok.tolist(), any_ok.tolist(), key.tolist()
+        self.idle_ok = np.array(idle_ok, dtype=np.bool_)
+        self.any_ok = np.array(any_ok, dtype=np.bool_)
+        self.key = np.array(key, dtype=np.float64)
         self.pos = len(s.node_log)
-        idx = np.flatnonzero(any_ok)
-        self.heap = list(zip(key[idx].tolist(), idx.tolist()))
-        heapq.heapify(self.heap)
+        self._room(s.N)
+        node_index.rebuild(self.any_ok, self.key, self.hk, self.hn, self.hs)
 
     def _batch(self, rows: np.ndarray) -> None:
         """:meth:`_update` for many nodes at once (the vectorised primitives ``_full`` uses)."""
         s = self.state
         idle_ok, any_ok = s.fit_rows(self.t, rows)
-        keys = node_keys(s, self.t, rows, idle_ok, self.col, self.spread)
-        il, al, kl = self.idle_ok, self.any_ok, self.key
-        push = heapq.heappush
-        heap = self.heap
-        for n, fi, fa, k in zip(rows.tolist(), idle_ok.tolist(), any_ok.tolist(), keys.tolist()):
-            il[n], al[n], kl[n] = fi, fa, k
-            if fa:
-                push(heap, (k, n))
+        keys = np.asarray(node_keys(s, self.t, rows, idle_ok, self.col, self.spread), dtype=np.float64)
+        self.idle_ok[rows] = idle_ok
+        self.any_ok[rows] = any_ok
+        self.key[rows] = keys
+        self._room(rows.shape[0])
+        node_index.push_rows(rows.astype(np.int64, copy=False), np.asarray(any_ok, dtype=np.bool_), keys,
+                             self.hk, self.hn, self.hs)
 
-    def _update_fast(self, n: int) -> None:
-        """``fit_one`` + ``node_key_one`` for one node in one pass (task without shared GPUs):
-        the same comparisons and arithmetic, each node row read once."""
-        sched, sel, rc, rm, k, ndev, top, cap = self._fast
-        if not sched[n] or (sel is not None and not sel[n]):
-            self.any_ok[n] = self.idle_ok[n] = False
+    def _update_nodes(self, nodes: np.ndarray) -> None:
+        """Re-evaluate ``nodes`` (fit flags, key) and push the fitting ones."""
+        if self._fast is None:
+            for n in nodes.tolist():
+                self._update_generic(n)
             return
         s = self.state
-        idle, rel = s._node_both[n].tolist()  # (free, releasing) rows of node n
-        ic, im, lc, lm = idle[CPU], idle[MEM], rel[CPU], rel[MEM]
-        fi = ic >= rc - EPS and im >= rm - EPS
-        fa = ic + lc >= rc - EPS and im + lm >= rm - EPS
-        if not fa:
-            self.any_ok[n] = self.idle_ok[n] = False
-            return
-        nd = ndev[n]
-        col = self.col
-        if k > 0 or col == GPU:
-            fr = s.dev_free[n, :nd].tolist() if nd else []
-            rl = s.dev_rel[n, :nd].tolist() if nd else []
-            whole_any = sum(1 for x, y in zip(fr, rl) if x + y >= 1 - EPS)
-            if k > 0:
-                fi = fi and sum(1 for x in fr if x >= 1 - EPS) >= k
-                fa = fi or whole_any >= k
-                if not fa:
-                    self.any_ok[n] = self.idle_ok[n] = False
-                    return
-        if col == GPU:
-            free, overall = float(whole_any), float(nd)
+        self._room(nodes.shape[0])
+        if self._shared:
+            sched, sel, rc, rm, frac, ndev, top, fgpu = self._fast
+            node_index.update_shared(nodes, sched, sel, rc, rm, frac, fgpu, ndev, top, self.spread, s._node_both,
+                                     s.dev_free, s.dev_rel, s.dev_shared, self.idle_ok, self.any_ok, self.key,
+                                     self.hk, self.hn, self.hs)
         else:
-            free, overall = float(idle[col] + rel[col]), float(cap[n])
-        if self.spread:
-            base, width = (-free / overall if overall > 0 else 0.0), 3.0
-        else:
-            base, width = (free if overall > 0 else top + 1.0), 2.0 * top + 3.0
-        tier = 1000.0 if fi else 0.0
-        if col == CPU and nd == 0:
-            tier += 10.0
-        kk = base - tier * width
-        self.idle_ok[n] = fi
-        self.any_ok[n] = True
-        self.key[n] = kk
-        heapq.heappush(self.heap, (kk, n))
+            sched, sel, rc, rm, k, ndev, top, cap = self._fast
+            node_index.update_whole(nodes, sched, sel, rc, rm, k, ndev, top, cap, self.col, self.spread,
+                                    s._node_both, s.dev_free, s.dev_rel, self.idle_ok, self.any_ok, self.key,
+                                    self.hk, self.hn, self.hs)
 
-    def _update_shared(self, n: int) -> None:
-        """``fit_one`` + ``node_key_one`` for one node and a shared-GPU task (a fraction or GPU
-        memory on one device), in one pass with the same comparisons and arithmetic."""
-        sched, sel, rc, rm, frac, ndev, top, fgpu = self._fast
-        if not sched[n] or (sel is not None and not sel[n]):
-            self.any_ok[n] = self.idle_ok[n] = False
-            return
-        s = self.state
-        idle, rel = s._node_both[n].tolist()  # (free, releasing) rows of node n
-        fi = idle[CPU] >= rc - EPS and idle[MEM] >= rm - EPS
-        fa = idle[CPU] + rel[CPU] >= rc - EPS and idle[MEM] + rel[MEM] >= rm - EPS
-        nd = ndev[n]
-        f = frac[n] if frac is not None else fgpu
-        if not fa or nd == 0 or f > 1 + EPS:
-            self.any_ok[n] = self.idle_ok[n] = False
-            return
-        fr = s.dev_free[n, :nd].tolist()
-        rl = s.dev_rel[n, :nd].tolist()
-        fi = fi and any(x >= f - EPS for x in fr)
-        fa = fi or any(x + y >= f - EPS for x, y in zip(fr, rl))
-        if not fa:
-            self.any_ok[n] = self.idle_ok[n] = False
-            return
-        free = float(sum(1 for x, y in zip(fr, rl) if x + y >= 1 - EPS))
-        overall = float(nd)
-        if self.spread:
-            base, width = -free / overall, 3.0
-        else:
-            base, width = free, 2.0 * top + 3.0
-        tier = 1000.0 if fi else 0.0
-        sh = s.dev_shared[n, :nd].tolist()
-        if any(h and a < 1 - EPS and a + b >= f - EPS for h, a, b in zip(sh, fr, rl)):
-            tier += 10000.0
-        kk = base - tier * width
-        self.idle_ok[n] = fi
-        self.any_ok[n] = True
-        self.key[n] = kk
-        heapq.heappush(self.heap, (kk, n))
-
-    def _update(self, n: int) -> None:
-        if self._fast is not None:
-            if self._shared:
-                self._update_shared(n)
-            else:
-                self._update_fast(n)
-            return
+    def _update_generic(self, n: int) -> None:
         s = self.state
         fi, fa = s.fit_one(self.t, n)
         k = node_key_one(s, self.t, n, fi, self.col, self.spread)
@@ -277,7 +224,16 @@ class ShapeIndex:
         self.any_ok[n] = fa
         self.key[n] = k
         if fa:
-            heapq.heappush(self.heap, (k, n))
+            self._room(1)
+            node_index.push(self.hk, self.hn, self.hs, float(self.key[n]), n)
+
+    def _update(self, n: int) -> None:
+        self._update_nodes(np.array([n], dtype=np.int64))
+
+    def entries(self) -> list[tuple[float, int]]:
+        """The heap's entries (live and dead) as ``(key, node)`` pairs, for tests."""
+        size = int(self.hs[0])
+        return list(zip(self.hk[:size].tolist(), self.hn[:size].tolist()))
 
     def query(self) -> int:
         """Best node (or -1) for the shape under the current state: the fitting node first in
@@ -288,11 +244,8 @@ class ShapeIndex:
             delta = log[self.pos:]
             self.pos = len(log)
             if len(delta) <= 16:
-                seen = set()
-                for n in delta:
-                    if n not in seen:
-                        seen.add(n)
-                        self._update(n)
+                # (re-evaluating a node twice gives the same flags and key: no need to deduplicate)
+                self._update_nodes(np.array(delta, dtype=np.int64))
             else:
                 # (the order nodes are re-evaluated in does not matter: each one's entries are
                 # recomputed from the current state and the heap orders by (key, node))
@@ -302,14 +255,9 @@ class ShapeIndex:
                 elif len(changed) > 48:
                     self._batch(np.fromiter(sorted(changed), dtype=np.int64, count=len(changed)))
                 else:
-                    for n in changed:
-                        self._update(n)
-        heap = self.heap
-        any_ok, key = self.any_ok, self.key
-        while heap:
-            kk, n = heap[0]
-            if any_ok[n] and key[n] == kk:
-                return n
-            heapq.heappop(heap)  # stale entry: the node changed since it was pushed
-        return -1
+                    self._update_nodes(np.fromiter(changed, dtype=np.int64, count=len(changed)))
+        return int(node_index.best(self.any_ok, self.key, self.hk, self.hn, self.hs))
 
+
+_NO_BOOLS = np.zeros(0, dtype=np.bool_)
+_NO_FLOATS = np.zeros(0, dtype=np.float64)
