@@ -208,21 +208,43 @@ RACK_LABELS = ("kai.scheduler/rack", "topology.kubernetes.io/rack", "topology.ku
 
 
 def node_gpu_holdings(*, tenant: Tenant | None) -> dict[int, dict[str, float]]:
-    """``{node_id: {"in_use", "releasing", "pipelined"}}`` GPUs per node: Running / Binding tasks,
-    Releasing / StuckInReleasing tasks, Pipelined tasks (waiting for a release).  One grouped
-    query over the tasks that are on a node now (the state index, not the task history)."""
-    from django.db.models import Sum
+    """``{node_id: {"in_use", "releasing", "pipelined"}}`` GPU devices per node: held by Running /
+    Binding tasks, by Releasing / StuckInReleasing tasks, by Pipelined tasks (waiting for a release).
+
+    Whole devices, as KAI counts them and the engine reports them (contract "Statuses", KAI
+    ``node_info.addSharedGPUTaskResourcesPerPodGroup``): a shared device (fractions, GPU memory) is
+    in use while any of its tasks runs, releasing only once every task on it is releasing, so one
+    0.5 task releasing beside a running one leaves a whole device in use, not half of one.  Two
+    grouped queries over the tasks that are on a node now (whole-GPU tasks summed; shared devices
+    grouped by node, gpuGroup and state)."""
+    from django.db.models import Count, Q, Sum
+    from django.db.models.fields.json import KT
 
     from queues_app.choices import TaskState
 
     group = {TaskState.RUNNING: "in_use", TaskState.BINDING: "in_use", TaskState.RELEASING: "releasing",
              TaskState.STUCK_RELEASING: "releasing", TaskState.PIPELINED: "pipelined"}
+    shared = (Q(gpu__gt=0) & Q(gpu__lt=1)) | (Q(gpu=0) & Q(gpu_memory_mib__gt=0))
+    on_nodes = Task.objects.filter(state__in=list(group), node__isnull=False)
     out: dict[int, dict[str, float]] = {}
-    rows = (Task.objects.filter(state__in=list(group), node__isnull=False).values("node_id", "state")
-            .annotate(g=Sum("gpu")).values_list("node_id", "state", "g"))
+    rows = (on_nodes.exclude(shared).values("node_id", "state").annotate(g=Sum("gpu"))
+            .values_list("node_id", "state", "g"))
     for node_id, state, g in rows:
         slot = out.setdefault(node_id, {"in_use": 0.0, "releasing": 0.0, "pipelined": 0.0})
         slot[group[state]] += float(g or 0)
+    devices: dict[tuple[int, str], set[str]] = {}
+    rows = (on_nodes.filter(shared).annotate(dev=KT("gpu_groups__0")).values("node_id", "dev", "state")
+            .annotate(c=Count("id")).values_list("node_id", "dev", "state"))
+    for node_id, dev, state in rows:
+        devices.setdefault((node_id, dev or ""), set()).add(group[state])
+    for (node_id, _dev), kinds in devices.items():
+        slot = out.setdefault(node_id, {"in_use": 0.0, "releasing": 0.0, "pipelined": 0.0})
+        if "in_use" in kinds:
+            slot["in_use"] += 1.0
+        elif "releasing" in kinds:
+            slot["releasing"] += 1.0
+        if "pipelined" in kinds and "in_use" not in kinds:
+            slot["pipelined"] += 1.0
     return out
 
 

@@ -235,7 +235,7 @@ def build_result(snapshot: Snapshot, state: Any, timings: dict[str, float] | Non
     """Collect a :class:`CycleResult` from a cycle state after its actions ran.
 
     ``state`` provides ``task_state``, ``task_node``, ``task_gpu_groups``, ``fair_share``,
-    ``queue_alloc``, ``node_idle_gpus()``, ``node_releasing_gpus()`` and ``events``
+    ``queue_alloc``, ``node_idle_devices()``, ``node_releasing_devices()`` and ``events``
     (the :class:`~scheduler_engine.state.CycleState` contract).
 
     Per-task values are looked up with numpy (state labels and node names as object arrays), job
@@ -278,8 +278,8 @@ def build_result(snapshot: Snapshot, state: Any, timings: dict[str, float] | Non
         fs = _units_rows(np.asarray(state.fair_share, dtype=float))
         alloc = _units_rows(np.asarray(state.queue_alloc, dtype=float))
         out_queues = {qname: {"fairShare": f, "allocated": a} for qname, f, a in zip(queues.names, fs, alloc)}
-        idle = np.asarray(state.node_idle_gpus(), dtype=float).tolist()
-        rel = np.asarray(state.node_releasing_gpus(), dtype=float).tolist()
+        idle = np.asarray(state.node_idle_devices(), dtype=float).tolist()
+        rel = np.asarray(state.node_releasing_devices(), dtype=float).tolist()
         out_nodes = {n: {"idleGpus": _num(round(i, 9)), "releasingGpus": _num(round(r, 9))}
                      for n, i, r in zip(node_names, idle, rel)}
         events = [_plain_event(e) for e in state.events]

@@ -42,9 +42,11 @@ request (``task_request`` / ``task_order_req`` / ``task_quota_req``), so quota, 
 order see them as GPUs; placement checks them device by device (``claims_fit``, ``choose_claims``),
 all-or-nothing per task; ``task_whole`` counts classic whole GPUs only.
 
-``node_idle_gpus()`` / ``node_releasing_gpus()`` (N,) float: ``idleGpus`` = free GPU amount
-(whole free devices plus free fractions of shared ones), ``releasingGpus`` = GPU amount that victims
-are releasing and that nothing has been pipelined onto yet.
+``node_idle_gpus()`` / ``node_releasing_gpus()`` (N,) float: free GPU amount (whole free devices
+plus free fractions of shared ones) / GPU amount that victims are releasing and that nothing has
+been pipelined onto yet (KAI ``GetSumOfIdleGPUs`` / ``GetSumOfReleasingGPUs``, for the victim
+search). ``node_idle_devices()`` / ``node_releasing_devices()``: the output's ``idleGpus`` /
+``releasingGpus``, whole devices as KAI counts them (contract "Statuses").
 
 Events: ``events`` list of dicts ``{"job", "reason", "message"[, "task"][, "victimOf"]}``;
 ``add_event(job, reason, message, task=None, victim_of=None)``.
@@ -587,6 +589,33 @@ class CycleState:
 
     def node_releasing_gpus(self) -> np.ndarray:
         out = np.maximum((self.dev_rel * self.dev_valid).sum(axis=1), 0.0) if self.G else np.zeros(self.N)
+        if self.D and self.M and self.dc_gpu.any():
+            out = out + ((self.dra_rel[:, self.dc_gpu] >= 1 - EPS) & self.dra_valid[:, self.dc_gpu]).sum(axis=(1, 2))
+        return out
+
+    def node_idle_devices(self) -> np.ndarray:
+        """(N,) GPU devices with nothing on them: the output's ``idleGpus`` (contract "Statuses").
+
+        KAI counts whole devices (``node_info.addSharedGPUTaskResourcesPerPodGroup``: a shared
+        device leaves the idle vector with its first fraction and returns with its last), unlike
+        :meth:`node_idle_gpus`, which adds free fractions (KAI ``GetSumOfIdleGPUs``, what the
+        victim search's GPU filter and consolidation's "enough GPUs" use)."""
+        one = 1 - EPS
+        out = ((self.dev_free >= one) & self.dev_valid).sum(axis=1).astype(float) if self.G else np.zeros(self.N)
+        if self.D and self.M and self.dc_gpu.any():
+            out = out + ((self.dra_free[:, self.dc_gpu] >= one) & self.dra_valid[:, self.dc_gpu]).sum(axis=(1, 2))
+        return out
+
+    def node_releasing_devices(self) -> np.ndarray:
+        """(N,) GPU devices whose every task is releasing (and not yet promised to a pipelined task):
+        the output's ``releasingGpus``. A shared device counts once all its fractions are releasing
+        (KAI ``addSharedGPUTaskResourcesPerPodGroup``: ``UsedSharedGPUsMemory ==
+        ReleasingSharedGPUsMemory``), and stops counting once a fraction is pipelined onto it."""
+        if self.G:
+            rel, free = self.dev_rel, self.dev_free
+            out = ((rel > EPS) & (free + rel >= 1 - EPS) & self.dev_valid).sum(axis=1).astype(float)
+        else:
+            out = np.zeros(self.N)
         if self.D and self.M and self.dc_gpu.any():
             out = out + ((self.dra_rel[:, self.dc_gpu] >= 1 - EPS) & self.dra_valid[:, self.dc_gpu]).sum(axis=(1, 2))
         return out

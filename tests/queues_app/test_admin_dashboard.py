@@ -36,7 +36,10 @@ def test_the_admin_index_is_the_dashboard(op_client, demo):
     assert resp.status_code == 200
     html = resp.content.decode()
     ctx = resp.context
-    held = sum(float(t.gpu) for t in Task.objects.filter(state__in=("Running", "Binding")))
+    # whole devices (issue #18.6): a shared device in use counts as one, whatever its fractions
+    busy = Task.objects.filter(state__in=("Running", "Binding"))
+    held = sum(float(t.gpu) for t in busy if t.gpu >= 1) + len(
+        {(t.node_id, (t.gpu_groups or [""])[0]) for t in busy if 0 < t.gpu < 1 or (t.gpu == 0 and t.gpu_memory_mib)})
     assert ctx["gpus"]["in_use"] == pytest.approx(held) and ctx["gpus"]["total"] == 128
     assert ctx["gpus"]["idle"] == pytest.approx(128 - held)
     # every queue, in tree order, with one bar per resource
@@ -140,3 +143,28 @@ def test_selectors_partition_gpus_per_node():
     assert (s["in_use"], s["releasing"], s["idle"], s["cordoned_idle"], s["not_ready"], s["reserved"]) == (
         10, 0, 0, 5, 4, 1)
     assert s["pipelined"] == 2 and s["total"] == 20
+
+
+def test_node_holdings_count_whole_devices_as_kai_and_the_engine_do(db):
+    """Issue #18.6 (KAI node_info.addSharedGPUTaskResourcesPerPodGroup, contract "Statuses"): a
+    shared device is in use while any of its fractions runs and releasing only once all of them
+    release; whole-GPU tasks count their GPUs."""
+    from tests.queues_app.cycle_helpers import make_cluster, make_queues, submit
+
+    n0, n1 = make_cluster(nodes=2, gpus=4)
+    qs = make_queues({"qa": 8})
+    halves = submit(qs["qa"], "halves", replicas=2, gpu=0.5)
+    quarters = submit(qs["qa"], "quarters", replicas=2, gpu=0.25)
+    whole = submit(qs["qa"], "whole", replicas=1, gpu=2)
+    h0, h1 = Task.objects.filter(workload=halves).order_by("index")
+    q0, q1 = Task.objects.filter(workload=quarters).order_by("index")
+    w0 = Task.objects.get(workload=whole)
+    # n0: device 0 = one half running + one half releasing -> in use; whole 2-GPU task releasing
+    Task.objects.filter(pk=h0.pk).update(state="Running", node=n0, gpu_groups=["0"])
+    Task.objects.filter(pk=h1.pk).update(state="Releasing", node=n0, gpu_groups=["0"])
+    Task.objects.filter(pk=w0.pk).update(state="Releasing", node=n0)
+    # n1: device 0 = both quarters releasing -> one releasing device
+    Task.objects.filter(pk__in=[q0.pk, q1.pk]).update(state="Releasing", node=n1, gpu_groups=["0"])
+    held = selectors.node_gpu_holdings(tenant=None)
+    assert held[n0.pk] == {"in_use": 1.0, "releasing": 2.0, "pipelined": 0.0}
+    assert held[n1.pk] == {"in_use": 0.0, "releasing": 1.0, "pipelined": 0.0}

@@ -35,7 +35,7 @@ def _reference(snapshot, state) -> dict:
         out_jobs[jname] = {"status": job_status([e["status"] for e in entries]), "tasks": entries}
     queues = {q: {"fairShare": to_scenario_units(state.fair_share[i]),
                   "allocated": to_scenario_units(state.queue_alloc[i])} for i, q in enumerate(snapshot.queues.names)}
-    idle, rel = state.node_idle_gpus(), state.node_releasing_gpus()
+    idle, rel = state.node_idle_devices(), state.node_releasing_devices()
     out_nodes = {}
     for i, n in enumerate(nodes.names):
         out_nodes[n] = {}
