@@ -33,6 +33,7 @@ import numpy as np
 
 from . import subgroups
 from .snapshot import NRES, UNLIMITED, TaskState
+from .task_order import task_order
 
 _EPS = 1e-9
 _PENDING = int(TaskState.PENDING)
@@ -183,16 +184,6 @@ def elastic_state(state, j: int) -> int:
 def job_order_key(state, j: int) -> tuple:
     jobs = state.jobs
     return (-int(jobs.priority[j]), elastic_state(state, j), -float(jobs.created_minutes_ago[j]), jobs.names[j])
-
-
-def task_order(state, tasks: Iterable[int]) -> list[int]:
-    prio = state.tasks.priority
-
-    def key(t):
-        p = prio[t]
-        return (1, 0.0, t) if math.isnan(p) else (0, -float(p), t)
-
-    return sorted(tasks, key=key)
 
 
 def next_tasks_to_allocate(state, j: int) -> list[int]:

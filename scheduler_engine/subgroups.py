@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from .snapshot import Snapshot, TaskState
+from .task_order import task_order
 
 _PEND = int(TaskState.PENDING)
 _RUN = int(TaskState.RUNNING)
@@ -182,8 +183,6 @@ def tasks_to_allocate(state, j: int, candidates: Callable[[int], bool] | None = 
     requirement one task, a leaf below it its missing tasks. ``candidates(t)``: which tasks may be
     placed (default: Pending ones); ``order``: task order inside a leaf.
     """
-    from .ordering import task_order
-
     tree = tree_of(state, j)
     st = state.task_state
     if candidates is None:
@@ -296,8 +295,6 @@ def tasks_to_evict(state, j: int, tasks: Sequence[int]) -> tuple[list[int], bool
     satisfied members than it needs. Phase 3: everything. Returns ``(tasks, more)``: ``more`` says
     the victim keeps active tasks that may be taken later.
     """
-    from .ordering import task_order
-
     tree = tree_of(state, j)
     st = state.task_state
     active = [t for t in tasks if int(st[t]) in ACTIVE]
