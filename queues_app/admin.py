@@ -12,11 +12,12 @@ from django import forms
 from django.contrib import admin, messages
 from django.db import models
 from django.db.models import Case, Count, OuterRef, Prefetch, QuerySet, Subquery, Sum, Value, When
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from queues_app import quantities, selectors
+from queues_app import admin_devices, quantities, selectors  # admin_devices also registers DeviceClassAdmin
+from queues_app.admin_mixins import ServiceErrorsMixin
 from queues_app.cycle import engine_io
 from queues_app.admin_whatif import ScaleUpAdminMixin, WhatIfAdminMixin
 from queues_app.choices import TASK_STATES_HOLDING
@@ -57,33 +58,6 @@ from queues_app.services.queues import QUEUE_UPDATE_FIELDS
 def _fmt(value: Any) -> str:
     """Quantities without trailing zeros; -1 shown as the word it means."""
     return "unlimited" if quantities.is_unlimited(value) else quantities.number(value, 4)
-
-
-class ServiceErrorsMixin:
-    """Turn an ApplicationError escaping a service (e.g. a concurrent edit made the change
-    invalid after the form validated) into an error message instead of a 500."""
-
-    def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().changeform_view(request, *args, **kwargs)  # type: ignore[misc]
-        except ApplicationError as exc:
-            self.message_user(request, str(exc), level=messages.ERROR)  # type: ignore[attr-defined]
-            return HttpResponseRedirect(request.get_full_path())
-
-    def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
-        try:
-            return super().delete_view(request, object_id, extra_context)  # type: ignore[misc]
-        except ApplicationError as exc:
-            self.message_user(request, str(exc), level=messages.ERROR)  # type: ignore[attr-defined]
-            opts = self.model._meta  # type: ignore[attr-defined]
-            return HttpResponseRedirect(reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[object_id]))
-
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        try:
-            return super().changelist_view(request, extra_context)  # type: ignore[misc]
-        except ApplicationError as exc:
-            self.message_user(request, str(exc), level=messages.ERROR)  # type: ignore[attr-defined]
-            return HttpResponseRedirect(request.get_full_path())
 
 
 # ----------------------------------------------------------------------------- queues
@@ -927,7 +901,3 @@ class KubeAutoscaleStateAdmin(ReadOnlyAdmin):
 @admin.register(Heartbeat)
 class HeartbeatAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "source")
-
-
-# subgroups and device classes (needs ServiceErrorsMixin above; registers DeviceClassAdmin)
-from queues_app import admin_devices  # noqa: E402

@@ -12,7 +12,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
-from queues_app.admin import ServiceErrorsMixin
+from queues_app.admin_mixins import ServiceErrorsMixin
 from queues_app.models import DeviceClass, Node, Workload
 
 
