@@ -1,5 +1,5 @@
 """Crash points (reliability.md 2.2, T-R4): a real ``manage.py run_cycle`` process SIGKILLs
-itself at each named fault point (``KAI_CYCLE_FAULT``).  Afterwards the database equals exactly
+itself at each named fault point (``tests/support/crash_points.py``).  Afterwards the database equals exactly
 the state before the cycle (killed before commit) or after it (killed after commit) -- compared
 with a reference run of the same cycle without the kill -- and the next cycle, in a fresh
 process, applies normally.  PostgreSQL only (the subject is real transactions and sessions);
@@ -50,16 +50,17 @@ def setup_state() -> None:
 def child_env(**extra: str) -> dict[str, str]:
     db = connection.settings_dict
     url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    env = {k: v for k, v in os.environ.items() if k != "KAI_CYCLE_FAULT"}
+    env = dict(os.environ)
     env.update({"DATABASE_URL": url, "KAI_CYCLE_LEASE_SECONDS": "5", "CELERY_TASK_ALWAYS_EAGER": "0"})
     env.update(extra)
     return env
 
 
 def run_child(*, fault: str | None, wait_lease: float = 0.0) -> subprocess.CompletedProcess:
-    env = child_env(**({"KAI_CYCLE_FAULT": fault} if fault else {}))
-    cmd = [sys.executable, "manage.py", "run_cycle", "--trigger", f"crash:{fault or 'none'}",
-           "--wait-lease", str(wait_lease)]
+    env = child_env()
+    args = ["run_cycle", "--trigger", f"crash:{fault or 'none'}", "--wait-lease", str(wait_lease)]
+    cmd = [sys.executable, "-m", "tests.support.crash_points", fault, *args] if fault else \
+        [sys.executable, "manage.py", *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
 
 

@@ -64,7 +64,7 @@ def storm_broker() -> str:
 def child_env(broker: str) -> dict[str, str]:
     db = connection.settings_dict
     url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    env = {k: v for k, v in os.environ.items() if k != "KAI_CYCLE_FAULT"}
+    env = dict(os.environ)
     env.update({"DATABASE_URL": url, "CELERY_BROKER_URL": broker, "KAI_CYCLE_SECONDS": "1",
                 "KAI_CYCLE_LEASE_SECONDS": "15", "CELERY_TASK_ALWAYS_EAGER": "0", "PYTHONUNBUFFERED": "1"})
     return env

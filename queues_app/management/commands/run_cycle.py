@@ -1,7 +1,7 @@
 """``manage.py run_cycle``: run scheduling cycles in this process (no broker needed).
 
 Used by operators (one cycle now), by the crash tests (a real process killed at a named fault
-point, ``KAI_CYCLE_FAULT``) and by the embedded quick start.
+point: ``python -m tests.support.crash_points POINT run_cycle``) and by the embedded quick start.
 """
 from __future__ import annotations
 
