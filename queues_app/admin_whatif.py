@@ -6,7 +6,7 @@ Hooked into ``QueueAdmin`` through :class:`WhatIfAdminMixin` (an extra URL
 (``templates/admin/queues_app/queue/change_form.html``).  The page offers the queue's
 priority and per-resource quota / over-quota weight / limit, prefilled with the current
 values; "Preview" runs the engine on the live snapshot with and without the edit
-(``engine_io.preview_queue_edit``) and shows, per queue, the fair share before and after, and
+(``whatif.preview_queue_edit``) and shows, per queue, the fair share before and after, and
 which running workloads the next cycle would reclaim or preempt.  Nothing is stored: the
 operator saves the change on the normal change form.
 """
@@ -22,7 +22,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import path, reverse
 
-from queues_app.cycle import engine_io
+from queues_app.cycle import whatif
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Queue, Workload
 from queues_app.models.validators import validate_unlimited_or_nonnegative
@@ -96,7 +96,7 @@ class WhatIfAdminMixin:
             form = QueueWhatIfForm(request.POST)
             if form.is_valid():
                 try:
-                    answer = engine_io.preview_queue_edit(queue_id=queue.pk, priority=form.cleaned_data["priority"],
+                    answer = whatif.preview_queue_edit(queue_id=queue.pk, priority=form.cleaned_data["priority"],
                                                           resources=form.resources())
                 except ApplicationError as exc:
                     error = exc.message
@@ -150,7 +150,7 @@ def _parse_labels(text: str) -> dict[str, str]:
 class ScaleUpForm(forms.Form):
     """N nodes shaped like an existing node, or of an explicit shape."""
 
-    count = forms.IntegerField(min_value=1, max_value=engine_io.MAX_PREVIEW_NODES, initial=1)
+    count = forms.IntegerField(min_value=1, max_value=whatif.MAX_PREVIEW_NODES, initial=1)
     like = forms.ChoiceField(required=False, label="shaped like", help_text="copy this node's capacity and labels")
     gpus = forms.IntegerField(required=False, min_value=0)
     gpu_memory_mib = forms.IntegerField(required=False, min_value=0, label="GPU memory (MiB)")
@@ -221,7 +221,7 @@ class ScaleUpAdminMixin:
             form = ScaleUpForm(request.POST)
             if form.is_valid():
                 try:
-                    answer = engine_io.preview_scale_up(count=form.cleaned_data["count"], **form.shape())
+                    answer = whatif.preview_scale_up(count=form.cleaned_data["count"], **form.shape())
                 except ApplicationError as exc:
                     error = exc.message
                     for field, msgs in exc.extra.items():

@@ -5,7 +5,6 @@ built on those selectors' scoped querysets or on aggregate numbers that name not
 """
 from __future__ import annotations
 
-import importlib
 import re
 from datetime import datetime
 from typing import Any, Iterable
@@ -14,6 +13,7 @@ from django.db.models import Count, Q, QuerySet
 
 from queues_app import selectors
 from queues_app.cycle import engine_io
+from queues_app.cycle import usage as usage_provider
 from queues_app.choices import WORKLOAD_STATUSES_STARTED, PendingCategory, WorkloadStatus
 from queues_app.models import Queue, SchedulingEvent, Tenant, Workload
 
@@ -137,24 +137,20 @@ def latest_cycle_time(*, tenant: Tenant | None) -> datetime | None:
 
 
 def queue_decayed_usage(*, tenant: Tenant | None, queues: Iterable[Queue]) -> tuple[dict[int, dict[str, float]], str]:
-    """({queue_id: {resource: decayed usage}}, source) from fairshare_app.
+    """({queue_id: {resource: decayed usage}}, source) from the registered usage provider.
 
-    Uses ``fairshare_app.selectors.normalized_usage(*, tenant)`` -> {queue_name: {resource:
-    0..1 of the cluster}}, the value the last accounting run computed and the cycle feeds the
-    engine (one query; a queue without usage is absent = 0).  Without fairshare_app the
-    source is ``"unavailable"`` and the API reports 0.
+    fairshare_app registers ``fairshare_app.selectors.normalized_usage(*, tenant)`` ->
+    {queue_name: {resource: 0..1 of the cluster}}, the value the last accounting run computed and
+    the cycle feeds the engine (one query; a queue without usage is absent = 0).  Without a
+    provider the source is ``"unavailable"`` and the API reports 0.
     """
-    try:
-        module = importlib.import_module("fairshare_app.selectors")
-    except ImportError:
+    answer = usage_provider.normalized_usage(tenant=tenant)
+    if answer is None:
         return {}, "unavailable"
-    fn = getattr(module, "normalized_usage", None)
-    if fn is None:
-        return {}, "unavailable"
+    by_name, source = answer
     queues = list(queues)
-    by_name: dict[str, Any] = dict(fn(tenant=tenant) or {})
     out = {q.pk: {k: float(v) for k, v in (by_name.get(q.name) or {}).items()} for q in queues}
-    return out, "fairshare_app.normalized_usage"
+    return out, source
 
 
 def workload_list_ordered(*, tenant: Tenant | None, filters: dict[str, Any] | None, ordering: str | None) -> QuerySet:

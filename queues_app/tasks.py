@@ -15,6 +15,7 @@ from celery import shared_task
 from celery.signals import task_revoked
 
 from queues_app.cycle.config import cycle_config
+from queues_app.kube.outbox import KUBE_DISPATCH_TASK
 
 logger = logging.getLogger("queues_app.tasks")
 
@@ -63,7 +64,6 @@ def request_cycle(*, trigger: str = "api") -> bool:
     return True
 
 
-KUBE_DISPATCH_TASK = "queues_app.tasks.kube_dispatch"
 
 
 @shared_task(name=KUBE_DISPATCH_TASK, ignore_result=True, acks_late=False)

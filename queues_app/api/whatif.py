@@ -5,7 +5,7 @@ Body (every key optional; QueueResource units, -1 = unlimited / unset)::
 
     {"priority": 200, "quotas": {"gpu": {"quota": 8, "over_quota_weight": 2, "limit": -1}}}
 
-Answer: ``engine_io.preview_queue_edit``'s result: ``queues`` (per queue ``fairShareBefore``,
+Answer: ``whatif.preview_queue_edit``'s result: ``queues`` (per queue ``fairShareBefore``,
 ``fairShareAfter``, ``allocated``), ``evictions`` (running tasks the next cycle would reclaim /
 preempt / consolidate with the edit), ``evictionsWithoutEdit``, ``newEvictions``,
 ``placements`` and ``queue``.  Nothing is stored.  Operators only (``IsOperator``); bad values
@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from queues_app import constants
-from queues_app.cycle import engine_io
+from queues_app.cycle import whatif
 from queues_app.api import serializers as s
 from queues_app.api.permissions import IsOperator
 from queues_app.models import Queue
@@ -47,7 +47,7 @@ class QueueWhatIfApi(APIView):
         ser = QueueWhatIfInputSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         d = ser.validated_data
-        answer = engine_io.preview_queue_edit(
+        answer = whatif.preview_queue_edit(
             queue_id=queue_id, priority=d.get("priority"),
             resources={r: dict(v) for r, v in (d.get("quotas") or {}).items()})
         return Response(answer)
@@ -65,7 +65,7 @@ class ScaleUpShapeSerializer(s.StrictSerializer):
 
 
 class ScaleUpPreviewInputSerializer(s.StrictSerializer):
-    count = s.bounded_int(min_value=1, max_value=engine_io.MAX_PREVIEW_NODES)
+    count = s.bounded_int(min_value=1, max_value=whatif.MAX_PREVIEW_NODES)
     like = serializers.CharField(max_length=253, required=False, help_text="Copy this node's shape.")
     node = ScaleUpShapeSerializer(required=False, help_text="Or give the shape.")
     name_prefix = serializers.CharField(max_length=200, required=False, validators=[name_validator],
@@ -77,7 +77,7 @@ class ScaleUpPreviewApi(APIView):
 
     Body: ``{"count": 4, "like": "node-a"}`` or ``{"count": 4, "node": {"gpus": 8, "gpu_memory_mib":
     81920, "cpu_millis": 96000, "memory_bytes": ..., "labels": {...}}}``.  Answer:
-    ``engine_io.preview_scale_up``: ``nodesAdded``, ``queues`` (per queue ``fairShareBefore``,
+    ``whatif.preview_scale_up``: ``nodesAdded``, ``queues`` (per queue ``fairShareBefore``,
     ``fairShareAfter``, ``allocated``, ``allocatedAfter``), ``starts`` (the pending workloads that
     would start, by scenario job name), ``jobs`` (every waiting job: statuses and tasks placed
     without / with the nodes, ``waitingBefore`` / ``waitingAfter``), ``workloads`` (job name ->
@@ -92,7 +92,7 @@ class ScaleUpPreviewApi(APIView):
         ser = ScaleUpPreviewInputSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         d = ser.validated_data
-        answer = engine_io.preview_scale_up(
+        answer = whatif.preview_scale_up(
             count=d["count"], like=d.get("like"), node=dict(d["node"]) if "node" in d else None,
             name_prefix=d.get("name_prefix") or "scale-up")
         return Response(answer)

@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 from django.db import connection
-from django.db.models import Count, Sum
+from django.db.models import Count
 
 from queues_app.choices import WORKLOAD_STATUSES_STARTED, PendingCategory, TaskState, WorkloadStatus
 from queues_app.errors import ApplicationError
@@ -42,12 +42,11 @@ from queues_app.models import (
     Workload,
 )
 from queues_app.cycle.cluster import Confirmations
+from queues_app.cycle.rollup import allocation_by_queue, roll_up, workload_status_of
 
 EPS = 1e-6
 #: States in which a task holds its node's resources (invariant I1).
 HOLDING = (TaskState.RUNNING, TaskState.BINDING, TaskState.RELEASING, TaskState.STUCK_RELEASING)
-#: States counted in a queue's allocation (what the engine charges to the queue).
-ALLOCATED = (TaskState.RUNNING, TaskState.BINDING, TaskState.PIPELINED)
 PLACE_STATES = (TaskState.BINDING, TaskState.PIPELINED)
 CHUNK = 900
 #: Rows per UPDATE / SELECT ... FOR UPDATE statement of the apply on PostgreSQL (array parameters):
@@ -503,31 +502,6 @@ def compute_drops(plan: Plan, index: Any, versions: Versions) -> dict[int, str]:
 # ----------------------------------------------------------------------------- writes
 
 
-def workload_status_of(states: Iterable[str], current: str, min_available: int = 1) -> str:
-    """A workload's status from its tasks; Cancelled / Succeeded / Failed are final.
-
-    ``Binding`` while binds are issued and fewer than ``min_available`` tasks are confirmed
-    Running (a gang is not running until the cluster has confirmed the gang); once enough run,
-    extra binds of an elastic workload leave it ``Running``.
-    """
-    if current in (WorkloadStatus.CANCELLED, WorkloadStatus.SUCCEEDED, WorkloadStatus.FAILED):
-        return current
-    states = list(states)
-    running = states.count(TaskState.RUNNING)
-    if TaskState.BINDING in states and running < max(1, min_available):
-        return WorkloadStatus.BINDING
-    states = set(states)
-    if states & {TaskState.RUNNING, TaskState.BINDING}:
-        return WorkloadStatus.RUNNING
-    if states & {TaskState.RELEASING, TaskState.STUCK_RELEASING}:
-        return WorkloadStatus.RELEASING
-    if states and states <= {TaskState.SUCCEEDED}:
-        return WorkloadStatus.SUCCEEDED
-    if states and states <= {TaskState.SUCCEEDED, TaskState.FAILED}:
-        return WorkloadStatus.FAILED
-    return WorkloadStatus.PENDING
-
-
 @dataclass
 class ApplyCounts:
     bound: int = 0
@@ -680,20 +654,6 @@ def write_workloads(plan: Plan, final: Mapping[int, str], *, now: datetime) -> i
     return len(changed)
 
 
-def allocation_by_queue(parents: Mapping[int, int | None]) -> dict[int, list[float]]:
-    """``[gpu devices, cpu cores, memory bytes]`` held by each queue's subtree: the sum of its
-    Running / Binding / Pipelined tasks (one grouped query), rolled up the tree (``parents``:
-    queue id -> parent id).  The value ``QueueStatus.allocated_*`` must equal (invariant I5)."""
-    alloc: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    for qid, gpu, dra, cpu, mem in Task.objects.filter(state__in=ALLOCATED).values_list(
-            "workload__queue_id").annotate(gpu=Sum("gpu"), dra=Sum("dra_gpus"), cpu=Sum("cpu_millis"),
-                                           mem=Sum("memory_bytes")).values_list(
-            "workload__queue_id", "gpu", "dra", "cpu", "mem"):
-        # claimed devices of GPU classes are GPUs of the queue (scenario-format "Devices")
-        _roll_up(alloc, parents, qid, [float(gpu or 0) + float(dra or 0), float(cpu or 0) / 1000.0, float(mem or 0)])
-    return alloc
-
-
 def write_queue_status(plan: Plan, *, cycle: SchedulingCycle, now: datetime) -> None:
     """Allocation from the tasks as now written (so I5 holds by construction, also when some
     decisions were dropped); fair share from the engine; workload counts.  Units: gpu devices,
@@ -705,7 +665,7 @@ def write_queue_status(plan: Plan, *, cycle: SchedulingCycle, now: datetime) -> 
             status__in=(WorkloadStatus.PENDING, *WORKLOAD_STATUSES_STARTED)).values_list("queue_id", "status").annotate(
             n=Count("id")).values_list("queue_id", "status", "n"):
         vec = [float(n), 0.0] if status == WorkloadStatus.PENDING else [0.0, float(n)]
-        _roll_up(counts, parents, qid, vec)
+        roll_up(counts, parents, qid, vec)
     rows = []
     for qid in parents:
         a = alloc.get(qid, [0.0, 0.0, 0.0])
@@ -731,15 +691,6 @@ def _finite(x: Any) -> float:
     except (TypeError, ValueError):
         return 0.0
     return f if math.isfinite(f) else 0.0
-
-
-def _roll_up(acc: dict[int, list[float]], parents: Mapping[int, int | None], qid: int, vec: list[float]) -> None:
-    cur, steps = qid, 0
-    while cur is not None and steps < 1000:
-        row = acc[cur]
-        for i, v in enumerate(vec):
-            row[i] += v
-        cur, steps = parents.get(cur), steps + 1
 
 
 def write_events(plan: Plan, index: Any, drops: Mapping[int, str], *, cycle: SchedulingCycle, now: datetime) -> int:

@@ -25,6 +25,7 @@ from django.utils import timezone
 from queues_app.choices import TaskState, WorkloadStatus
 from queues_app.errors import ApplicationError
 from queues_app.models import Task, Workload
+from queues_app.cycle.rollup import allocation_by_queue, workload_status_of
 
 RELEASING_STATES = (TaskState.RELEASING, TaskState.STUCK_RELEASING)
 
@@ -145,7 +146,6 @@ def refresh_workload_statuses(workload_ids: Iterable[int], *, now, observed: boo
     workload reopens when a pod comes back (a controller recreating it; Cancelled stays), and the
     start / finish times are stamped. Confirmations of the cycle's own decisions only move the status.
     """
-    from queues_app.cycle.apply import workload_status_of
 
     ids = set(workload_ids)
     states: dict[int, list[str]] = {}
@@ -198,7 +198,6 @@ def restate_queue_allocation(*, queue_ids: Iterable[int], now=None) -> None:
     not mark its queue as changed, so the status must not wait for the next cycle.  The other
     status fields (fair share, counts) stay the cycle's."""
     from queues_app.models import Queue, QueueStatus
-    from queues_app.cycle.apply import allocation_by_queue
 
     now = now or timezone.now()
     parents = dict(Queue.objects.values_list("id", "parent_id"))

@@ -32,6 +32,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from queues_app.cycle import usage as usage_provider
 from queues_app.choices import TASK_STATES_HOLDING, WORKLOAD_STATUSES_ACTIVE, PendingCategory, Resource, TaskState
 from queues_app.errors import ApplicationError
 from queues_app.models import DeviceClass, Node, Queue, QueueResource, SubGroup, Task, Workload
@@ -41,6 +42,15 @@ from scheduler_engine.snapshot import CPU, GPU, MEM, Snapshot
 from scheduler_engine.snapshot import TaskState as EngineTaskState
 
 __all__ = [
+    "CPU",
+    "GPU",
+    "MEM",
+    "EngineTaskState",
+    "Snapshot",
+    "preview_edits",
+    "run_engine",
+    "snapshot_from_dict",
+    "load_scenario_file",
     "EngineIndex",
     "EngineInput",
     "Quarantine",
@@ -50,7 +60,6 @@ __all__ = [
     "build_snapshot",
     "build_snapshot_with_index",
     "dry_run_workload",
-    "import_scenario",
     "parse_cpu_millis",
     "parse_memory_bytes",
     "parse_gpu",
@@ -58,11 +67,6 @@ __all__ = [
     "ScenarioError",
     "usage_period_reset",
     "usage_window_start",
-    "preview_queue_edit",
-    "preview_scale_up",
-    "cycle_replay_record",
-    "replay_recorded_cycle",
-    "ReplayOutcome",
 ]
 
 ScenarioError = engine_loader.ScenarioError
@@ -184,17 +188,11 @@ def _usage_from_provider() -> dict[str, dict[str, float]]:
 
 
 def _fairshare_inputs(now: datetime) -> dict[str, Any]:
-    """fairshare_app's part of the engine input (added by the fair-share engineer, issue #6):
+    """The usage provider's part of the engine input (fairshare_app registers itself, issue #6):
     ``{"usage": {queue: {resource: U}}, "config": {"kValue": k}, "queues": {queue: {resource:
-    {field: value}}}}`` from ``fairshare_app.selectors.engine_inputs`` (accounting history,
-    operator settings, exhausted GPU budgets); empty when the app is not installed."""
-    from django.apps import apps
-
-    if not apps.is_installed("fairshare_app"):
-        return {}
-    from fairshare_app.selectors import engine_inputs
-
-    return engine_inputs(now=now)
+    {field: value}}}}`` (accounting history, operator settings, exhausted GPU budgets); empty when
+    no provider is registered."""
+    return usage_provider.engine_inputs(now=now)
 
 
 def _unique_names(names: list[str], qualifiers: list[str]) -> list[str]:
@@ -940,6 +938,12 @@ def snapshot_from_dict(data: Mapping[str, Any], *, source: str = "database") -> 
     return engine_loader.load_dict(dict(data), source=source)
 
 
+def load_scenario_file(path: str) -> Snapshot:
+    """Load and validate one scenario file (YAML, or JSON by its name): the engine's own loader, so
+    a file the CLI refuses is refused here with the same problems (:class:`ScenarioError`)."""
+    return engine_loader.load_scenario(path)
+
+
 def run_engine(snapshot: Snapshot) -> Any:
     """One scheduling cycle of the engine: ``scheduler_engine.cycle.run_cycle(snapshot)``.
 
@@ -950,118 +954,6 @@ def run_engine(snapshot: Snapshot) -> Any:
     from scheduler_engine.cycle import run_cycle
 
     return run_cycle(snapshot)
-
-
-# ----------------------------------------------------------------------------- scenario -> DB
-
-
-def _dec(x: float) -> Decimal:
-    return Decimal(repr(float(x)))
-
-
-def _queue_value(x: float, res: str) -> Decimal:
-    """Engine units -> QueueResource units (cpu millicores -> cores); -1 stays -1."""
-    if x == -1:
-        return Decimal(-1)
-    return _dec(x / 1000.0) if res == "cpu" else _dec(x)
-
-
-def _opt_td(seconds: float) -> timedelta | None:
-    return None if math.isnan(seconds) else timedelta(seconds=float(seconds))
-
-
-@transaction.atomic
-def import_scenario(data: Mapping[str, Any] | Snapshot, *, now: datetime | None = None) -> Snapshot:
-    """Record a scenario's nodes, queue tree and jobs (with their task states) in the database.
-
-    Goes through the services, so everything is validated like any other write; an
-    ApplicationError means the database cannot hold that scenario (none of it is written).
-    Timestamps are set relative to ``now`` (default: the scenario's ``config.now``, else the
-    current time), so exporting with the same ``now`` gives the same ages back.  ``config``,
-    ``usage`` and ``expect`` are not stored (they are not database state).
-    """
-    from queues_app.services.devices import device_class_upsert
-    from queues_app.services.nodes import node_upsert
-    from queues_app.services.queues import queue_create
-    from queues_app.services.workloads import workload_import
-
-    snap = data if isinstance(data, Snapshot) else engine_loader.load_dict(dict(data), source="import")
-    now = now or snap.config.now or timezone.now()
-    dcs = snap.device_classes
-    classes = list(dcs.names)
-    for c, cname in enumerate(classes):
-        device_class_upsert(name=cname, counts_as="gpu" if dcs.counts_as_gpu[c] else "")
-    nd = snap.nodes
-    for i, name in enumerate(nd.names):
-        node_upsert(
-            name=name, gpus=int(nd.gpus[i]), gpu_memory_mib=int(nd.gpu_memory[i]), cpu_millis=int(nd.capacity[i, CPU]),
-            memory_bytes=int(nd.capacity[i, MEM]), labels=dict(nd.labels[i]), unschedulable=bool(nd.unschedulable[i]),
-            ready=bool(nd.ready[i]), reserved_gpus=_dec(nd.reserved[i, GPU]),
-            reserved_cpu_millis=int(nd.reserved[i, CPU]), reserved_memory_bytes=int(nd.reserved[i, MEM]),
-            **({"devices": {classes[c]: int(nd.devices[i, c]) for c in range(len(classes)) if nd.devices[i, c]}}
-               if classes else {}),
-        )
-    qs = snap.queues
-    created: dict[int, Queue] = {}
-    order = sorted(range(len(qs)), key=lambda q: len(qs.path_to_root(q)))
-    for q in order:
-        par = int(qs.parent[q])
-        created[q] = queue_create(
-            name=qs.names[q], parent=created.get(par) if par >= 0 else None, priority=int(qs.priority[q]),
-            created_at=now - timedelta(minutes=float(qs.created_minutes_ago[q])),
-            reclaim_min_runtime=_opt_td(qs.reclaim_min_runtime[q]),
-            preempt_min_runtime=_opt_td(qs.preempt_min_runtime[q]),
-            quotas={res: {"quota": _queue_value(qs.deserved[q, k], res), "over_quota_weight": _dec(qs.weight[q, k]),
-                          "limit": _queue_value(qs.limit[q, k], res)}
-                    for k, res in enumerate(Resource.values)},
-            source="import",
-        )
-    js, ts, sg = snap.jobs, snap.tasks, snap.sub_groups
-    for j, name in enumerate(js.names):
-        tasks = []
-        for t in js.tasks_of(j):
-            node = int(ts.node[t])
-            tasks.append({
-                "name": ts.names[t], "gpu": _dec(ts.request[t, GPU]), "cpu_millis": int(ts.request[t, CPU]),
-                "memory_bytes": int(ts.request[t, MEM]),
-                "gpu_memory_mib": int(ts.gpu_memory[t]) if ts.gpu_memory[t] else None,
-                "priority": None if math.isnan(ts.priority[t]) else int(ts.priority[t]),
-                "node_selector": dict(ts.node_selector[t]), "state": EngineTaskState(int(ts.state[t])).label,
-                "node": nd.names[node] if node >= 0 else None, "gpu_groups": list(ts.gpu_groups[t]),
-            })
-            if ts.sub_group[t] >= 0:
-                tasks[-1]["sub_group"] = sg.names[int(ts.sub_group[t])]
-            if classes and ts.claims[t].any():
-                tasks[-1]["claims"] = [{"device_class": classes[c], "count": int(ts.claims[t, c])}
-                                       for c in range(len(classes)) if ts.claims[t, c]]
-                if ts.devices[t]:
-                    tasks[-1]["devices"] = {classes[c]: list(v) for c, v in ts.devices[t].items()}
-        started = js.started_minutes_ago[j]
-        stale = js.stale_for[j]
-        a, c_sg = int(js.sg_start[j]), int(js.sg_count[j])
-        tree = None
-        if c_sg:
-            tree = []
-            for g in range(a, a + c_sg):
-                par = int(sg.parent[g])
-                tree.append({"name": sg.names[g], "parent": sg.names[par] if par >= 0 else None,
-                             "min_available": int(sg.min_available[g]) if sg.min_available[g] >= 0 else None,
-                             "min_sub_groups": int(sg.min_sub_groups[g]) if sg.min_sub_groups[g] >= 0 else None,
-                             "topology_required": sg.topology_required[g] or "",
-                             "topology_preferred": sg.topology_preferred[g] or ""})
-        workload_import(
-            queue=created[int(js.queue[j])], name=name, tasks=tasks, priority=int(js.priority[j]),
-            preemptible=bool(js.preemptible[j]), min_available=None if c_sg else int(js.min_available[j]),
-            sub_groups=tree, min_sub_groups=(int(js.min_sub_groups[j]) if js.min_sub_groups[j] >= 0 else None)
-            if c_sg else None,
-            created_at=now - timedelta(minutes=float(js.created_minutes_ago[j])),
-            started_at=None if math.isnan(started) else now - timedelta(minutes=float(started)),
-            stale_since=None if math.isnan(stale) else now - timedelta(seconds=float(stale)),
-            topology_required=js.topology_required[j] or "", topology_preferred=js.topology_preferred[j] or "",
-            preemption_delay=_opt_td(js.preemption_delay[j]),
-            staleness_grace_period=_opt_td(js.staleness_grace_period[j]),
-        )
-    return snap
 
 
 # ----------------------------------------------------------------------------- quantities for callers
@@ -1085,6 +977,10 @@ def parse_cpu_millis(value: Any, *, field: str = "cpu") -> int:
 def parse_memory_bytes(value: Any, *, field: str = "memory") -> int:
     """``"4Gi"`` / ``"512Mi"`` / bytes -> bytes (int)."""
     return int(math.ceil(_wrap(engine_units.parse_memory, value, field)))
+
+
+def _dec(x: float) -> Decimal:
+    return Decimal(repr(float(x)))
 
 
 def parse_gpu(value: Any, *, field: str = "gpu") -> Decimal:
@@ -1188,200 +1084,9 @@ def usage_period_reset(period: str, now: datetime) -> datetime | None:
     return engine_usage.period_reset(period, now)
 
 
-# ----------------------------------------------------------------------------- what-if and replay (simulator)
+def preview_edits(data: Mapping[str, Any], edits: list[dict[str, Any]]) -> dict[str, Any]:
+    """The engine's what-if: ``scheduler_engine.simulate.preview_edits`` (two engine runs on the same
+    scenario dict, as is and with ``edits``); raises :class:`ScenarioError` for an invalid edit."""
+    from scheduler_engine.simulate import preview_edits as engine_preview_edits
 
-
-def _edit_problem_field(path: str) -> str:
-    """``queues[3].resources.gpu.quota`` / ``edits[0].resources.gpu.limit`` -> ``gpu.limit``."""
-    parts = path.split(".")
-    if "resources" in parts:
-        return ".".join(parts[parts.index("resources") + 1:]) or "resources"
-    return parts[-1].split("[")[0] or "edit"
-
-
-def preview_queue_edit(*, queue_id: int, priority: int | None = None,
-                       resources: Mapping[str, Mapping[str, Any]] | None = None,
-                       now: datetime | None = None) -> dict[str, Any]:
-    """What-if for one queue edit on the live state; nothing is stored.
-
-    ``resources``: ``{"gpu": {"quota": 4, "over_quota_weight": 2, "limit": -1}, ...}`` in
-    QueueResource units (gpu devices, cpu cores, memory bytes; -1 = unlimited / unset). Runs the
-    engine twice on the same live snapshot (as is, and with the edit) and returns
-    ``scheduler_engine.simulate.preview_edits``' answer (fair share before / after per queue,
-    the running workloads the next cycle would reclaim or preempt) plus ``"queue"`` (the edited
-    queue's scenario name). An impossible value raises ApplicationError naming the field.
-    """
-    from scheduler_engine.simulate import preview_edits
-
-    engine_input = build_engine_input(now=now)
-    name = next((n for n, qid in engine_input.index.queue_id.items() if qid == queue_id), None)
-    if name is None:
-        raise ApplicationError("Unknown queue.", extra={"queue": ["No such queue in the scheduling state."]})
-    res_edit: dict[str, dict[str, Any]] = {}
-    key_map = {"quota": "quota", "over_quota_weight": "overQuotaWeight", "limit": "limit"}
-    for res, vals in (resources or {}).items():
-        if res not in ("gpu", "cpu", "memory"):
-            raise ApplicationError("Invalid resource.", extra={"resources": [f"unknown resource {res!r}"]})
-        out: dict[str, Any] = {}
-        for k, v in (vals or {}).items():
-            if k not in key_map:
-                raise ApplicationError("Invalid field.", extra={f"{res}.{k}": ["unknown field"]})
-            if v is None:
-                continue
-            out[key_map[k]] = _num(v)
-        res_edit[res] = out
-    edit: dict[str, Any] = {"queue": name, "resources": res_edit}
-    if priority is not None:
-        edit["priority"] = int(priority)
-    _, quarantine = load_quarantined(engine_input.data, engine_input.index, source="what-if")  # as the cycle does
-    if queue_id in quarantine.queues:
-        raise ApplicationError("The queue is quarantined.", extra={"queue": [quarantine.queues[queue_id]]})
-    try:
-        answer = preview_edits(engine_input.data, [edit])
-    except ScenarioError as exc:
-        extra: dict[str, list[str]] = {}
-        for path, msg in exc.problems:
-            extra.setdefault(_edit_problem_field(path), []).append(msg)
-        raise ApplicationError("The edited queue is not valid.", extra=extra) from None
-    answer["queue"] = name
-    return answer
-
-
-#: Labels not copied from a node used as the shape of added nodes (they name that one node).
-_NODE_IDENTITY_LABELS = ("kubernetes.io/hostname",)
-MAX_PREVIEW_NODES = 1000
-
-
-def _next_cycle_input(now: datetime | None) -> tuple[dict[str, Any], EngineIndex]:
-    """The engine input the next scheduling cycle would run on: the cycle's own snapshot plus the
-    cluster confirmations it folds in first (embedded mode: Binding -> Running, released tasks
-    gone), so a preview answers for exactly that cycle."""
-    from queues_app.cycle.run import take_snapshot
-    from queues_app.cycle.cluster import cycle_confirmations, fold_into_input
-    from queues_app.cycle.config import cycle_config
-
-    snap = take_snapshot(now=now or timezone.now())
-    conf = cycle_confirmations(mode=cycle_config().cluster_mode, task_db_state=snap.index.task_db_state,
-                               task_workload=snap.task_workload, workload_status=snap.workload_status)
-    fold_into_input(snap.data, task_id=snap.index.task_id, job_id=snap.index.workload_id, conf=conf)
-    return snap.data, snap.index
-
-
-def _scale_up_shape(*, node: Mapping[str, Any] | None, like: str | None, name: str) -> Node:
-    """An unsaved Node with the shape of the added nodes, validated like any node write."""
-    from queues_app.services.common import validate
-
-    if (node is None) == (like is None):
-        raise ApplicationError("Give the shape of the added nodes.",
-                               extra={"like": ["Name an existing node to copy, or give 'node' (not both)."]})
-    if like is not None:
-        src = Node.objects.filter(name=like).first()
-        if src is None:
-            raise ApplicationError("Unknown node.", extra={"like": [f"No node named {like!r}."]})
-        fields = {"gpus": src.gpus, "gpu_memory_mib": src.gpu_memory_mib, "cpu_millis": src.cpu_millis,
-                  "memory_bytes": src.memory_bytes,
-                  "labels": {k: v for k, v in (src.labels or {}).items() if k not in _NODE_IDENTITY_LABELS},
-                  "devices": dict(src.devices or {})}
-    else:
-        allowed = ("gpus", "gpu_memory_mib", "cpu_millis", "memory_bytes", "labels", "devices")
-        unknown = sorted(set(node) - set(allowed))
-        if unknown:
-            raise ApplicationError("Invalid node shape.", extra={f"node.{k}": ["Unknown field."] for k in unknown})
-        fields = {k: node[k] for k in allowed if k in node and node[k] is not None}
-    shape = Node(name=name, **fields)
-    try:
-        validate(shape, message="Invalid node shape.", exclude=["name"])
-    except ApplicationError as exc:
-        raise ApplicationError(exc.message, extra={f"node.{k}": v for k, v in exc.extra.items()}) from None
-    return shape
-
-
-def preview_scale_up(*, count: int, node: Mapping[str, Any] | None = None, like: str | None = None,
-                     name_prefix: str = "scale-up", now: datetime | None = None) -> dict[str, Any]:
-    """What would ``count`` more nodes of one shape do in the next cycle?  Nothing is stored.
-
-    The shape is ``like`` (an existing node's capacity and labels, without its hostname label) or
-    ``node`` (Node fields: ``gpus``, ``gpu_memory_mib``, ``cpu_millis``, ``memory_bytes``,
-    ``labels``, ``devices``), validated like a node write.  The next cycle's input (:func:`_next_cycle_input`)
-    runs through ``scheduler_engine.simulate.preview_edits`` as is and with the nodes
-    ``<name_prefix>-1..count`` added, which answers per queue the fair share before / after and
-    the allocation, which pending workloads would start (``starts``) and why the others still
-    wait (``jobs[...]["waitingAfter"]``: ``capacity`` means more nodes of another shape could
-    help).  Added: ``"workloads"`` (job name -> workload id) and ``"node"`` (the shape).
-    ``ApplicationError`` names the field of a bad request.
-    """
-    from scheduler_engine.simulate import preview_edits
-
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PREVIEW_NODES:
-        raise ApplicationError("Invalid count.", extra={"count": [f"A whole number from 1 to {MAX_PREVIEW_NODES}."]})
-    if not isinstance(name_prefix, str) or not name_prefix.strip():
-        raise ApplicationError("Invalid name prefix.", extra={"name_prefix": ["Required."]})
-    shape = _scale_up_shape(node=node, like=like, name=f"{name_prefix}-1")
-    clash = Node.objects.filter(name__in=[f"{name_prefix}-{i}" for i in range(1, count + 1)]).values_list(
-        "name", flat=True).first()
-    if clash:
-        raise ApplicationError("Node names taken.", extra={"name_prefix": [f"Node {clash} exists; choose another."]})
-    data, index = _next_cycle_input(now)
-    template = {"gpus": int(shape.gpus), "gpuMemory": int(shape.gpu_memory_mib or 0),
-                "cpu": f"{int(shape.cpu_millis)}m", "memory": int(shape.memory_bytes),
-                "labels": dict(shape.labels or {}), "unschedulable": False, "ready": True,
-                "reservedByOthers": {"gpu": 0, "cpu": "0m", "memory": 0}}
-    if shape.devices:
-        template["devices"] = {cls: int(n) for cls, n in shape.devices.items()}
-    edit = {"addNodes": {"count": count, "namePrefix": name_prefix, "node": template}}
-    try:
-        answer = preview_edits(data, [edit])
-    except ScenarioError as exc:
-        extra: dict[str, list[str]] = {}
-        for path, msg in exc.problems:
-            field = re.match(r"nodes\[\d+\]\.(\w+)", path)  # nodes[N].devices.<class> -> node.devices
-            extra.setdefault(f"node.{field.group(1)}" if field else path, []).append(msg)
-        raise ApplicationError("The added nodes are not valid.", extra=extra) from None
-    answer["workloads"] = {j: index.workload_id[j] for j in answer["jobs"] if j in index.workload_id}
-    answer["node"] = {"gpus": template["gpus"], "gpu_memory_mib": template["gpuMemory"],
-                      "cpu_millis": int(shape.cpu_millis), "memory_bytes": template["memory"],
-                      "labels": template["labels"], "devices": dict(shape.devices or {})}
-    return answer
-
-
-def cycle_replay_record(data: Mapping[str, Any], result: Any) -> dict[str, bytes]:
-    """Compressed copies of what a cycle ran (its scenario dict) and decided (task status and node),
-    as ``SchedulingCycle.scenario_gz`` / ``decisions_gz`` values, so the cycle can be replayed."""
-    import json
-    import zlib
-
-    decisions = {t: [v["status"], v["node"]] for t, v in (getattr(result, "tasks", None) or {}).items()}
-    return {
-        "scenario_gz": zlib.compress(json.dumps(data, separators=(",", ":"), default=str).encode(), 1),
-        "decisions_gz": zlib.compress(json.dumps(decisions, separators=(",", ":")).encode(), 1),
-    }
-
-
-@dataclass
-class ReplayOutcome:
-    scenario: dict[str, Any]
-    recorded: dict[str, list]
-    replayed: dict[str, list]
-    differences: list[str]
-
-    @property
-    def same(self) -> bool:
-        return not self.differences
-
-
-def replay_recorded_cycle(*, scenario_gz: bytes, decisions_gz: bytes | None) -> ReplayOutcome:
-    """Re-run a recorded cycle's scenario through the engine and compare with its recorded decisions."""
-    import json
-    import zlib
-
-    scenario = json.loads(zlib.decompress(bytes(scenario_gz)))
-    recorded = json.loads(zlib.decompress(bytes(decisions_gz))) if decisions_gz else {}
-    result = run_engine(engine_loader.load_dict(scenario, source="replay"))
-    replayed = {t: [v["status"], v["node"]] for t, v in result.tasks.items()}
-    diffs = []
-    for t in sorted(set(recorded) | set(replayed)):
-        a, b = recorded.get(t), replayed.get(t)
-        if a != b:
-            diffs.append(f"task {t}: recorded {a[0] + ' on ' + str(a[1]) if a else 'absent'}, "
-                         f"replayed {b[0] + ' on ' + str(b[1]) if b else 'absent'}")
-    return ReplayOutcome(scenario=scenario, recorded=recorded, replayed=replayed, differences=diffs)
+    return engine_preview_edits(data, edits)

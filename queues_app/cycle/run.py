@@ -33,6 +33,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from queues_app.cycle import engine_io
+from queues_app.cycle import replay as cycle_replay
 from queues_app.choices import CycleStatus, PendingCategory, TaskState
 from queues_app.errors import ApplicationError
 from queues_app.models import SchedulerState, SchedulingCycle, SchedulingEvent, Task, Workload
@@ -285,7 +286,7 @@ def cycle_run(*, trigger: str = "manual", now: datetime | None = None, config: C
                                       confirm_only=quarantine.jobs)
         phases["plan"] = round(time.perf_counter() - t, 6)
         outcome = _apply(plan=plan, snap=snap, holder=holder, trigger=trigger, started_at=started_at,
-                         phases=phases, cfg=cfg, t0=t0, replay=engine_io.cycle_replay_record(snap.data, result),
+                         phases=phases, cfg=cfg, t0=t0, replay=cycle_replay.cycle_replay_record(snap.data, result),
                          quarantine=quarantine)
     except ApplicationError as exc:
         logger.error("cycle refused: %s", exc)

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
@@ -235,15 +236,17 @@ def kube_outbox_write(*, plan: Any, final: Mapping[int, str], drops: Mapping[int
     return len(rows)
 
 
+#: The dispatcher's Celery task, enqueued by name: the outbox does not import the tasks module.
+KUBE_DISPATCH_TASK = "queues_app.tasks.kube_dispatch"
+
+
 def request_dispatch() -> None:
     """Ask for a dispatcher run once the caller's transaction commits (best effort: beat runs
     it every ``KAI_KUBE_DISPATCH_SECONDS`` anyway)."""
 
     def send() -> None:
         try:
-            from queues_app.tasks import kube_dispatch
-
-            kube_dispatch.apply_async(expires=float(settings.KAI_KUBE_DISPATCH_SECONDS) * 2)
+            current_app.send_task(KUBE_DISPATCH_TASK, expires=float(settings.KAI_KUBE_DISPATCH_SECONDS) * 2)
         except Exception:  # noqa: BLE001 - the broker being down must never fail the cycle
             logger.warning("could not enqueue the Kubernetes dispatcher; beat will run it", exc_info=True)
 

@@ -55,7 +55,7 @@ class SchedulingCycle(models.Model):
                                        help_text="Seconds per phase: snapshot, compute, apply, ...")
     error = models.TextField(blank=True)
     # replay (manage.py replay_cycle): the scenario dict the engine ran and its task decisions,
-    # zlib-compressed JSON (engine_io.cycle_replay_record); empty for cycles that did not compute
+    # zlib-compressed JSON (queues_app/cycle/replay.py); empty for cycles that did not compute
     scenario_gz = models.BinaryField(null=True, blank=True, editable=False)
     decisions_gz = models.BinaryField(null=True, blank=True, editable=False)
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from queues_app.cycle.engine_io import import_scenario
+from queues_app.cycle.scenario import import_scenario
 from queues_app.models import Node, Queue, QuotaChange, Task, Tenant, Workload
 from scheduler_engine.loader import load_dict, load_scenario
 

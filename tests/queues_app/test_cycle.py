@@ -10,6 +10,7 @@ import socket
 import pytest
 from django.db import DatabaseError, IntegrityError, connection, transaction
 
+from queues_app.cycle.scenario import import_scenario
 from queues_app.choices import CycleStatus, TaskState, WorkloadStatus
 from queues_app.invariants import check_invariants
 from queues_app.models import QueueStatus, SchedulerState, SchedulingCycle, SchedulingEvent, Task, Workload
@@ -416,10 +417,8 @@ def test_tasks_that_swap_nodes_in_one_cycle_never_overcommit_a_node_mid_statemen
     the release is confirmed and the task re-placed at once).  The task written first must not
     land on the other's node while the other still holds it: SQLite's guard checks every row,
     so a move is written as a release first, then the placement."""
-    from queues_app.cycle import engine_io
-
     unl = {"quota": -1, "overQuotaWeight": 1, "limit": -1}
-    engine_io.import_scenario({
+    import_scenario({
         "name": "swap", "nodes": [{"name": "a", "gpus": 1}, {"name": "b", "gpus": 1}],
         "queues": [{"name": "q", "resources": {"gpu": {"quota": 2, "overQuotaWeight": 1, "limit": -1},
                                                "cpu": dict(unl), "memory": dict(unl)}}],
@@ -464,10 +463,8 @@ class _MoveWithinNode:
 def test_a_shared_gpu_task_moved_within_its_node_is_evicted_not_refused():
     """A Running task the engine pipelines on its own node (another GPU) is a move like any other:
     the cycle evicts it (it was refusing the whole decision set, so nothing was scheduled)."""
-    from queues_app.cycle import engine_io
-
     unl = {"quota": -1, "overQuotaWeight": 1, "limit": -1}
-    engine_io.import_scenario({
+    import_scenario({
         "name": "move", "nodes": [{"name": "n0", "gpus": 2}],
         "queues": [{"name": "q", "resources": {"gpu": {"quota": 2, "overQuotaWeight": 1, "limit": -1},
                                                "cpu": dict(unl), "memory": dict(unl)}}],
@@ -495,7 +492,7 @@ def test_a_shared_gpu_task_moved_within_its_node_is_evicted_not_refused():
     (["Releasing", "Running"], 1, "Running"),
 ])
 def test_workload_status_follows_its_tasks(states, min_available, expected):
-    from queues_app.cycle.apply import workload_status_of
+    from queues_app.cycle.rollup import workload_status_of
 
     assert workload_status_of(states, WorkloadStatus.PENDING, min_available) == expected
     assert workload_status_of(states, WorkloadStatus.CANCELLED, min_available) == WorkloadStatus.CANCELLED

@@ -158,7 +158,8 @@ def test_a_pod_the_engine_refuses_is_an_event_not_a_task(queue_tree):
 
 
 def test_scenario_import_refuses_rows_the_engine_refuses(db):
-    from queues_app.cycle.engine_io import ScenarioError, import_scenario
+    from queues_app.cycle.engine_io import ScenarioError
+    from queues_app.cycle.scenario import import_scenario
 
     with pytest.raises(ScenarioError) as info:
         import_scenario({"nodes": [{"name": "n", "gpus": 2, "reservedByOthers": {"gpu": 3}}], "queues": [],

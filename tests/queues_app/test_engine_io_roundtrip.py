@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from queues_app.cycle.engine_io import build_snapshot, import_scenario
+from queues_app.cycle.engine_io import build_snapshot
+from queues_app.cycle.scenario import import_scenario
 from scheduler_engine.loader import load_dict, snapshot_to_dict
 
 SCENARIOS = sorted(Path("/work/shared/scenarios").glob("*/*.yaml"))

@@ -11,7 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from queues_app.cycle import engine_io
+from queues_app.cycle import whatif
+from queues_app.cycle.scenario import import_scenario
 from queues_app.choices import CycleStatus, TaskState
 from queues_app.models import Node, QueueStatus, SchedulingCycle, SchedulingEvent, Task, Workload
 from queues_app.selectors_api import EVICTION_REASONS
@@ -46,12 +47,12 @@ def small() -> dict:
 
 @pytest.fixture
 def cluster():
-    engine_io.import_scenario(small())
+    import_scenario(small())
 
 
 def test_one_more_node_starts_what_fits_and_says_why_the_rest_waits(cluster):
     before = (list(Node.objects.values_list("name", flat=True)), list(Task.objects.values_list("state", flat=True)))
-    answer = engine_io.preview_scale_up(count=1, like="gpu-a")
+    answer = whatif.preview_scale_up(count=1, like="gpu-a")
     assert answer["nodesAdded"] == ["scale-up-1"]
     assert answer["node"]["labels"] == {"pool": "a100"}  # the copied node's hostname label is not copied
     assert answer["starts"] == ["wb-two"] or answer["starts"] == ["wb-four"]
@@ -66,7 +67,7 @@ def test_one_more_node_starts_what_fits_and_says_why_the_rest_waits(cluster):
     assert wb["fairShareAfter"]["gpu"] >= wb["fairShareBefore"]["gpu"]
     assert answer["workloads"][started] == Workload.objects.get(name=started).pk
     # two nodes start both wb jobs; wc still waits for its limit whatever is added
-    two = engine_io.preview_scale_up(count=2, node={"gpus": 4, "gpu_memory_mib": 81920, "cpu_millis": 64000,
+    two = whatif.preview_scale_up(count=2, node={"gpus": 4, "gpu_memory_mib": 81920, "cpu_millis": 64000,
                                                     "memory_bytes": 2**39, "labels": {"pool": "a100"}})
     assert sorted(two["starts"]) == ["wb-four", "wb-two"] and two["jobs"]["wc-over"]["placedAfter"] == 0
     # nothing was stored
@@ -89,14 +90,14 @@ def test_bad_requests_name_the_field(cluster):
     ]
     for kwargs, field in cases:
         if field is None:
-            engine_io.preview_scale_up(**kwargs)
+            whatif.preview_scale_up(**kwargs)
             continue
         with pytest.raises(ApplicationError) as exc:
-            engine_io.preview_scale_up(**kwargs)
+            whatif.preview_scale_up(**kwargs)
         assert field in exc.value.extra, (kwargs, exc.value.extra)
     node_upsert(name="scale-up-1", gpus=1)
     with pytest.raises(ApplicationError) as exc:
-        engine_io.preview_scale_up(count=2, like="gpu-a")
+        whatif.preview_scale_up(count=2, like="gpu-a")
     assert "name_prefix" in exc.value.extra
 
 
@@ -165,10 +166,10 @@ def test_the_preview_equals_the_cycle_run_after_adding_the_nodes(seed, count):
     of them, and the real thing: add the nodes, run the cycle with the same clock.  Placements,
     evictions and fair shares must be the same."""
     now = timezone.now()
-    engine_io.import_scenario(generate(nodes=16, jobs=160, queues=10, seed=seed, fill=0.9), now=now)
+    import_scenario(generate(nodes=16, jobs=160, queues=10, seed=seed, fill=0.9), now=now)
     assert cycle_run(trigger="test", now=now).status == CycleStatus.APPLIED
     like = Node.objects.filter(ready=True, unschedulable=False).order_by("-gpus", "name").first()
-    answer = engine_io.preview_scale_up(count=count, like=like.name, now=now)
+    answer = whatif.preview_scale_up(count=count, like=like.name, now=now)
     assert answer["starts"], "the generated cluster must have work the new nodes start"
     shape = answer["node"]
     for name in answer["nodesAdded"]:
@@ -205,12 +206,12 @@ def test_a_dra_node_as_the_shape_copies_its_devices_and_starts_a_claim_task():
                           "labels": {"pool": "gb200"}, "devices": {"gpu.nvidia.com": 4}})
     data["jobs"].append({"name": "dra-job", "queue": "wb", "createdMinutesAgo": 5,
                          "tasks": [{"claims": [{"deviceClass": "gpu.nvidia.com", "count": 4}]}] * 2})
-    engine_io.import_scenario(data)
+    import_scenario(data)
     cycle_run(trigger="test")
     assert Workload.objects.get(name="dra-job").status == "Pending"  # one node's devices for two tasks
-    answer = engine_io.preview_scale_up(count=1, like="gb-a")
+    answer = whatif.preview_scale_up(count=1, like="gb-a")
     assert answer["node"]["devices"] == {"gpu.nvidia.com": 4}
     assert "dra-job" in answer["starts"]
     with pytest.raises(Exception) as err:
-        engine_io.preview_scale_up(count=1, node={"gpus": 0, "devices": {"fpga.example.com": 1}})
+        whatif.preview_scale_up(count=1, node={"gpus": 0, "devices": {"fpga.example.com": 1}})
     assert "node.devices" in getattr(err.value, "extra", {})

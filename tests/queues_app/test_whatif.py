@@ -7,7 +7,8 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from queues_app.cycle import engine_io
+from queues_app.cycle import whatif
+from queues_app.cycle.scenario import import_scenario
 from queues_app.models import Queue, QueueResource, QuotaChange, Task
 
 pytestmark = pytest.mark.django_db
@@ -35,7 +36,7 @@ def scenario() -> dict:
 
 @pytest.fixture
 def cluster():
-    engine_io.import_scenario(scenario())
+    import_scenario(scenario())
     return {q.name: q for q in Queue.objects.filter(name__in=["wa", "wb"])}
 
 
@@ -46,7 +47,7 @@ def _gpu(answer, queue, key):
 def test_lowering_a_quota_shows_new_fair_shares_and_the_reclaim(cluster):
     wa = cluster["wa"]
     before_rows = list(QueueResource.objects.values_list("queue_id", "resource", "quota"))
-    answer = engine_io.preview_queue_edit(queue_id=wa.pk, resources={"gpu": {"quota": Decimal(4)}})
+    answer = whatif.preview_queue_edit(queue_id=wa.pk, resources={"gpu": {"quota": Decimal(4)}})
     assert answer["queue"] == "wa"
     assert _gpu(answer, "wa", "fairShareBefore") == 8 and _gpu(answer, "wb", "fairShareBefore") == 0
     assert _gpu(answer, "wb", "fairShareAfter") == 1 and _gpu(answer, "wa", "fairShareAfter") == 7
@@ -63,7 +64,7 @@ def test_lowering_a_quota_shows_new_fair_shares_and_the_reclaim(cluster):
 
 
 def test_an_edit_that_changes_nothing_previews_no_eviction(cluster):
-    answer = engine_io.preview_queue_edit(queue_id=cluster["wb"].pk, priority=50)
+    answer = whatif.preview_queue_edit(queue_id=cluster["wb"].pk, priority=50)
     assert answer["evictions"] == [] and answer["newEvictions"] == []
     assert _gpu(answer, "wb", "fairShareAfter") == _gpu(answer, "wb", "fairShareBefore") == 0
 
@@ -72,13 +73,13 @@ def test_bad_values_name_the_field(cluster):
     from queues_app.errors import ApplicationError
 
     with pytest.raises(ApplicationError) as exc:
-        engine_io.preview_queue_edit(queue_id=cluster["wa"].pk, resources={"gpu": {"quota": -5}})
+        whatif.preview_queue_edit(queue_id=cluster["wa"].pk, resources={"gpu": {"quota": -5}})
     assert "gpu.quota" in exc.value.extra
     with pytest.raises(ApplicationError) as exc:
-        engine_io.preview_queue_edit(queue_id=cluster["wa"].pk, resources={"gpu": {"bogus": 1}})
+        whatif.preview_queue_edit(queue_id=cluster["wa"].pk, resources={"gpu": {"bogus": 1}})
     assert "gpu.bogus" in exc.value.extra
     with pytest.raises(ApplicationError) as exc:
-        engine_io.preview_queue_edit(queue_id=10**9)
+        whatif.preview_queue_edit(queue_id=10**9)
     assert "queue" in exc.value.extra
 
 

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
-from queues_app.cycle.engine_io import ScenarioError, build_scenario_dict, build_snapshot
+from queues_app.cycle.engine_io import ScenarioError, build_scenario_dict, snapshot_from_dict
 
 
 def _json_object(text: str | None, option: str) -> dict[str, Any]:
@@ -56,9 +56,7 @@ class Command(BaseCommand):
         with transaction.atomic():
             data = build_scenario_dict(**kwargs)
         try:
-            from scheduler_engine.loader import load_dict
-
-            load_dict(json.loads(json.dumps(data)), source="export")  # never write a file the engine rejects
+            snapshot_from_dict(json.loads(json.dumps(data)), source="export")  # never write a file the engine rejects
         except ScenarioError as exc:
             raise CommandError(f"the live state is not a valid scenario: {exc}") from None
         target = options["file"]

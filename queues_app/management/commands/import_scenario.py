@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from queues_app.cycle.engine_io import ScenarioError, import_scenario
+from queues_app.cycle.engine_io import ScenarioError, load_scenario_file
+from queues_app.cycle.scenario import import_scenario
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Queue, Workload
 
@@ -19,13 +20,11 @@ class Command(BaseCommand):
                             help="import even if nodes/queues/workloads exist (names must not clash)")
 
     def handle(self, *args, **options):
-        from scheduler_engine.loader import load_scenario
-
         if not options["allow_nonempty"] and (Node.objects.exists() or Queue.objects.exists()
                                               or Workload.objects.exists()):
             raise CommandError("the database already holds nodes/queues/workloads; use --allow-nonempty")
         try:
-            snapshot = load_scenario(options["file"])
+            snapshot = load_scenario_file(options["file"])
             import_scenario(snapshot)
         except ScenarioError as exc:
             raise CommandError(str(exc)) from None

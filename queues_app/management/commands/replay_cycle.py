@@ -15,7 +15,7 @@ import sys
 import yaml
 from django.core.management.base import BaseCommand, CommandError
 
-from queues_app.cycle import engine_io
+from queues_app.cycle import replay as cycle_replay
 from queues_app.models import SchedulingCycle
 
 
@@ -34,7 +34,7 @@ class Command(BaseCommand):
         if not row["scenario_gz"]:
             raise CommandError(f"cycle {cid}: no scenario recorded (status {row['status']}; only cycles that "
                                f"computed and applied record one)")
-        outcome = engine_io.replay_recorded_cycle(scenario_gz=row["scenario_gz"], decisions_gz=row["decisions_gz"])
+        outcome = cycle_replay.replay_recorded_cycle(scenario_gz=row["scenario_gz"], decisions_gz=row["decisions_gz"])
         out = options.get("output")
         if out:
             text = (yaml.safe_dump(outcome.scenario, sort_keys=False) if out.endswith((".yaml", ".yml"))

@@ -20,6 +20,9 @@ The operators' console must stay usable on a big installation (issue 19: no admi
 
 Numbers depend on the machine (2 shared cores here): the CPU seconds column is this process
 only (the PostgreSQL server's own work is in the wall time).  ``--json FILE`` keeps the report.
+
+It lives in fairshare_app because it fills both apps' tables: fairshare_app depends on queues_app,
+never the reverse.
 """
 from __future__ import annotations
 
@@ -271,7 +274,7 @@ class Builder:
 
     def statuses(self, queues: list) -> None:
         from queues_app.models import Queue, QueueStatus, Workload
-        from queues_app.cycle.apply import allocation_by_queue
+        from queues_app.cycle.rollup import allocation_by_queue
 
         parents = dict(Queue.objects.values_list("id", "parent_id"))
         alloc = allocation_by_queue(parents)
