@@ -267,7 +267,7 @@ def check_invariants(*, expected_workload_ids: Iterable[int] | None = None,
             if name == "I6.pipelined" and getattr(settings, "KAI_CLUSTER_MODE", "embedded") == "kubernetes":
                 # the reconciler deletes a released pod's task row between two cycles (nothing
                 # left to see that a release was confirmed); the cycle checks its own decisions
-                # before applying them (cycle_apply._pipelined_problems)
+                # before applying them (queues_app.cycle.apply._pipelined_problems)
                 continue
             message, sql, params = checks[name]
             rows = _rows(sql, params)

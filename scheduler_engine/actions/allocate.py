@@ -28,7 +28,7 @@ import numpy as np
 from .. import subgroups
 from ..ordering import JobQueue, next_tasks_to_allocate, task_order
 from ..plugins.nodeplacement import ShapeIndex, node_keys, placement_strategy
-from ..plugins.topology import allocation_domains
+from ..plugins.topology import allocation_domains, preferred_tiers
 from ..result import PENDING_GANG, Reason, reason_category
 from ..snapshot import CPU, GPU, MEM, TaskState
 from ..state import EPS, CycleState, fmt_amount
@@ -431,12 +431,15 @@ class Allocator:
         candidates, why_none = allocation_domains(s, j, tasks, required, preferred)
         if not candidates:
             raise _Fail(why_none)
+        # KAI's topology node score (plugins/topology calculateNodeScores): with a preferred level,
+        # nodes are tried domain tier by domain tier, the roomiest domain first
+        tiers = preferred_tiers(s, preferred, None, tasks) if preferred else None
         last = None
         last_msg = ""
         for desc, mask in candidates:
             cp = s.checkpoint()
             try:
-                self.place_tasks(j, tasks, mask)
+                self.place_tasks(j, tasks, mask, tiers=tiers)
                 return
             except _Fail as f:
                 s.rollback(cp)
@@ -512,17 +515,38 @@ class Allocator:
         return f"subgroup {name} needs {len(ts)}, {best} fit{where}" + (f": {why}" if why else "")
 
     # ------------------------------------------------------------------ tasks -> nodes
-    def place_tasks(self, j: int, tasks: list[int], within: np.ndarray | None) -> None:
-        """Place every task (in order) or raise ``_Fail``; the caller rolls back."""
+    def place_tasks(self, j: int, tasks: list[int], within: np.ndarray | None,
+                    tiers: list[np.ndarray] | None = None) -> None:
+        """Place every task (in order) or raise ``_Fail``; the caller rolls back. ``tiers``
+        (:func:`~scheduler_engine.plugins.topology.preferred_tiers`): node sets tried in turn for
+        each task, inside ``within``."""
         gang = len(tasks) > 1
+        if tiers is not None:
+            tiers = [m if within is None else (m & within) for m in tiers]
+            tiers = [m for m in tiers if m.any()]
+            if len(tiers) <= 1:
+                tiers = None  # one domain (or none): the plain node order
         for i, t in enumerate(tasks):
             try:
-                self.place_task(j, t, within, check_queue=gang)
+                if tiers is None:
+                    self.place_task(j, t, within, check_queue=gang)
+                else:
+                    self._place_tiered(j, t, tiers, gang)
             except _Fail as f:
                 if gang:
                     raise _Fail(Reason.wrap(f"gang of {len(tasks)} needs {len(tasks)} tasks placed together; "
                                             f"only {i} fit: {f.message}", f.message)) from None
                 raise
+
+    def _place_tiered(self, j: int, t: int, tiers: list[np.ndarray], check_queue: bool) -> None:
+        first = None
+        for m in tiers:
+            try:
+                self.place_task(j, t, m, check_queue=check_queue)
+                return
+            except _Fail as f:
+                first = first or f
+        raise first
 
     def node_order(self, t: int, cand: np.ndarray, idle_ok: np.ndarray) -> np.ndarray:
         """Candidate node indices in placement order (see :func:`node_keys`); ties by node index."""

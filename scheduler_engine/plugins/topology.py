@@ -2,11 +2,19 @@
 
 A job with a required topology label places all tasks of an attempt inside one domain of that
 label (nodes sharing its value); a preferred label is tried domain by domain before falling back.
-:func:`allocation_domains` gives the node sets allocate tries, in order, with the domains that
-cannot hold the job's total request left out; :func:`simulation_domains` gives those a victim
-simulation tries.
+
+One ranking for real and simulated placement, as in KAI, where allocate and the victim solvers
+both reach the plugin's ``subSetNodesFn`` through ``common.AllocateJob``: :func:`allocation_domains`
+gives the node sets to try, domains ranked by :func:`rank_domains` (KAI ``sortTree`` /
+``getJobRatioToFreeResources``: the job's dominant request-to-free ratio, highest first, then the
+domain name; domains the job cannot fit, ratio above 1, left out as ``checkJobDomainFit`` does).
+:func:`preferred_tiers` is KAI's topology node score (``calculateNodeScores``): when the tasks of
+a job with a preferred level are spread over several domains of that level (the preference cannot
+be met), its nodes are tried domain tier by domain tier.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -58,9 +66,21 @@ def allocation_domains(state: CycleState, j: int, tasks: list[int], required: st
     return out, ""
 
 
-def _fitting_domains(state: CycleState, label: str, within: np.ndarray | None, total: np.ndarray,
-                     allowed: set | None) -> list[tuple[str, np.ndarray]]:
-    """Domains of ``label`` (node masks) that can hold ``total``, most packed first."""
+def _domain_ratio(state: CycleState, ns_a: np.ndarray, total: np.ndarray) -> float:
+    """KAI ``getJobRatioToFreeResources``: the largest request / (free + releasing) over the
+    resources the job requests (1000 where the domain has none); whole GPU devices."""
+    s = state
+    free = (s.node_idle[ns_a] + s.node_releasing[ns_a]).sum(axis=0)
+    if s.G:
+        free[GPU] = float(((s.dev_free[ns_a] + s.dev_rel[ns_a] >= 1 - EPS) & s.dev_valid[ns_a]).sum())
+    ratio = 0.0
+    for r in range(3):
+        if total[r] > EPS:
+            ratio = max(ratio, total[r] / free[r] if free[r] > 0 else 1000.0)
+    return ratio
+
+
+def _groups(state: CycleState, label: str, within: np.ndarray | None, allowed: set | None) -> dict[str, list[int]]:
     s = state
     values = s.label_values(label)
     groups: dict[str, list[int]] = {}
@@ -70,44 +90,59 @@ def _fitting_domains(state: CycleState, label: str, within: np.ndarray | None, t
         if allowed is not None and v not in allowed:
             continue
         groups.setdefault(v, []).append(n)
+    return groups
+
+
+def rank_domains(state: CycleState, label: str, within: np.ndarray | None, total: np.ndarray,
+                 allowed: set | None = None, fitting: bool = True) -> list[tuple[str, np.ndarray, float]]:
+    """Domains of ``label`` (``(value, node mask, ratio)``), most packed first (KAI ``sortTree``:
+    highest job-to-free ratio first, ties by domain name); with ``fitting`` those the job cannot
+    fit (ratio above 1) are left out. The one ranking of real and simulated placement."""
+    s = state
     scored = []
-    for v, ns in groups.items():
+    for v, ns in _groups(s, label, within, allowed).items():
         ns_a = np.asarray(ns)
-        free = (s.node_idle[ns_a] + s.node_releasing[ns_a]).sum(axis=0)
-        if s.G:
-            free[GPU] = float(((s.dev_free[ns_a] + s.dev_rel[ns_a] >= 1 - EPS) & s.dev_valid[ns_a]).sum())
-        ratio = 0.0
-        for r in range(3):
-            if total[r] > EPS:
-                ratio = max(ratio, total[r] / free[r] if free[r] > 0 else 1000.0)
-        if ratio > 1.0 + EPS:
+        ratio = _domain_ratio(s, ns_a, total)
+        if fitting and ratio > 1.0 + EPS:
             continue
         mask = np.zeros(s.N, dtype=bool)
         mask[ns_a] = True
         scored.append((-ratio, v, mask))
     scored.sort(key=lambda x: (x[0], x[1]))
-    return [(v, mask) for _, v, mask in scored]
+    return [(v, mask, -r) for r, v, mask in scored]
 
 
-def simulation_domains(state: CycleState, placement: dict, label: str, within, tasks) -> list[np.ndarray]:
-    """Domains of ``label`` (node masks) for a simulated placement, inside ``within`` if given:
-    binpack = least available (free plus releasing, on GPU for a GPU job, else CPU) first, spread =
-    most available first; ties by domain value."""
+def _fitting_domains(state: CycleState, label: str, within: np.ndarray | None, total: np.ndarray,
+                     allowed: set | None) -> list[tuple[str, np.ndarray]]:
+    """Domains of ``label`` (node masks) that can hold ``total``, most packed first."""
+    return [(v, mask) for v, mask, _ in rank_domains(state, label, within, total, allowed)]
+
+
+def preferred_tiers(state: CycleState, label: str, within: np.ndarray | None, tasks) -> list[np.ndarray]:
+    """Node masks in the order KAI's topology node score tries them (``calculateNodeScores``).
+
+    Every domain of the preferred ``label`` (inside ``within``) in :func:`rank_domains` order, fitting
+    or not, scores ``floor((i + 1) / count * 10)``: the domain with the most room for the job scores
+    highest, and that score (``scores.Topology``) outweighs every other node score. So tasks that
+    cannot share one domain fill the roomiest domain first, then the next. Domains with equal scores
+    form one tier (ordered inside by the usual node order); nodes without the label come last."""
     s = state
-    values = s.label_values(label)
-    groups: dict[str, list[int]] = {}
-    for n, v in enumerate(values):
-        if v is None or not s.node_schedulable[n] or (within is not None and not within[n]):
-            continue
-        groups.setdefault(v, []).append(n)
-    gpu_job = bool(s.task_request[list(tasks), GPU].sum() > 0 or s.task_gpu_memory[list(tasks)].sum() > 0)
-    col = GPU if gpu_job else CPU
-    spread = placement.get("gpu" if gpu_job else "cpu", "binpack") == "spread"
-    out = []
-    for v, ns in sorted(groups.items()):
-        mask = np.zeros(s.N, dtype=bool)
-        mask[ns] = True
-        avail = float((s.node_idle[ns, col] + s.node_releasing[ns, col]).sum())
-        out.append((-avail if spread else avail, mask))
-    out.sort(key=lambda x: x[0])
-    return [m for _, m in out]
+    total = s.task_order_req[list(tasks)].sum(axis=0)
+    ranked = rank_domains(s, label, within, total, fitting=False)
+    if not ranked:
+        return []
+    tiers: dict[int, np.ndarray] = {}
+    count = len(ranked)
+    for i, (_v, mask, _r) in enumerate(ranked):
+        score = int(math.floor((i + 1) / count * 10 + 1e-9))
+        if score in tiers:
+            tiers[score] |= mask
+        else:
+            tiers[score] = mask.copy()
+    out = [tiers[k] for k in sorted(tiers, reverse=True)]
+    rest = s.node_schedulable.copy() if within is None else (s.node_schedulable & within)
+    for m in out:
+        rest &= ~m
+    if rest.any():
+        out.append(rest)
+    return out

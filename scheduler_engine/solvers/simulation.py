@@ -30,7 +30,7 @@ import numpy as np
 from .. import subgroups
 from ..ordering import _QueueProfile, _profile_less, job_order_key, task_order
 from ..plugins.nodeplacement import ShapeIndex, node_key_one, node_keys, placement_strategy
-from ..plugins.topology import simulation_domains
+from ..plugins.topology import allocation_domains, preferred_tiers
 from ..snapshot import GPU, NRES, TaskState
 from ..state import EPS, CycleState
 
@@ -95,8 +95,9 @@ class Placer:
     """Pipelined-only, all-or-nothing placement used inside victim simulations.
 
     Node order: binpack = least available (free plus releasing) first, spread = most available
-    first, on GPU for GPU tasks and on CPU otherwise; ties by node index. A required topology
-    restricts all tasks of the attempt to one domain of the label (tightest domain first).
+    first, on GPU for GPU tasks and on CPU otherwise; ties by node index. Topology domains and the
+    preferred-level node tiers come from the same functions as a real placement
+    (``plugins.topology.allocation_domains`` / ``preferred_tiers``: one ranking, as in KAI).
 
     ``use_index = False``: every task scans all nodes in placement order instead of taking the first
     node from the per-shape index (same decisions, slower; the tests compare the two).
@@ -155,27 +156,28 @@ class Placer:
             return self._place_tree(j, tasks)
         required = s.jobs.topology_required[j]
         preferred = s.jobs.topology_preferred[j]
-        if required:
-            for mask in simulation_domains(s, self.placement, required, None, tasks):
-                if self._place_preferred(j, tasks, mask, preferred):
-                    return True
-            return False
-        return self._place_preferred(j, tasks, None, preferred)
+        if not required and not preferred:
+            return self._place_all(j, tasks, None)
+        # the same domains, in the same order, as a real placement (allocation_domains), and the
+        # same preferred-level node tiers (KAI: both go through the topology plugin)
+        candidates, _why = allocation_domains(s, j, list(tasks), required, preferred)
+        tiers = preferred_tiers(s, preferred, None, tasks) if preferred else None
+        for _desc, mask in candidates:
+            if self._place_all(j, tasks, mask, tiers):
+                return True
+        return False
 
     def _place_tree(self, j: int, tasks: Sequence[int]) -> bool:
         """A job with subgroups: member by member, each subgroup in one domain of its topology level
         inside its parent's (:func:`scheduler_engine.subgroups.place_tree`), every task pipelined."""
         s = self.state
-        placement = self.placement
 
         def domains(tr, i, ts, within):
             req, pref = tr.topo[i]
-            out = []
-            for rmask in (simulation_domains(s, placement, req, within, ts) if req else [within]):
-                if pref:
-                    out.extend(("", m) for m in simulation_domains(s, placement, pref, rmask, ts))
-                out.append(("", rmask))
-            return out, ""
+            if not req and not pref:
+                return [("", within)], ""
+            active = [t for t in tr.subtree_tasks(i) if s.task_state[t] in (_BIND, _PIPE, _RUN)]
+            return allocation_domains(s, j, list(ts), req, pref, within=within, active=active)
 
         def place_leaf(i, ts, within):
             ts = task_order(s, ts) if len(ts) > 1 else list(ts)
@@ -187,18 +189,20 @@ class Placer:
             return False
         return True
 
-    def _place_preferred(self, j, tasks, within, preferred) -> bool:
-        if preferred:
-            for mask in simulation_domains(self.state, self.placement, preferred, within, tasks):
-                if self._place_all(j, tasks, mask):
-                    return True
-        return self._place_all(j, tasks, within)
-
-    def _place_all(self, j: int, tasks: Sequence[int], within) -> bool:
+    def _place_all(self, j: int, tasks: Sequence[int], within, tiers=None) -> bool:
         s = self.state
+        if tiers is not None:
+            tiers = [m if within is None else (m & within) for m in tiers]
+            tiers = [m for m in tiers if m.any()]
+            if len(tiers) <= 1:
+                tiers = None
         cp = s.checkpoint()
         for t in tasks:
-            if not self._place_one(j, t, within):
+            if tiers is None:
+                ok = self._place_one(j, t, within)
+            else:
+                ok = any(self._place_one(j, t, m) for m in tiers)
+            if not ok:
                 self.rollback(cp)
                 return False
         return True
