@@ -13,6 +13,12 @@ instead of reductions whose order numba may change, int64 indices, no out-of-ran
 
 * :mod:`.gpu_fit`: the idle-GPU filter's best-fit packing of a beneficiary's GPU tasks.
 * :mod:`.victim_keys`: rules 1-6 of the victim order per queue and the per-parent winner search.
+* :mod:`.node_index`: the per-shape node index (fit + placement key of changed nodes, lazy heap).
+* :mod:`.warm`: compile (or load) every kernel ahead of the first cycle.
+
+Layout for what is still Python: per-node arrays are (N, ...) with devices in (N, G) rows (DRA
+devices and subgroup trees keep their Python paths, e.g. the node index's generic update for tasks
+with claims); queue arrays are (Q, ...) with the tree as CSR children and padded path rows.
 """
 from __future__ import annotations
 
