@@ -27,8 +27,8 @@ from fairshare_app.models import (
     UsageRecord,
 )
 from fairshare_app.services.settings import fairshare_settings_get
-from fairshare_app.usage import decayed_usage
-from fairshare_app.windows import period_bounds, reset_start
+from fairshare_app.usage import MAX_HALF_LIVES, _weight_expr, decayed_usage
+from fairshare_app.windows import period_bounds, reset_start, window_start
 from queues_app.choices import TASK_STATES_HOLDING
 from queues_app.errors import ApplicationError
 from queues_app.models import Queue, QueueResource, QueueStatus, Task, Tenant
@@ -514,10 +514,6 @@ def sshare_rows(*, tenant: Tenant | None, now: datetime | None = None, algorithm
 
 def _billing_by_queue_user(*, now: datetime, since: datetime | None, half_life_s: float,
                            weights: tuple[float, float, float]) -> dict[tuple[int, str], float]:
-    from fairshare_app.usage import _weight_expr
-
-    from fairshare_app.usage import MAX_HALF_LIVES
-
     qs = UsageRecord.objects.filter(queue__isnull=False, interval__end__lte=now)
     if since is not None:
         qs = qs.filter(interval__start__gte=since)
@@ -533,7 +529,6 @@ def queue_usage_now(*, tenant: Tenant | None, now: datetime | None = None) -> di
     """Normalised usage recomputed right now (not the cached value), for the API and admin."""
     cfg = fairshare_settings_get()
     now = now or db_now()
-    from fairshare_app.windows import window_start
 
     sums = decayed_usage(now=now, window_start=window_start(cfg, now), half_life_s=cfg.half_life.total_seconds())
     parents = dict(Queue.objects.values_list("id", "parent_id"))

@@ -8,13 +8,12 @@ a duplicate is a no-op (see ``usage_account``).
 from __future__ import annotations
 
 from celery import shared_task
+from fairshare_app.services.accounting import usage_account
+from fairshare_app.services.compaction import usage_compact
 
 
 @shared_task(name="fairshare_app.tasks.account_usage", ignore_result=True)
 def account_usage() -> dict:
-    from fairshare_app.services.accounting import usage_account
-    from fairshare_app.services.compaction import usage_compact
-
     result = usage_account()
     compacted = usage_compact()
     return {"status": result.status, "intervals": result.intervals, "compacted": compacted}

@@ -27,6 +27,7 @@ class KaiAdminSite(admin.AdminSite):
         return extra + super().get_urls()
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # imported here: this module is loaded with INSTALLED_APPS, before the models it needs exist
         from queues_app.admin_dashboard import dashboard_data
 
         context = {

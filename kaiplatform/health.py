@@ -10,6 +10,7 @@ import time
 
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
+from kaiplatform.celery import app
 
 
 def check_database() -> tuple[bool, str]:
@@ -23,8 +24,6 @@ def check_database() -> tuple[bool, str]:
 
 
 def check_broker(timeout: float = 3.0) -> tuple[bool, str]:
-    from kaiplatform.celery import app
-
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=timeout)

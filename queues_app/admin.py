@@ -18,9 +18,9 @@ from django.utils.html import format_html, format_html_join
 
 from queues_app import admin_devices, quantities, selectors  # admin_devices also registers DeviceClassAdmin
 from queues_app.admin_mixins import ServiceErrorsMixin
-from queues_app.cycle import engine_io
 from queues_app.admin_whatif import ScaleUpAdminMixin, WhatIfAdminMixin
 from queues_app.choices import TASK_STATES_HOLDING
+from queues_app.cycle import engine_io
 from queues_app.errors import ApplicationError
 from queues_app.models import (
     Heartbeat,
@@ -36,6 +36,7 @@ from queues_app.models import (
     Tenant,
     Workload,
 )
+from queues_app.selectors_api import workload_why
 from queues_app.services import (
     node_delete,
     node_set_schedulable,
@@ -644,8 +645,6 @@ class WorkloadAdmin(ServiceErrorsMixin, admin.ModelAdmin):
     # ---- the "why" panel: the same answer as the API's GET /workloads/<id>/why/
     def _why(self, obj: Workload) -> dict[str, Any]:
         if not hasattr(obj, "_why_cache"):
-            from queues_app.selectors_api import workload_why
-
             obj._why_cache = workload_why(tenant=None, workload=obj, limit=10)
         return obj._why_cache
 

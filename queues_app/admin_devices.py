@@ -13,7 +13,9 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from queues_app.admin_mixins import ServiceErrorsMixin
+from queues_app.cycle import engine_io
 from queues_app.models import DeviceClass, Node, Workload
+from queues_app.services.devices import device_class_delete, device_class_upsert
 
 
 @admin.register(DeviceClass)
@@ -30,8 +32,6 @@ class DeviceClassAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         return obj.counts_as_gpu
 
     def save_model(self, request: HttpRequest, obj: DeviceClass, form: Any, change: bool) -> None:
-        from queues_app.services.devices import device_class_upsert
-
         saved, _ = device_class_upsert(name=form.cleaned_data.get("name", obj.name),
                                        counts_as=form.cleaned_data.get("counts_as", ""),
                                        description=form.cleaned_data.get("description", ""))
@@ -39,13 +39,9 @@ class DeviceClassAdmin(ServiceErrorsMixin, admin.ModelAdmin):
         obj.refresh_from_db()
 
     def delete_model(self, request: HttpRequest, obj: DeviceClass) -> None:
-        from queues_app.services.devices import device_class_delete
-
         device_class_delete(device_class=obj)
 
     def delete_queryset(self, request: HttpRequest, queryset) -> None:
-        from queues_app.services.devices import device_class_delete
-
         for dc in queryset:
             device_class_delete(device_class=dc)
 
@@ -57,8 +53,6 @@ def devices_summary(obj: Node) -> str:
 
 def sub_group_tree(obj: Workload) -> str:
     """The workload's subgroup tree as an indented table: placed / required and satisfied."""
-    from queues_app.cycle import engine_io
-
     rows = engine_io.sub_group_status(obj) if obj and obj.pk else []
     if not rows:
         return "-"

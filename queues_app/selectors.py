@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Prefetch, Q, QuerySet
 
-from queues_app.choices import TASK_STATES_HOLDING
+from queues_app.choices import TASK_STATES_HOLDING, TaskState
 from queues_app.filters import NodeFilter, QueueFilter, TaskFilter, WorkloadFilter, apply_filterset
 from queues_app.models import (
     Node,
@@ -26,6 +26,7 @@ from queues_app.models import (
     Tenant,
     Workload,
 )
+from queues_app.quantities import queue_amount
 
 # ----------------------------------------------------------------------------- tenants
 
@@ -160,8 +161,6 @@ def quota_overcommit(*, tenant: Tenant | None, parent_ids: Iterable[int] | None 
     not every child gets its quota), so this is a warning shown next to the edit, never a
     refusal.  ``parent_ids`` limits the answer to those parents; two queries.
     """
-    from queues_app.quantities import queue_amount
-
     if tenant is not None:
         return {}  # a tenant sees leaf queues only; its parent's warning would describe sibling queues
     queues = list(Queue.objects.values_list("id", "parent_id", "name"))
@@ -220,7 +219,6 @@ def node_gpu_holdings(*, tenant: Tenant | None) -> dict[int, dict[str, float]]:
     from django.db.models import Count, Q, Sum
     from django.db.models.fields.json import KT
 
-    from queues_app.choices import TaskState
 
     group = {TaskState.RUNNING: "in_use", TaskState.BINDING: "in_use", TaskState.RELEASING: "releasing",
              TaskState.STUCK_RELEASING: "releasing", TaskState.PIPELINED: "pipelined"}

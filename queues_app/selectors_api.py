@@ -12,9 +12,8 @@ from typing import Any, Iterable
 from django.db.models import Count, Q, QuerySet
 
 from queues_app import selectors
-from queues_app.cycle import engine_io
-from queues_app.cycle import usage as usage_provider
 from queues_app.choices import WORKLOAD_STATUSES_STARTED, PendingCategory, WorkloadStatus
+from queues_app.cycle import engine_io, usage as usage_provider
 from queues_app.models import Queue, SchedulingEvent, Tenant, Workload
 
 #: Event reasons that explain an eviction (the engine's and the cycle's names).

@@ -15,7 +15,9 @@ from celery import shared_task
 from celery.signals import task_revoked
 
 from queues_app.cycle.config import cycle_config
-from queues_app.kube.outbox import KUBE_DISPATCH_TASK
+from queues_app.cycle.run import cycle_record_skipped, cycle_run
+from queues_app.kube.autoscale import kube_scale_adjust as adjust
+from queues_app.kube.outbox import KUBE_DISPATCH_TASK, kube_dispatch_due
 
 logger = logging.getLogger("queues_app.tasks")
 
@@ -27,8 +29,6 @@ _cfg = cycle_config()
              time_limit=_cfg.time_limit, acks_late=False)
 def scheduling_cycle(trigger: str = "beat") -> dict:
     """One scheduling cycle (single-flight: extra concurrent triggers are skipped)."""
-    from queues_app.cycle.run import cycle_run
-
     outcome = cycle_run(trigger=str(trigger)[:64])
     return {"status": outcome.status, "cycle": outcome.cycle_id, "generation": outcome.generation}
 
@@ -40,8 +40,6 @@ def _record_expired_trigger(sender=None, request=None, terminated=None, signum=N
     if name != CYCLE_TASK:
         return
     try:
-        from queues_app.cycle.run import cycle_record_skipped
-
         kwargs = getattr(request, "kwargs", None) or {}
         trigger = str(kwargs.get("trigger", "beat"))
         cycle_record_skipped(trigger=trigger, reason="expired before a worker ran it" if expired else "revoked")
@@ -76,7 +74,6 @@ def kube_dispatch(limit: int = 500) -> dict:
 
     if getattr(settings, "KAI_CLUSTER_MODE", "embedded") != "kubernetes":
         return {"status": "off"}
-    from queues_app.kube.outbox import kube_dispatch_due
 
     report = kube_dispatch_due(limit=int(limit))
     return {"status": report.status, "done": report.done, "failed": report.failed, "retried": report.retried}
@@ -90,8 +87,6 @@ def kube_scale_adjust() -> dict:
     """Reconcile the utility pods that show GPU-sharing demand to cluster autoscalers (kubernetes
     mode with ``KAI_AUTOSCALE_ENABLED``; beat entry ``kube-scale-adjust``).  Single-flight through
     a database lease; no autoretry (the next beat reconciles again)."""
-    from queues_app.kube.autoscale import kube_scale_adjust as adjust
-
     report = adjust()
     return {"status": report.status, "wanted": report.wanted, "created": len(report.created),
             "deleted": len(report.deleted), "errors": len(report.errors)}

@@ -6,6 +6,7 @@ checks (rightly) fail on an undocumented 400 or 404.  Every error body is ``Erro
 from __future__ import annotations
 
 from drf_spectacular.openapi import AutoSchema
+from queues_app.api.serializers import ErrorSerializer
 
 ERROR_DESCRIPTIONS = {
     "400": "Invalid input; `extra` names each field with its reasons.",
@@ -21,7 +22,6 @@ ERROR_DESCRIPTIONS = {
 class KaiAutoSchema(AutoSchema):
     def _get_response_bodies(self, direction="response"):
         responses = super()._get_response_bodies(direction)
-        from queues_app.api.serializers import ErrorSerializer
 
         codes = ["400", "401", "403", "404", "429"]
         if self.method in ("POST", "PUT", "PATCH"):

@@ -21,6 +21,7 @@ from rest_framework import serializers
 
 from queues_app import constants, selectors
 from queues_app.choices import PendingCategory, Resource
+from queues_app.cycle import engine_io
 
 name_validator = RegexValidator(constants.NAME_REGEX, "Use letters, digits, '-', '_' or '.', starting and ending "
                                                       "with a letter or digit.")
@@ -230,8 +231,6 @@ class WorkloadCreateInputSerializer(StrictSerializer):
         ``gpu_memory_mib`` but not both, Kubernetes label keys, the subgroup tree, claims of declared
         device classes, ...), the same check the service,
         the admin and the cycle apply: what this accepts, the engine schedules."""
-        from queues_app.cycle import engine_io
-
         def seconds(key: str) -> timedelta | None:
             return None if attrs.get(key) is None else timedelta(seconds=attrs[key])
 
@@ -314,8 +313,6 @@ class WorkloadDetailOutputSerializer(WorkloadOutputSerializer):
 
     @extend_schema_field(SubGroupStatusSerializer(many=True))
     def get_sub_groups(self, obj) -> list[dict[str, Any]]:
-        from queues_app.cycle import engine_io
-
         return SubGroupStatusSerializer(engine_io.sub_group_status(obj), many=True).data
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
+from queues_app.api.permissions import caller_of
 
 
 class _SettingsRate(SimpleRateThrottle):
@@ -22,8 +23,6 @@ class TenantRateThrottle(_SettingsRate):
     scope = "tenant"
 
     def get_cache_key(self, request, view):
-        from queues_app.api.permissions import caller_of
-
         user = request.user
         if not getattr(user, "is_authenticated", False):
             self.scope = "anon"
@@ -46,7 +45,6 @@ class SubmitRateThrottle(_SettingsRate):
     def get_cache_key(self, request, view):
         if request.method != "POST":
             return None
-        from queues_app.api.permissions import caller_of
 
         caller = caller_of(request, required=False)
         if caller is None:

@@ -21,7 +21,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from queues_app import selectors, selectors_api, services
-from queues_app.cycle import engine_io
 from queues_app.api import serializers as s
 from queues_app.api.pagination import PageNumberPagination
 from queues_app.api.permissions import (
@@ -32,6 +31,7 @@ from queues_app.api.permissions import (
     caller_of,
 )
 from queues_app.api.throttling import SubmitRateThrottle, TenantRateThrottle
+from queues_app.cycle import engine_io
 from queues_app.errors import ApplicationError
 from queues_app.filters import NodeFilter, QueueFilter, WorkloadFilter
 from queues_app.services import api_support

@@ -21,9 +21,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from queues_app import constants
-from queues_app.cycle import whatif
 from queues_app.api import serializers as s
 from queues_app.api.permissions import IsOperator
+from queues_app.cycle import whatif
 from queues_app.models import Queue
 from queues_app.models.validators import name_validator
 

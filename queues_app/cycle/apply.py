@@ -31,18 +31,11 @@ from django.db import connection
 from django.db.models import Count
 
 from queues_app.choices import WORKLOAD_STATUSES_STARTED, PendingCategory, TaskState, WorkloadStatus
-from queues_app.errors import ApplicationError
-from queues_app.models import (
-    Node,
-    Queue,
-    QueueStatus,
-    SchedulingCycle,
-    SchedulingEvent,
-    Task,
-    Workload,
-)
 from queues_app.cycle.cluster import Confirmations
+from queues_app.cycle.engine_io import INVALID_PREFIX
 from queues_app.cycle.rollup import allocation_by_queue, roll_up, workload_status_of
+from queues_app.errors import ApplicationError
+from queues_app.models import Node, Queue, QueueStatus, SchedulingCycle, SchedulingEvent, Task, Workload
 
 EPS = 1e-6
 #: States in which a task holds its node's resources (invariant I1).
@@ -741,8 +734,6 @@ def write_quarantine_messages(quarantined: Mapping[int, str], *, now: datetime) 
     """``Workload.status_message`` = the quarantine reason (shown by the admin and the API) for
     the workloads the engine refused; cleared on active workloads no longer refused.  Not a
     version bump: nothing a cycle decides on changed."""
-    from queues_app.cycle.engine_io import INVALID_PREFIX
-
     stale = Workload.objects.filter(status__in=(WorkloadStatus.PENDING, WorkloadStatus.RUNNING,
                                                 WorkloadStatus.RELEASING),
                                     status_message__startswith=INVALID_PREFIX)

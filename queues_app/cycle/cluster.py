@@ -23,9 +23,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from queues_app.choices import TaskState, WorkloadStatus
-from queues_app.errors import ApplicationError
-from queues_app.models import Task, Workload
 from queues_app.cycle.rollup import allocation_by_queue, workload_status_of
+from queues_app.errors import ApplicationError
+from queues_app.models import Queue, QueueStatus, Task, Workload
 
 RELEASING_STATES = (TaskState.RELEASING, TaskState.STUCK_RELEASING)
 
@@ -197,8 +197,6 @@ def restate_queue_allocation(*, queue_ids: Iterable[int], now=None) -> None:
     ancestors from the tasks, as the cycle does (invariant I5): a Pending or deleted task does
     not mark its queue as changed, so the status must not wait for the next cycle.  The other
     status fields (fair share, counts) stay the cycle's."""
-    from queues_app.models import Queue, QueueStatus
-
     now = now or timezone.now()
     parents = dict(Queue.objects.values_list("id", "parent_id"))
     chain: set[int] = set()

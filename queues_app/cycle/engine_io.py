@@ -13,6 +13,12 @@ State mapping DB -> scenario: ``Binding`` exports as ``Running`` (the bind was i
 node is taken) and ``Pipelined`` as ``Pending`` without a node, exactly the rewrite the
 format defines between rounds.  Workloads are exported while active, or while a task still
 holds node resources (e.g. a cancelled workload whose pods are terminating).
+
+The engine's loader, units and snapshot are imported at the top; its cycle, actions, simulator and
+usage windows where they run: they load the numba kernels (~0.4 s), which a web process that only
+checks input against the engine contract never needs.  Besides that the boundary hands out engine
+names the rest of the cycle package uses (``Snapshot``, ``CPU`` ...), so no other module imports
+``scheduler_engine``.
 """
 from __future__ import annotations
 
@@ -32,14 +38,15 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from queues_app.cycle import usage as usage_provider
 from queues_app.choices import TASK_STATES_HOLDING, WORKLOAD_STATUSES_ACTIVE, PendingCategory, Resource, TaskState
+from queues_app.cycle import usage as usage_provider
 from queues_app.errors import ApplicationError
 from queues_app.models import DeviceClass, Node, Queue, QueueResource, SubGroup, Task, Workload
-from scheduler_engine import loader as engine_loader
-from scheduler_engine import units as engine_units
-from scheduler_engine.snapshot import CPU, GPU, MEM, Snapshot
-from scheduler_engine.snapshot import TaskState as EngineTaskState
+from scheduler_engine import loader as engine_loader, units as engine_units, usage as engine_usage
+from scheduler_engine.result import build_result
+from scheduler_engine.snapshot import CPU, GPU, MEM, Snapshot, TaskState as EngineTaskState
+from scheduler_engine.state import CycleState
+from scheduler_engine.subgroups import tree_status
 
 __all__ = [
     "CPU",
@@ -742,8 +749,6 @@ def sub_group_status(workload: Workload) -> list[dict[str, Any]]:
     """A workload's subgroup tree with what is placed and what is required, by the engine's rules:
     ``[{name, parent, depth, required, required_kind, placed, satisfied, topology_required}]`` in tree
     order (parents before children). Placed = Running, Binding or Pipelined tasks under it."""
-    from scheduler_engine.subgroups import tree_status
-
     groups = list(SubGroup.objects.filter(workload=workload).order_by("index", "id").values(
         "id", "name", "parent_id", "min_available", "min_sub_groups", "topology_required"))
     if not groups:
@@ -1014,8 +1019,6 @@ def dry_run_workload(*, submit: Any, now: datetime | None = None) -> dict[str, A
     Actions named in the config whose module is not available are skipped and listed.
     """
     from scheduler_engine.actions import get_action
-    from scheduler_engine.state import CycleState
-    from scheduler_engine.result import build_result
 
     holder: dict[str, Any] = {}
     try:
@@ -1071,16 +1074,12 @@ def usage_window_start(window_type: str, now: datetime, *, window_size: timedelt
                        tumbling_start: datetime | None = None, cron: str | None = None) -> datetime | None:
     """The engine's usage-window start (``scheduler_engine.usage.window_start``: sliding,
     tumbling, cron; exact-boundary rule of spec e.1); ``None`` = an empty window."""
-    from scheduler_engine import usage as engine_usage
-
     return engine_usage.window_start(window_type, now, window_size=window_size, tumbling_start=tumbling_start,
                                      cron=cron)
 
 
 def usage_period_reset(period: str, now: datetime) -> datetime | None:
     """Latest boundary of a Slurm ``PriorityUsageResetPeriod`` (``NONE`` -> None), engine rule."""
-    from scheduler_engine import usage as engine_usage
-
     return engine_usage.period_reset(period, now)
 
 

@@ -32,15 +32,13 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from queues_app.cycle import engine_io
-from queues_app.cycle import replay as cycle_replay
 from queues_app.choices import CycleStatus, PendingCategory, TaskState
-from queues_app.errors import ApplicationError
-from queues_app.models import SchedulerState, SchedulingCycle, SchedulingEvent, Task, Workload
-from queues_app.cycle import apply as cycle_apply
+from queues_app.cycle import apply as cycle_apply, engine_io, replay as cycle_replay
 from queues_app.cycle.cluster import cycle_confirmations, fold_into_input
 from queues_app.cycle.config import CycleConfig, cycle_config
 from queues_app.cycle.faults import fault_point
+from queues_app.errors import ApplicationError
+from queues_app.models import SchedulerState, SchedulingCycle, SchedulingEvent, Task, Workload
 
 logger = logging.getLogger("queues_app.cycle")
 
@@ -346,6 +344,7 @@ def _apply(*, plan: cycle_apply.Plan, snap: Snap, holder: str, trigger: str, sta
                                                        reason=engine_io.INVALID_REASON)
         cycle_apply.write_quarantine_messages(quarantine.workloads, now=apply_started)
         if cfg.cluster_mode == "kubernetes":  # the orders to the cluster commit with the decisions (issue #7)
+            # imported here: the outbox loads the kubernetes client, which the embedded mode never needs
             from queues_app.kube.outbox import kube_outbox_write
 
             kube_outbox_write(plan=plan, final=final, drops=drops, index=snap.index, cycle=cycle, now=apply_started,

@@ -44,10 +44,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from queues_app.errors import ApplicationError
-from queues_app.kube import calls as api
-from queues_app.kube import scaling
-from queues_app.models import KubeAutoscaleState
+from queues_app.kube import calls as api, scaling
+from queues_app.kube.client import kube_api_client
 from queues_app.kube.observed import kube_lease_acquire, kube_lease_holder, kube_lease_release
+from queues_app.models import KubeAutoscaleState
 
 logger = logging.getLogger("queues_app.kube.autoscale")
 
@@ -132,8 +132,6 @@ def kube_scale_adjust(*, api_client: Any = None, now: datetime | None = None) ->
     cooldown_from: datetime | None = None
     try:
         if owned:
-            from queues_app.kube.client import kube_api_client
-
             api_client = kube_api_client()
         core = k8s.CoreV1Api(api_client)
         timeout = float(settings.KAI_KUBE_REQUEST_TIMEOUT)

@@ -44,11 +44,11 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from queues_app import constants
-from queues_app.cycle import engine_io
 from queues_app.choices import TASK_STATES_TERMINAL, TaskState, WorkloadStatus
+from queues_app.cycle import engine_io
+from queues_app.cycle.cluster import cluster_confirm_bound, refresh_workload_statuses, restate_queue_allocation
 from queues_app.errors import ApplicationError
-from queues_app.kube import translate
-from queues_app.kube import observed_dra as kube_dra
+from queues_app.kube import observed_dra as kube_dra, translate
 from queues_app.models import (
     KubeLease,
     KubeNode,
@@ -64,7 +64,6 @@ from queues_app.models import (
     Workload,
 )
 from queues_app.services.common import validate
-from queues_app.cycle.cluster import refresh_workload_statuses, restate_queue_allocation
 from queues_app.services.nodes import NODE_FIELDS, node_delete, node_upsert
 
 logger = logging.getLogger(__name__)
@@ -185,8 +184,6 @@ def _follow(task: Task, status: translate.PodStatus, *, now: datetime) -> bool:
     node = Node.objects.filter(name=status.node_name).first() if status.node_name else None
     if (task.state == TaskState.BINDING and node is not None and task.node_id == node.id
             and status.phase not in (TaskState.SUCCEEDED, TaskState.FAILED)):
-        from queues_app.cycle.cluster import cluster_confirm_bound
-
         cluster_confirm_bound(task_ids=[task.id])
         task.refresh_from_db()
     target = _target(task.state, task.node_id, status, node)

@@ -39,7 +39,9 @@ from queues_app.models import (
     Task,
     Workload,
 )
-from queues_app.services.devices import claims_gpu_count, device_class_upsert, gpu_classes
+from queues_app.services.devices import claims_gpu_count, device_class_delete, device_class_upsert, gpu_classes
+from queues_app.services.nodes import node_upsert
+from queues_app.services.workloads import check_tree_and_claims, create_sub_groups, sub_group_specs
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +76,6 @@ def node_device_table(node_name: str, *, classes: Mapping[str, str] | None = Non
 def _refresh_node_devices(node_names: Iterable[str], *, skip: Iterable[str] = ()) -> None:
     """Set ``Node.devices`` of these nodes (rows known to the sync) from their slices (classes in
     ``skip`` count for nothing: a class being deleted)."""
-    from queues_app.services.nodes import node_upsert
-
     skip = set(skip)
     classes = {c.name: (c.driver or c.name) for c in DeviceClass.objects.all() if c.name not in skip}
     for name in sorted(set(n for n in node_names if n)):
@@ -113,8 +113,6 @@ def kube_device_class_observed(*, obj: Mapping[str, Any]) -> DeviceClass:
 def kube_device_class_gone(*, name: str) -> None:
     """A class deleted in the cluster: its devices leave the nodes; the row stays while tasks claim
     it (their pods cannot be scheduled, the engine says why), else it goes."""
-    from queues_app.services.devices import device_class_delete
-
     dc = DeviceClass.objects.filter(name=name).first()
     if dc is None:
         return
@@ -241,8 +239,6 @@ def apply_pod_group(workload: Workload, pg: KubePodGroup) -> None:
     """Give ``workload`` the gang of its PodGroup: a tree (subgroups, min_sub_groups, leaf of every
     task from its pod's label) or a flat gang (minMember). A tree the engine refuses is recorded as an
     event and the workload keeps its last good shape."""
-    from queues_app.services.workloads import check_tree_and_claims, create_sub_groups, sub_group_specs
-
     spec = pg.spec or {}
     tree_spec = spec.get("sub_groups") or []
     tasks = list(Task.objects.filter(workload=workload).select_related("node", "kube_pod").order_by("index"))

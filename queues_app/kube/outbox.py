@@ -61,24 +61,30 @@ from django.db.models import F
 from django.utils import timezone
 
 from queues_app.choices import TaskState
-from queues_app.kube import calls as api
+from queues_app.cycle.cluster import (
+    RELEASING_STATES,
+    _lock_tasks,
+    cluster_bind_failed,
+    cluster_mark_stuck_releasing,
+    refresh_workload_statuses,
+)
+from queues_app.cycle.config import cycle_config
+from queues_app.kube import calls as api, observed as kube_sync
+from queues_app.kube.client import kube_api_client
+from queues_app.kube.condition_rows import status_rows, wanted_conditions
+from queues_app.kube.conditions import condition_key, key_status, observed_key
+from queues_app.kube.observed import kube_lease_acquire, kube_lease_holder, kube_lease_release
+from queues_app.kube.observed_dra import node_device_table
 from queues_app.models import (
     KubeOutbox,
     KubeOutboxKind,
     KubeOutboxStatus,
     KubePod,
+    KubeResourceClaim,
     SchedulingCycle,
     SchedulingEvent,
     Task,
 )
-from queues_app.cycle.cluster import (
-    RELEASING_STATES,
-    _lock_tasks,
-    refresh_workload_statuses,
-    cluster_bind_failed,
-    cluster_mark_stuck_releasing,
-)
-from queues_app.kube.observed import kube_lease_acquire, kube_lease_holder, kube_lease_release
 
 logger = logging.getLogger("queues_app.kube.dispatch")
 
@@ -154,8 +160,6 @@ def kube_outbox_write(*, plan: Any, final: Mapping[int, str], drops: Mapping[int
     Tasks without a ``KubePod`` (not from the cluster) get no rows: there is nothing to act on.
     Returns the number of rows written; the dispatcher is enqueued after commit when > 0.
     """
-    from queues_app.kube.condition_rows import status_rows, wanted_conditions
-
     node_name = {v: k for k, v in index.node_id.items()}
     applied = {tid: w for tid, w in plan.writes.items()
                if w.decision is not None and tid not in drops and w.kind in ("bind", "evict")}
@@ -311,8 +315,6 @@ class _Run:
 
 
 def _sync():
-    from queues_app.kube import observed as kube_sync
-
     return kube_sync
 
 
@@ -591,9 +593,6 @@ def _allocate_claims(run: _Run, row: KubeOutbox) -> tuple[str, api.Reply]:
     only gains the reservation; one allocated differently is taken over only when no live pod
     reserves it (its allocation is cleared first: an allocation cannot change in place). Returns
     ``("ok" | "transient" | why it cannot be done, last reply)``."""
-    from queues_app.models import KubeResourceClaim
-    from queues_app.kube.observed_dra import node_device_table
-
     kpod = KubePod.objects.filter(task_id=row.task_id).first()
     task = Task.objects.filter(pk=row.task_id).values("devices").first()
     ok = api.Reply(status=200)
@@ -750,8 +749,6 @@ def _status_row(run: _Run, row: KubeOutbox) -> None:
     is read back and handed to the sync services; a pod now bound or terminating needs nothing
     (superseded), one already showing the condition is done, otherwise the patch is retried once
     at once with the fresh resourceVersion (then with backoff)."""
-    from queues_app.kube.conditions import condition_key, key_status, observed_key
-
     why = _status_stale(row)
     if why:
         _finish(run, row, KubeOutboxStatus.SUPERSEDED, "superseded", why)
@@ -882,8 +879,6 @@ def _sweep(run: _Run) -> None:
 
 def _prune(run: _Run) -> None:
     """Finished rows are kept as long as cycle records (``KAI_CYCLE_RETENTION_HOURS``), then deleted."""
-    from queues_app.cycle.config import cycle_config
-
     horizon = run.now - timedelta(hours=cycle_config().cycle_retention_hours)
     KubeOutbox.objects.filter(finished_at__lt=horizon).exclude(status=KubeOutboxStatus.PENDING).delete()
 
@@ -931,8 +926,6 @@ def kube_dispatch_due(*, limit: int = 500, api_client: Any = None, now: datetime
     owned = api_client is None
     try:
         if owned:
-            from queues_app.kube.client import kube_api_client
-
             api_client = kube_api_client()
         run = _Run(core=k8s.CoreV1Api(api_client), now=now, report=report)
         _sweep(run)

@@ -39,10 +39,9 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from queues_app.kube import translate
+from queues_app.kube import observed as svc, observed_dra as kube_dra, translate
+from queues_app.kube.client import kube_api_client
 from queues_app.models import KubePod
-from queues_app.kube import observed_dra as kube_dra
-from queues_app.kube import observed as svc
 
 logger = logging.getLogger(__name__)
 
@@ -322,7 +321,6 @@ class KubeSync:
                  clock: Callable[[], datetime] = timezone.now) -> None:
         from kubernetes import client
 
-        from queues_app.kube.client import kube_api_client
 
         self.api_client = api_client if api_client is not None else kube_api_client()
         self.holder = holder or default_holder()

@@ -17,6 +17,7 @@ from queues_app.models.validators import (
     validate_duration_bounds,
     validate_unlimited_or_nonnegative,
 )
+from queues_app.models.workloads import Workload
 
 QUANTITY_DIGITS = 28
 QUANTITY_PLACES = 4
@@ -112,7 +113,6 @@ class Queue(models.Model):
         depth = len(chain) + 1 + self._subtree_height(parents)
         if depth > max_depth:
             raise ValidationError({"parent": f"The tree would be {depth} levels deep; at most {max_depth} allowed."})
-        from queues_app.models.workloads import Workload
 
         if Workload.objects.filter(queue_id=self.parent_id).exists():
             raise ValidationError({"parent": "The parent queue has workloads; only leaf queues take workloads, "

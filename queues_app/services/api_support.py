@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 
 from queues_app.errors import ApplicationError
 from queues_app.models import IdempotencyKey, Workload
+from queues_app.services.queues import queue_set_quota
 
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
 IDEMPOTENCY_KEY_FIELD = "Idempotency-Key"
@@ -91,8 +92,6 @@ def queue_set_quotas(*, queue, quotas: dict[str, dict[str, Any]], actor: Abstrac
     """Several ``queue_set_quota`` calls as one all-or-nothing edit (a PATCH of gpu and cpu
     either lands completely, with its audit rows, or not at all).  Errors are keyed
     ``<resource>.<field>``, the path in the request body ``{"gpu": {"limit": ...}}``."""
-    from queues_app.services.queues import queue_set_quota
-
     errors: dict[str, list[str]] = {}
     for resource, values in quotas.items():
         try:

@@ -7,6 +7,7 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import connection, models
 
 from queues_app import constants
+from queues_app.cycle.config import _num, cycle_config
 from queues_app.errors import ApplicationError
 
 M = TypeVar("M", bound=models.Model)
@@ -83,8 +84,6 @@ def request_timeouts() -> tuple[float, float]:
     of the cycle's, and it waits at most ``KAI_REQUEST_LOCK_TIMEOUT`` (default 2 s) for a lock
     the cycle holds (then the API answers 503 with Retry-After).
     """
-    from queues_app.cycle.config import _num, cycle_config
-
     lock = _num("KAI_REQUEST_LOCK_TIMEOUT", 2.0, minimum=0.01)
     statement = _num("KAI_REQUEST_STATEMENT_TIMEOUT", 4.0, minimum=0.01)
     cycle = cycle_config().apply_lock_timeout

@@ -7,11 +7,12 @@ from typing import Any, Mapping
 from django.db import transaction
 from django.db.models import Sum
 
-from queues_app.cycle import engine_io
 from queues_app.choices import TASK_STATES_HOLDING, TaskState
+from queues_app.cycle import engine_io
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Task
 from queues_app.services.common import validate
+from queues_app.services.devices import devices_gpu_count, gpu_classes
 
 NODE_FIELDS = (
     "gpus", "gpu_memory_mib", "cpu_millis", "memory_bytes", "labels", "unschedulable", "ready",
@@ -63,8 +64,6 @@ def node_upsert(*, name: str, **fields: Any) -> tuple[Node, bool]:
 def _check_devices(node: Node, created: bool) -> None:
     """Not fewer devices of a class than tasks on the node hold (undeclared classes: the engine's
     rule in node_problems); ``dra_gpus`` derived (see services.devices)."""
-    from queues_app.services.devices import devices_gpu_count, gpu_classes
-
     devices = node.devices or {}
     if not created:
         held: dict[str, int] = {}

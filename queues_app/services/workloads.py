@@ -13,8 +13,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from queues_app import constants
-from queues_app.cycle import engine_io
 from queues_app.choices import TASK_STATES_TERMINAL, TaskState, WorkloadStatus
+from queues_app.cycle import engine_io
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Queue, SubGroup, Task, Tenant, Workload
 from queues_app.services.common import bound_request_locks, bounded_int, validate

@@ -44,6 +44,22 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
+from fairshare_app.models import AccountingInterval, GpuBudget, NormalizedUsage, QueueIntervalStat, UsageRecord
+from fairshare_app.services.budgets import budget_create
+from queues_app.cycle.rollup import allocation_by_queue
+from queues_app.models import (
+    Node,
+    Queue,
+    QueueStatus,
+    QuotaChange,
+    SchedulingCycle,
+    SchedulingEvent,
+    Task,
+    Tenant,
+    Workload,
+)
+from queues_app.services.queues import queue_create
+from queues_app.services.tenants import tenant_create
 
 GIB = 2**30
 GPUS_PER_NODE = 8
@@ -67,8 +83,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, nodes: int, workloads: int, departments: int, teams: int, repeat: int, limit: float,
                reset: bool, reuse: bool, seed: int, json_path: str, **options):
-        from queues_app.models import Node, Workload
-
         for name, value, lo, hi in (("--nodes", nodes, 1, 100000), ("--workloads", workloads, 1, 10**6),
                                     ("--departments", departments, 1, 100), ("--teams", teams, 1, 100),
                                     ("--repeat", repeat, 1, 100)):
@@ -101,10 +115,6 @@ class Command(BaseCommand):
             raise CommandError("pages over the limit or failing: " + ", ".join(p["page"] for p in slow + broken))
 
     def _reset(self) -> None:
-        from fairshare_app.models import AccountingInterval, GpuBudget, NormalizedUsage
-        from queues_app.models import (Node, Queue, QueueStatus, QuotaChange, SchedulingCycle, SchedulingEvent,
-                                       Task, Tenant, Workload)
-
         with transaction.atomic():
             for model in (SchedulingEvent, SchedulingCycle, Task, Workload, QueueStatus, QuotaChange, GpuBudget,
                           NormalizedUsage, AccountingInterval, Node):
@@ -122,9 +132,6 @@ def _analyze() -> None:
 
 
 def _row_counts() -> dict[str, int]:
-    from fairshare_app.models import AccountingInterval, QueueIntervalStat, UsageRecord
-    from queues_app.models import Node, Queue, QuotaChange, SchedulingCycle, SchedulingEvent, Task, Workload
-
     return {m.__name__: m.objects.count() for m in (Node, Queue, Workload, Task, SchedulingEvent, SchedulingCycle,
                                                      QuotaChange, AccountingInterval, UsageRecord,
                                                      QueueIntervalStat)}
@@ -163,8 +170,6 @@ class Builder:
         return timings
 
     def nodes(self, n: int) -> list:
-        from queues_app.models import Node
-
         rows = []
         for i in range(n):
             rack = i // NODES_PER_RACK
@@ -178,10 +183,6 @@ class Builder:
         return list(Node.objects.order_by("id").values_list("id", "ready", "unschedulable"))
 
     def queues(self, departments: int, teams: int) -> tuple[list, list]:
-        from fairshare_app.services.budgets import budget_create
-        from queues_app.services.queues import queue_create
-        from queues_app.services.tenants import tenant_create
-
         user_model = get_user_model()
         if not user_model.objects.filter(username="bench-admin").exists():
             user_model.objects.create_superuser("bench-admin", "bench@example.org", None)
@@ -207,8 +208,6 @@ class Builder:
 
     def workloads(self, n: int, node_rows: list, leaves: list) -> None:
         """~45% finished, the rest Running while the GPUs last (first fit), then Pending."""
-        from queues_app.models import Task, Workload
-
         free = {pk: GPUS_PER_NODE for pk, ready, cordoned in node_rows if ready and not cordoned}
         order = list(free)
         cursor = 0
@@ -273,9 +272,6 @@ class Builder:
         Task.objects.bulk_create(tasks)
 
     def statuses(self, queues: list) -> None:
-        from queues_app.models import Queue, QueueStatus, Workload
-        from queues_app.cycle.rollup import allocation_by_queue
-
         parents = dict(Queue.objects.values_list("id", "parent_id"))
         alloc = allocation_by_queue(parents)
         counts: dict[int, list[int]] = {}
@@ -296,8 +292,6 @@ class Builder:
     def cycles_and_events(self, nodes: int, workloads: int) -> None:
         """100 applied cycles a few seconds apart, each with replay blobs (what a real cycle keeps),
         and the pending workloads' three reasons in each of the last three cycles."""
-        from queues_app.models import SchedulingCycle, SchedulingEvent, Workload
-
         blob = os.urandom(256 * 1024)  # incompressible: the size a large cycle's compressed record has
         cycles = []
         for k in range(100):
@@ -329,8 +323,6 @@ class Builder:
     def usage(self, queues: list, leaves: list) -> None:
         """A day of one-minute accounting intervals and six days of hourly ones before it, one
         usage record per leaf queue and interval, one chart stat per queue and interval."""
-        from fairshare_app.models import AccountingInterval, QueueIntervalStat, UsageRecord
-
         minute, hour = timedelta(minutes=1), timedelta(hours=1)
         end = self.now.replace(second=0, microsecond=0)
         bounds = [(end - timedelta(days=7) + k * hour, end - timedelta(days=7) + (k + 1) * hour) for k in range(144)]
@@ -364,8 +356,6 @@ class Builder:
 
 def _busiest_objects() -> dict[str, Any]:
     """The change page to time per model: the object with the most on it."""
-    from queues_app.models import Node, Queue, Workload
-
     out: dict[str, Any] = {}
     out["queues_app.queue"] = Queue.objects.filter(parent__isnull=True).order_by("id").first()
     out["queues_app.workload"] = (Workload.objects.filter(status="Pending").annotate(n=Count("events"))
@@ -375,8 +365,6 @@ def _busiest_objects() -> dict[str, Any]:
 
 
 def time_pages(*, repeat: int, out) -> list[dict[str, Any]]:
-    from queues_app.models import Node, Queue, Workload
-
     user = get_user_model().objects.filter(is_superuser=True).order_by("id").first()
     if user is None:
         user = get_user_model().objects.create_superuser("bench-admin", "bench@example.org", None)

@@ -30,7 +30,11 @@ from django.db import OperationalError
 
 from queues_app import selectors
 from queues_app.choices import TaskState
+from queues_app.cycle.run import cycle_run
+from queues_app.kube.outbox import kube_dispatch_due
+from queues_app.kube.reflector import KubeSync
 from queues_app.models import KubePod, Queue
+from queues_app.services import queue_create
 
 NAMESPACE = "ml"
 GRACE_SECONDS = 2
@@ -81,7 +85,6 @@ class Command(BaseCommand):
     def handle(self, *args, seconds: float, interval: float, port: int, keep_running: bool, **options):
         from kubernetes import client as k8s
 
-        from queues_app.kube.reflector import KubeSync
 
         try:  # test tooling: present in a source checkout, never in the wheel or the image
             from tests.support.kube_emulator import KubeEmulator
@@ -138,8 +141,6 @@ class Command(BaseCommand):
         self.say("demo complete")
 
     def _queues(self) -> None:
-        from queues_app.services import queue_create
-
         have = {q.name: q for q in Queue.objects.all()}
         for name, parent, priority, (quota, weight, limit) in QUEUES:
             if name in have:
@@ -202,9 +203,6 @@ class Command(BaseCommand):
         return False
 
     def _tick(self) -> None:
-        from queues_app.cycle.run import cycle_run
-        from queues_app.kube.outbox import kube_dispatch_due
-
         try:
             outcome = cycle_run(trigger="kube-demo")
             report = kube_dispatch_due()

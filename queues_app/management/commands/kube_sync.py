@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from queues_app.kube.client import kube_enabled
+from queues_app.kube.reflector import LEASE_NAME, KubeSync
 from queues_app.models import KubeLease, KubeNode, KubePod
 
 
@@ -26,8 +27,6 @@ class Command(BaseCommand):
         parser.add_argument("--lease-ttl", type=float, default=15.0, help="leader lease in seconds (default 15)")
 
     def handle(self, *args, once: bool, holder: str | None, lease_ttl: float, **options):
-        from queues_app.kube.reflector import LEASE_NAME, KubeSync
-
         if not kube_enabled():
             raise CommandError("kube_sync needs KAI_CLUSTER_MODE=kubernetes (the embedded mode has no cluster).")
         if not 1 <= lease_ttl <= 3600:
