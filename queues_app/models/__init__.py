@@ -1,4 +1,8 @@
-"""Models of queues_app, split by entity and re-exported here."""
+"""Models of queues_app, split by entity and re-exported here.
+
+May import: Django, ``queues_app.choices`` / ``constants`` and each other; nothing that reads or
+writes rows (services, selectors, the cycle).
+"""
 from queues_app.models.api import IdempotencyKey
 from queues_app.models.cycles import Heartbeat, SchedulerState, SchedulingCycle, SchedulingEvent
 from queues_app.models.devices import DeviceClass
