@@ -48,7 +48,7 @@ from queues_app.choices import TASK_STATES_TERMINAL, TaskState, WorkloadStatus
 from queues_app.cycle import engine_io
 from queues_app.cycle.cluster import cluster_confirm_bound, refresh_workload_statuses, restate_queue_allocation
 from queues_app.errors import ApplicationError
-from queues_app.kube import observed_dra as kube_dra, translate
+from queues_app.kube import observed_dra, translate
 from queues_app.models import (
     KubeLease,
     KubeNode,
@@ -68,7 +68,7 @@ from queues_app.services.nodes import NODE_FIELDS, node_delete, node_upsert
 
 logger = logging.getLogger(__name__)
 
-RESOURCES = ("nodes", "pods", *kube_dra.DRA_RESOURCES)
+RESOURCES = ("nodes", "pods", *observed_dra.DRA_RESOURCES)
 #: SchedulingEvent / Kubernetes Event reasons written here.
 REASON_INVALID_QUEUE = "InvalidQueue"
 REASON_INVALID_POD = "InvalidPod"
@@ -274,10 +274,10 @@ def _create_pod(obj: Mapping[str, Any], *, owner: translate.OwnerInfo | None, no
                                   pod_scheduled=info.status.scheduled[:120], observed_at=now,
                                   sub_group_name=str((md.get("labels") or {}).get(translate.LABEL_SUBGROUP) or ""),
                                   claims=[list(c) for c in translate.pod_claim_refs(obj)])
-    kube_dra.on_pod_created(task, kpod)  # its claims; its leaf of the PodGroup's tree
+    observed_dra.on_pod_created(task, kpod)  # its claims; its leaf of the PodGroup's tree
     _follow(task, info.status, now=now)
     if kpod.claims:
-        kube_dra.sync_task_claims([kpod])  # the devices its allocated claims hold on its node
+        observed_dra.sync_task_claims([kpod])  # the devices its allocated claims hold on its node
     refresh_workload_statuses([workload.id], now=now, observed=True)
     return task
 
@@ -307,7 +307,7 @@ def _update_pod(kpod: KubePod, obj: Mapping[str, Any], *, now: datetime) -> Task
     if _follow(task, status, now=now):
         refresh_workload_statuses([task.workload_id], now=now, observed=True)
     if kpod.claims:
-        kube_dra.sync_task_claims([kpod])  # a template's claim got its name, or its allocation changed
+        observed_dra.sync_task_claims([kpod])  # a template's claim got its name, or its allocation changed
     return task
 
 

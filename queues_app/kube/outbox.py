@@ -11,7 +11,7 @@ Rules of the dispatcher (issue #7):
 
 * **The cluster is the truth.**  After every bind or eviction attempt that did not plainly
   succeed (and after every successful bind, to confirm it) the pod is read back (GET) and what
-  was read is handed to the sync services (``kube_sync.kube_pod_observed`` /
+  was read is handed to the sync services (``observed.kube_pod_observed`` /
   ``kube_pod_gone``), the one place where observed state changes rows.
 * **Idempotent.**  A bind carries the pod's uid (a recreated pod of the same name is never
   bound by an old row); a second bind of a bound pod answers 409 and the read-back says
@@ -69,7 +69,7 @@ from queues_app.cycle.cluster import (
     refresh_workload_statuses,
 )
 from queues_app.cycle.config import cycle_config
-from queues_app.kube import calls as api, observed as kube_sync
+from queues_app.kube import calls as api, observed
 from queues_app.kube.client import kube_api_client
 from queues_app.kube.condition_rows import status_rows, wanted_conditions
 from queues_app.kube.conditions import condition_key, key_status, observed_key
@@ -315,7 +315,7 @@ class _Run:
 
 
 def _sync():
-    return kube_sync
+    return observed
 
 
 def _observe(pod: dict[str, Any]) -> None:
@@ -588,7 +588,7 @@ def _bind_annotations(row: KubeOutbox) -> dict[str, str] | None:
 
 def _allocate_claims(run: _Run, row: KubeOutbox) -> tuple[str, api.Reply]:
     """Write the allocation of the pod's ResourceClaims: the devices its task got (``Task.devices``,
-    indices per class) as the node's ``(driver, pool, device)`` (:func:`kube_dra.node_device_table`),
+    indices per class) as the node's ``(driver, pool, device)`` (:func:`observed_dra.node_device_table`),
     request by request, and reserve each claim for the pod. Idempotent: a claim already allocated so
     only gains the reservation; one allocated differently is taken over only when no live pod
     reserves it (its allocation is cleared first: an allocation cannot change in place). Returns

@@ -39,7 +39,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from queues_app.kube import observed as svc, observed_dra as kube_dra, translate
+from queues_app.kube import observed, observed_dra, translate
 from queues_app.kube.client import kube_api_client
 from queues_app.models import KubePod
 
@@ -310,7 +310,7 @@ class OwnerResolver:
         return info
 
 
-default_holder = svc.kube_lease_holder
+default_holder = observed.kube_lease_holder
 
 
 class KubeSync:
@@ -331,12 +331,12 @@ class KubeSync:
         self.owners = OwnerResolver(self.api_client, request_timeout=request_timeout)
         common = dict(watch_timeout=watch_timeout, request_timeout=request_timeout)
         self.nodes = Reflector("nodes", core.list_node, on_relist=self._nodes_relisted, on_event=self._node_event,
-                               on_cursor=lambda rv: svc.kube_cursor_save(resource="nodes", resource_version=rv),
+                               on_cursor=lambda rv: observed.kube_cursor_save(resource="nodes", resource_version=rv),
                                **common)
         self.pods = Reflector("pods", core.list_pod_for_all_namespaces,
                               field_selector=f"spec.schedulerName={settings.KAI_SCHEDULER_NAME}",
                               on_relist=self._pods_relisted, on_event=self._pod_event,
-                              on_cursor=lambda rv: svc.kube_cursor_save(resource="pods", resource_version=rv),
+                              on_cursor=lambda rv: observed.kube_cursor_save(resource="pods", resource_version=rv),
                               **common)
         # KAI PodGroups and dynamic resource allocation (optional: not every cluster serves them)
         res = client.ResourceV1Api(self.api_client)
@@ -356,25 +356,25 @@ class KubeSync:
     # ---- handlers --------------------------------------------------------------------------
 
     def _nodes_relisted(self, items: list[dict], rv: str) -> None:
-        svc.kube_relist(resource="nodes", objs=items, resource_version=rv)
+        observed.kube_relist(resource="nodes", objs=items, resource_version=rv)
 
     def _node_event(self, etype: str, obj: dict) -> None:
         if etype == "DELETED":
-            svc.kube_node_gone(name=str((obj.get("metadata") or {}).get("name") or ""))
+            observed.kube_node_gone(name=str((obj.get("metadata") or {}).get("name") or ""))
         else:
-            svc.kube_node_observed_safe(obj=obj)
+            observed.kube_node_observed_safe(obj=obj)
 
     @staticmethod
     def _dra_relisted(resource: str) -> Callable[[list[dict], str], None]:
-        return lambda items, rv: kube_dra.kube_dra_relist(resource=resource, objs=items, resource_version=rv)
+        return lambda items, rv: observed_dra.kube_dra_relist(resource=resource, objs=items, resource_version=rv)
 
     @staticmethod
     def _dra_event(resource: str) -> Callable[[str, dict], None]:
-        return lambda etype, obj: kube_dra.kube_dra_event(resource=resource, etype=etype, obj=obj)
+        return lambda etype, obj: observed_dra.kube_dra_event(resource=resource, etype=etype, obj=obj)
 
     @staticmethod
     def _dra_cursor(resource: str) -> Callable[[str], None]:
-        return lambda rv: svc.kube_cursor_save(resource=resource, resource_version=rv)
+        return lambda rv: observed.kube_cursor_save(resource=resource, resource_version=rv)
 
     def _owner_for(self, obj: Mapping[str, Any]) -> translate.OwnerInfo | None:
         return self.owners.resolve(obj)
@@ -388,22 +388,22 @@ class KubeSync:
                 info = self._owner_for(obj)
                 if info is not None:
                     owners[uid] = info
-        svc.kube_relist(resource="pods", objs=items, resource_version=rv, owners=owners)
+        observed.kube_relist(resource="pods", objs=items, resource_version=rv, owners=owners)
 
     def _pod_event(self, etype: str, obj: dict) -> None:
         md = obj.get("metadata") or {}
         if etype == "DELETED":
-            svc.kube_pod_gone(uid=str(md.get("uid") or "") or None, namespace=md.get("namespace"),
+            observed.kube_pod_gone(uid=str(md.get("uid") or "") or None, namespace=md.get("namespace"),
                               name=md.get("name"))
             return
         uid = str(md.get("uid") or "")
         owner = None if uid and KubePod.objects.filter(uid=uid).exists() else self._owner_for(obj)
-        svc.kube_pod_observed(obj=obj, owner=owner)
+        observed.kube_pod_observed(obj=obj, owner=owner)
 
     # ---- leadership ------------------------------------------------------------------------
 
     def acquire(self) -> bool:
-        self.leader = svc.kube_lease_acquire(name=LEASE_NAME, holder=self.holder, ttl_seconds=self.lease_ttl,
+        self.leader = observed.kube_lease_acquire(name=LEASE_NAME, holder=self.holder, ttl_seconds=self.lease_ttl,
                                              now=self.clock())
         return self.leader
 
@@ -420,7 +420,7 @@ class KubeSync:
             return False
 
     def release(self) -> None:
-        svc.kube_lease_release(name=LEASE_NAME, holder=self.holder)
+        observed.kube_lease_release(name=LEASE_NAME, holder=self.holder)
         self.leader = False
 
     def sync_once(self) -> bool:
