@@ -212,7 +212,7 @@ def update_shared(nodes: np.ndarray, sched: np.ndarray, sel: np.ndarray, rc: flo
             base = free
             width = 2.0 * top + 3.0
         tier = 1000.0 if fi else 0.0
-        if joins:
+        if joins and not spread:  # gpusharingorder runs with the GPU binpack strategy only
             tier += 10000.0
         kk = base - tier * width
         idle_ok[n] = fi

@@ -28,7 +28,9 @@ def node_keys(state: CycleState, t: int, rows, idle_ok_rows: np.ndarray, col: in
     """Placement order of nodes ``rows`` for task t as one float key per node, smaller first.
 
     KAI sums node-order scores whose magnitudes never overlap, so the order is lexicographic:
-    a shared-GPU task that fits a GPU group already in shared use (gpusharingorder, 10000), then
+    a shared-GPU task that fits a GPU group already in shared use (gpusharingorder, 10000; KAI
+    enables that plugin with the GPU binpack strategy only, ``SchedulingShardSpec.setDefaultPlugins``,
+    so under ``gpu: spread`` a fractional task goes by the spread score alone), then
     nodes where the task fits on free resources (nodeavailability, 1000), then a CPU-only task on
     a node without GPUs (resourcetype, 10), then binpack (least non-allocated first) or spread
     (largest non-allocated share first) on GPU for GPU tasks and on CPU otherwise (nodeplacement,
@@ -63,7 +65,7 @@ def node_keys(state: CycleState, t: int, rows, idle_ok_rows: np.ndarray, col: in
         base = np.where(has, free, top + 1.0)
         width = 2.0 * top + 3.0
     tier = 1000.0 * idle_ok_rows
-    if s.task_is_shared[t] and s.G:
+    if s.task_is_shared[t] and s.G and not spread:
         if s.task_is_mem[t]:
             gm = s.node_gpu_memory[rows]
             f = np.where(gm > 0, s.task_gpu_memory[t] / np.where(gm > 0, gm, 1.0), np.inf)[:, None]
@@ -99,7 +101,7 @@ def node_key_one(s: CycleState, t: int, n: int, idle_ok: bool, col: int, spread:
     else:
         base, width = (free if overall > 0 else top + 1.0), 2.0 * top + 3.0
     tier = 1000.0 if idle_ok else 0.0
-    if s.task_is_shared[t] and nd:
+    if s.task_is_shared[t] and nd and not spread:
         f = s._shared_fraction(t, n)
         sh = s.dev_shared[n, :nd].tolist()
         fr = s.dev_free[n, :nd].tolist()

@@ -34,7 +34,10 @@ def test_fused_node_updates_match_the_generic_primitives(spread):
                     assert idx.key[n] == nodeplacement.node_key_one(s, t, n, fi, col, sp), (seed, t, n)
                     checked += 1
                     shared_tier += bool(s.task_is_shared[t] and idx.key[n] < -5000 * width)
-    assert checked > 200 and shared_tier  # the "joins a shared device in use" tier was exercised
+    assert checked > 200
+    # the "joins a shared device in use" tier (gpusharingorder) was exercised under binpack; KAI
+    # disables that plugin under the GPU spread strategy (issue #18.1), so it never applies there
+    assert bool(shared_tier) is not spread
 
 
 def test_batch_update_equals_single_node_updates():

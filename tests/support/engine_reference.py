@@ -25,7 +25,7 @@ Semantics mirrored (and documented so a reader can check them):
   deserved quota) for a requested resource (GPU memory over the largest device memory); a gang
   repeats that check per task; a GPU-memory task checks it per node with the node's own fraction;
 * node order per task, lexicographic: a shared-GPU task first on nodes where a device already in
-  shared use fits it; then nodes where it fits on free resources; a CPU-only task then prefers
+  shared use fits it (binpack only: KAI runs gpusharingorder with the GPU binpack strategy); then nodes where it fits on free resources; a CPU-only task then prefers
   nodes without GPUs; then binpack (fewest non-allocated GPU devices, free + releasing, or least
   non-allocated CPU for CPU-only tasks) or spread (largest non-allocated share); then node index;
 * a task that fits only with releasing resources is Pipelined, and then the whole job is;
@@ -506,7 +506,7 @@ class _Ref:
         else:
             base = free if overall > 0 else math.inf
         tier = 1000 if idle_ok else 0
-        if self.is_shared[t] and nd:
+        if self.is_shared[t] and nd and not spread:  # gpusharingorder: GPU binpack strategy only
             f = self._fraction(t, n)
             if any(d in self.dgroup[n] and self.dfree[n][d] < 1 - EPS and self.dfree[n][d] + self.drel[n][d] >= f - EPS
                    for d in range(nd)):
