@@ -23,7 +23,7 @@ from queues_app.cycle.faults import POINTS
 from queues_app.services.workloads import workload_cancel
 from tests.queues_app.cycle_helpers import dump, make_cluster, make_queues, submit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ITERATIONS = int(os.environ.get("KAI_CRASH_ITERATIONS", "1"))
 POSTGRES = os.environ.get("DATABASE_URL", "").startswith("postgres")
 

@@ -37,7 +37,7 @@ from queues_app.services.nodes import node_upsert
 from queues_app.services.queues import queue_create
 from queues_app.services.workloads import workload_cancel, workload_submit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BROKER = os.environ.get("CELERY_BROKER_URL", "")
 POSTGRES = os.environ.get("DATABASE_URL", "").startswith("postgres")
 SECONDS = float(os.environ.get("KAI_STORM_SECONDS", "20"))

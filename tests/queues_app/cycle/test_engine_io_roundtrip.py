@@ -46,7 +46,7 @@ def test_it_round_trips_every_golden_scenario_through_the_database(path):
     assert canonical(exported) == canonical(original)
 
 
-FEATURE_SCENARIOS = sorted((Path(__file__).parents[1] / "scheduler_engine" / "scenarios").glob("*/*.yaml"))
+FEATURE_SCENARIOS = sorted((Path(__file__).parents[2] / "scheduler_engine" / "scenarios").glob("*/*.yaml"))
 
 
 @pytest.mark.parametrize("path", FEATURE_SCENARIOS, ids=[f"{p.parent.name}/{p.stem}" for p in FEATURE_SCENARIOS])
