@@ -97,3 +97,30 @@ def development_secret_key(path: Path) -> str:
     with os.fdopen(fd, "w") as fh:
         fh.write(key)
     return key
+
+
+#: Placeholders seen in manifests and tutorials; compared case-insensitively.
+KNOWN_WEAK_SECRET_KEYS = frozenset({
+    "changeme", "change-me", "change_me", "changethis", "secret", "secretkey", "secret_key", "secret-key",
+    "password", "insecure", "django-insecure", "dev", "development", "test", "testing", "default", "example",
+    "kaiplatform", "replace-me", "replaceme", "xxx", "please-change-me",
+})
+MIN_SECRET_KEY_LENGTH = 50
+MIN_SECRET_KEY_UNIQUE_CHARACTERS = 5
+
+
+def weak_secret_key_reason(key: str) -> str | None:
+    """Why ``key`` must not sign production sessions and tokens (None: acceptable).
+
+    Django's own deployment check (security.W009): at least 50 characters, at least 5
+    distinct ones, not a generated ``django-insecure-`` development key; and no well-known
+    placeholder."""
+    if key.strip().lower() in KNOWN_WEAK_SECRET_KEYS:
+        return "is a well-known placeholder"
+    if key.startswith("django-insecure-"):
+        return "is a development key (django-insecure-...)"
+    if len(key) < MIN_SECRET_KEY_LENGTH:
+        return f"is shorter than {MIN_SECRET_KEY_LENGTH} characters"
+    if len(set(key)) < MIN_SECRET_KEY_UNIQUE_CHARACTERS:
+        return f"has fewer than {MIN_SECRET_KEY_UNIQUE_CHARACTERS} distinct characters"
+    return None

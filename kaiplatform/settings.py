@@ -12,7 +12,7 @@ DATABASE_URL                dj-database-url URL; default ``sqlite:///<var>/db.sq
 CELERY_BROKER_URL           default ``sqla+sqlite:///<var>/celery-broker.sqlite3`` (embedded)
 CELERY_RESULT_BACKEND       default unset (results are not stored)
 SECRET_KEY / _FILE          required in production; generated into <var> otherwise
-DEBUG                       default on in development, off in production
+DEBUG                       off unless set (``DEBUG=1``): debug pages show tracebacks and settings
 ALLOWED_HOSTS               comma separated; default ``localhost,127.0.0.1,[::1]`` (+ ``*`` in dev)
 CSRF_TRUSTED_ORIGINS        comma separated origins
 KAI_CYCLE_SECONDS           scheduling cycle period for beat (used by the cycle task)
@@ -37,6 +37,7 @@ from kaiplatform.env import (
     envint,
     envlist,
     envstr,
+    weak_secret_key_reason,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -55,8 +56,13 @@ if not SECRET_KEY:
     if PRODUCTION:
         raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) is required when KAI_ENV=production")
     SECRET_KEY = development_secret_key(VAR_DIR / "secret_key.txt")
+elif PRODUCTION and (_weak := weak_secret_key_reason(SECRET_KEY)):
+    raise ImproperlyConfigured(f"SECRET_KEY {_weak}: generate one, e.g. python -c "
+                               "'import secrets; print(secrets.token_urlsafe(50))'")
 
-DEBUG = envbool("DEBUG", not PRODUCTION)
+# Off unless asked for (DEBUG=1), also in development: debug pages show tracebacks, settings and
+# the URL list to anyone who can reach the server.
+DEBUG = envbool("DEBUG", False)
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] + ([] if PRODUCTION else ["*"]))
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 
@@ -97,6 +103,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "kaiplatform.api_errors.ApiJsonErrorsMiddleware",  # first: every /api/ answer is JSON, errors too
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -198,6 +205,7 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
     "DEFAULT_PAGINATION_CLASS": "queues_app.api.pagination.PageNumberPagination",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "queues_app.api.negotiation.StrictFormatNegotiation",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "queues_app.api.exceptions.exception_handler",
     # Per tenant (all members share one budget), per operator user, per client IP when anonymous.

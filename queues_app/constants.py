@@ -32,8 +32,9 @@ MAX_NODE_DEVICES = 100_000  # devices of one class on one node
 MAX_SUBGROUPS_PER_WORKLOAD = 1_000
 MAX_DURATION_SECONDS = 10 * 365 * 86400
 
-#: Names: letters, digits, '-', '_', '.'; starting and ending with a letter or digit.
-NAME_REGEX = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
+#: Names: letters, digits, '-', '_', '.'; starting and ending with a letter or digit. ``\Z``, not
+#: ``$``: ``$`` also matches before a trailing newline, so "abc\n" passed.
+NAME_REGEX = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?\Z"
 MAX_NAME_LENGTH = 128
 
 #: PostgreSQL advisory lock keys (one registry, as NetBox does).

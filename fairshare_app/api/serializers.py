@@ -5,7 +5,9 @@ from rest_framework import serializers
 
 from fairshare_app import sshare
 from fairshare_app.choices import BudgetPeriod, BudgetPolicy
+from fairshare_app.models.settings import MAX_INTERVAL_SECONDS, MIN_INTERVAL_SECONDS
 from fairshare_app.selectors import BUCKETS, GROUP_BY
+from queues_app.api.serializers import StrictSerializer
 
 
 class CommaList(serializers.CharField):
@@ -49,7 +51,7 @@ class SshareQuery(serializers.Serializer):
         return value
 
 
-class BudgetCreate(serializers.Serializer):
+class BudgetCreate(StrictSerializer):
     queue = serializers.CharField(max_length=128, help_text="Queue name.")
     gpu_hours = serializers.DecimalField(max_digits=16, decimal_places=3)
     period = serializers.ChoiceField(choices=BudgetPeriod.choices, default=BudgetPeriod.MONTHLY)
@@ -58,7 +60,7 @@ class BudgetCreate(serializers.Serializer):
     note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
-class BudgetUpdate(serializers.Serializer):
+class BudgetUpdate(StrictSerializer):
     gpu_hours = serializers.DecimalField(max_digits=16, decimal_places=3, required=False)
     period = serializers.ChoiceField(choices=BudgetPeriod.choices, required=False)
     policy = serializers.ChoiceField(choices=BudgetPolicy.choices, required=False)
@@ -66,8 +68,12 @@ class BudgetUpdate(serializers.Serializer):
     note = serializers.CharField(max_length=500, required=False, allow_blank=True)
 
 
-class SettingsUpdate(serializers.Serializer):
-    interval_seconds = serializers.IntegerField(required=False)
+class SettingsUpdate(StrictSerializer):
+    """Unknown keys are refused (a typo is not silently ignored); the model's clean() has the
+    bounds of every setting, the interval's are also here so a huge number is never arithmetic."""
+
+    interval_seconds = serializers.IntegerField(required=False, min_value=MIN_INTERVAL_SECONDS,
+                                                max_value=MAX_INTERVAL_SECONDS)
     window_type = serializers.CharField(required=False)
     window_size = serializers.DurationField(required=False)
     tumbling_start = serializers.DateTimeField(required=False)

@@ -3,7 +3,6 @@ service.  Isolation is in the selectors (tenant first); operator-only writes ans
 tenants; errors go through the project's exception handler ({"message", "extra"})."""
 from __future__ import annotations
 
-from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
@@ -21,13 +20,13 @@ from fairshare_app.api.renderers import (
     UsageCSVRenderer,
 )
 from fairshare_app.models import GpuBudget
+from queues_app.api.ids import path_id
 from queues_app.api.permissions import IsOperator, IsTenantMemberOrOperator, ReadForMembersWriteForOperators, caller_of
 from queues_app import selectors as queue_selectors
 from queues_app.errors import ApplicationError
 from queues_app.models import Queue
 
 USAGE_COLUMNS = ["period", "queue", "tenant", "user", "gpu_hours", "cpu_hours", "memory_gib_hours"]
-MAX_PK = 2**63 - 1
 ID_PARAM = OpenApiParameter("pk", OpenApiTypes.INT, OpenApiParameter.PATH, description="Budget id.")
 
 
@@ -122,10 +121,7 @@ class SshareApi(APIView):
 
 def _budget_or_404(caller, pk: str) -> GpuBudget:
     """A path id as an int, or a JSON 404 (never an HTML 404 or an overflow 500)."""
-    text = str(pk)
-    if not text.isdigit() or len(text) > 19 or not 0 < int(text) <= MAX_PK:
-        raise Http404
-    return selectors.budget_get(tenant=caller.tenant, pk=int(text))
+    return selectors.budget_get(tenant=caller.tenant, pk=path_id(pk))
 
 
 class BudgetListApi(APIView):

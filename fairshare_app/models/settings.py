@@ -96,7 +96,8 @@ class FairshareSettings(models.Model):
         k = self.k_value
         if k is not None and (not math.isfinite(k) or not (0.0 <= k <= MAX_K_VALUE)):
             errors["k_value"] = f"Must be a finite number between 0 and {MAX_K_VALUE:g}."
-        if self.max_catchup is not None and self.interval_seconds and not (
+        # (an out-of-range interval is reported above; timedelta() of 2**63 seconds would overflow)
+        if self.max_catchup is not None and self.interval_seconds and "interval_seconds" not in errors and not (
                 timedelta(seconds=self.interval_seconds) <= self.max_catchup <= MAX_CATCHUP):
             errors["max_catchup"] = f"Must be between one interval and {MAX_CATCHUP.days} days."
         if self.raw_retention is not None and not (timedelta(hours=2) <= self.raw_retention <= MAX_RETENTION):

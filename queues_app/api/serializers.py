@@ -70,6 +70,11 @@ def quantity(*, max_value: Decimal | int, min_value: Decimal | int = 0, max_digi
                                     max_value=Decimal(max_value), coerce_to_string=False, **kwargs)
 
 
+def name_field(*, max_length: int = constants.MAX_NAME_LENGTH, **kwargs: Any) -> serializers.CharField:
+    """A name as typed: whitespace is refused, not stripped ("abc\\n" is not "abc")."""
+    return serializers.CharField(max_length=max_length, validators=[name_validator], trim_whitespace=False, **kwargs)
+
+
 def bounded_int(*, min_value: int, max_value: int, **kwargs: Any) -> serializers.IntegerField:
     return serializers.IntegerField(min_value=min_value, max_value=max_value, **kwargs)
 
@@ -139,7 +144,7 @@ class SubGroupInputSerializer(StrictSerializer):
     """One subgroup of a hierarchical gang: a leaf sets ``min_available``, a subgroup with children
     ``min_sub_groups`` (default all); ``parent`` names another subgroup (empty: the workload)."""
 
-    name = serializers.CharField(max_length=constants.MAX_NAME_LENGTH, validators=[name_validator])
+    name = name_field()
     parent = serializers.CharField(max_length=constants.MAX_NAME_LENGTH, required=False, allow_null=True,
                                    default=None)
     min_available = bounded_int(min_value=0, max_value=constants.MAX_TASKS_PER_WORKLOAD, required=False,
@@ -154,8 +159,7 @@ class SubGroupInputSerializer(StrictSerializer):
 
 
 class TaskInputSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=constants.MAX_NAME_LENGTH + 12, validators=[name_validator],
-                                 required=False)
+    name = name_field(max_length=constants.MAX_NAME_LENGTH + 12, required=False)
     gpu = quantity(max_value=constants.MAX_TASK_GPU, max_digits=12, required=False, default=Decimal(0),
                    help_text="GPU devices; below 1 = a fraction of one shared device.")
     gpu_memory_mib = bounded_int(min_value=0, max_value=constants.MAX_GPU_MEMORY_MIB, required=False,
@@ -175,7 +179,7 @@ class TaskInputSerializer(StrictSerializer):
 class WorkloadCreateInputSerializer(StrictSerializer):
     """A submission: ``tasks`` (one spec per task) or ``replicas`` copies of one ``task``."""
 
-    name = serializers.CharField(max_length=constants.MAX_NAME_LENGTH, validators=[name_validator])
+    name = name_field()
     queue = TenantQueueField(help_text="Name of a leaf queue granted to your tenant.")
     priority = bounded_int(min_value=-constants.MAX_PRIORITY, max_value=constants.MAX_PRIORITY, required=False,
                            help_text="Number; or give priority_class.")
@@ -434,7 +438,7 @@ class QuotasInputSerializer(StrictSerializer):
 
 
 class QueueCreateInputSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=constants.MAX_NAME_LENGTH, validators=[name_validator])
+    name = name_field()
     parent = serializers.CharField(max_length=constants.MAX_NAME_LENGTH, required=False, allow_null=True,
                                    help_text="Parent queue name; empty for a top-level queue.")
     priority = bounded_int(min_value=-constants.MAX_PRIORITY, max_value=constants.MAX_PRIORITY, required=False)
@@ -447,7 +451,7 @@ class QueueCreateInputSerializer(StrictSerializer):
 
 
 class QueueUpdateInputSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=constants.MAX_NAME_LENGTH, validators=[name_validator], required=False)
+    name = name_field(required=False)
     parent = serializers.CharField(max_length=constants.MAX_NAME_LENGTH, required=False, allow_null=True)
     priority = bounded_int(min_value=-constants.MAX_PRIORITY, max_value=constants.MAX_PRIORITY, required=False)
     description = serializers.CharField(max_length=500, required=False, allow_blank=True)
@@ -475,7 +479,7 @@ class QuotaChangeOutputSerializer(serializers.Serializer):
 class NodeInputSerializer(StrictSerializer):
     """Create or update a node (PUT/POST carry a name; PATCH may omit every field)."""
 
-    name = serializers.CharField(max_length=253, validators=[name_validator])
+    name = name_field(max_length=253)
     gpus = bounded_int(min_value=0, max_value=constants.MAX_NODE_GPUS, required=False)
     gpu_memory_mib = bounded_int(min_value=0, max_value=constants.MAX_GPU_MEMORY_MIB, required=False)
     cpu_millis = bounded_int(min_value=0, max_value=constants.MAX_NODE_CPU_MILLIS, required=False)

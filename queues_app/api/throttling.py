@@ -38,12 +38,15 @@ class TenantRateThrottle(_SettingsRate):
 
 
 class SubmitRateThrottle(_SettingsRate):
-    """Workload creates (including dry runs): a tighter per-tenant budget (OWASP API6)."""
+    """Workload creates (including dry runs): a tighter per-tenant budget (OWASP API6).
+
+    Only creates: a cancel (also a POST) is not counted, so a tenant at its submit limit can
+    still cancel what it submitted."""
 
     scope = "submit"
 
     def get_cache_key(self, request, view):
-        if request.method != "POST":
+        if request.method != "POST" or getattr(view, "action", None) != "create":
             return None
 
         caller = caller_of(request, required=False)

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth import authenticate
-from django.http import Http404, QueryDict
+from django.http import QueryDict
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status, viewsets
@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 
 from queues_app import selectors, selectors_api, services
 from queues_app.api import serializers as s
+from queues_app.api.ids import path_id
 from queues_app.api.pagination import PageNumberPagination
 from queues_app.api.permissions import (
     TENANT_HEADER,
@@ -36,7 +37,6 @@ from queues_app.errors import ApplicationError
 from queues_app.filters import NodeFilter, QueueFilter, WorkloadFilter
 from queues_app.services import api_support
 
-MAX_PK = 2**63 - 1
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 ID_PARAM = OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH, description="Object id.")
@@ -80,11 +80,8 @@ def _filters_from(request, filterset_class) -> QueryDict | None:
 
 
 def _pk(value: Any) -> int:
-    """A path id as an int, or 404 (never an overflow 500 on a 30-digit id)."""
-    text = str(value)
-    if not text.isdigit() or len(text) > 19 or int(text) > MAX_PK or int(text) < 1:
-        raise Http404
-    return int(text)
+    """A path id as an int, or 404 (ASCII digits only; never an overflow 500 on a 30-digit id)."""
+    return path_id(value)
 
 
 class CallerMixin:

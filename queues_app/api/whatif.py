@@ -13,6 +13,7 @@ get the API's usual 400 naming the field.
 """
 from __future__ import annotations
 
+from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -22,10 +23,10 @@ from rest_framework.views import APIView
 
 from queues_app import constants
 from queues_app.api import serializers as s
+from queues_app.api.ids import path_id
 from queues_app.api.permissions import IsOperator
 from queues_app.cycle import whatif
 from queues_app.models import Queue
-from queues_app.models.validators import name_validator
 
 
 class QueueWhatIfInputSerializer(s.StrictSerializer):
@@ -40,9 +41,9 @@ class QueueWhatIfApi(APIView):
                    summary="Preview a queue edit: fair shares before/after and the evictions it would cause")
     def post(self, request, pk: str):
         try:
-            queue_id = int(pk)
+            queue_id = path_id(pk)
             Queue.objects.only("pk").get(pk=queue_id)
-        except (ValueError, Queue.DoesNotExist):
+        except (Http404, Queue.DoesNotExist):
             raise NotFound("No such queue.") from None
         ser = QueueWhatIfInputSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
@@ -68,8 +69,8 @@ class ScaleUpPreviewInputSerializer(s.StrictSerializer):
     count = s.bounded_int(min_value=1, max_value=whatif.MAX_PREVIEW_NODES)
     like = serializers.CharField(max_length=253, required=False, help_text="Copy this node's shape.")
     node = ScaleUpShapeSerializer(required=False, help_text="Or give the shape.")
-    name_prefix = serializers.CharField(max_length=200, required=False, validators=[name_validator],
-                                          help_text="Added nodes are <name_prefix>-1..count (default scale-up).")
+    name_prefix = s.name_field(max_length=200, required=False,
+                               help_text="Added nodes are <name_prefix>-1..count (default scale-up).")
 
 
 class ScaleUpPreviewApi(APIView):

@@ -202,10 +202,17 @@ def _fairshare_inputs(now: datetime) -> dict[str, Any]:
     return usage_provider.engine_inputs(now=now)
 
 
-def _unique_names(names: list[str], qualifiers: list[str]) -> list[str]:
-    """Names unique in the export: a name used twice is qualified ``<qualifier>/<name>``."""
+def _unique_names(names: list[str], qualifiers: list[str], ids: list[int] | None = None) -> list[str]:
+    """Names unique in the export: a name used twice is qualified ``<qualifier>/<name>``; one still
+    used twice (workload names are unique per tenant and queue, so two tenants' workloads in one
+    queue may share a name) also gets ``~<id>`` (outside the name characters: the redaction of
+    engine messages still finds ``<qualifier>/<name>``)."""
     counts = Counter(names)
-    return [f"{q}/{n}" if counts[n] > 1 else n for n, q in zip(names, qualifiers)]
+    out = [f"{q}/{n}" if counts[n] > 1 else n for n, q in zip(names, qualifiers)]
+    if ids is not None:
+        again = Counter(out)
+        out = [f"{o}~{i}" if again[o] > 1 else o for o, i in zip(out, ids)]
+    return out
 
 
 # ----------------------------------------------------------------------------- rows in scenario form
@@ -581,7 +588,8 @@ def build_engine_input(
         elif w["queue_id"] in inner_queues:
             excluded_workloads[w["id"]] = f"not scheduled: queue {w['queue__name']!r} has child queues"
     wl_rows = [w for w in wl_rows if w["id"] not in excluded_workloads]
-    job_names = _unique_names([w["name"] for w in wl_rows], [w["queue__name"] for w in wl_rows])
+    job_names = _unique_names([w["name"] for w in wl_rows], [w["queue__name"] for w in wl_rows],
+                               [w["id"] for w in wl_rows])
     sub_groups: dict[int, list[dict[str, Any]]] = {}
     for g in SubGroup.objects.filter(workload__in=exported).order_by("workload_id", "index", "id").values(
         "id", "workload_id", "name", "parent__name", "min_available", "min_sub_groups", "topology_required",
@@ -619,7 +627,8 @@ def build_engine_input(
         kept.append(w)
     if len(kept) != len(wl_rows):
         wl_rows = kept
-        job_names = _unique_names([w["name"] for w in wl_rows], [w["queue__name"] for w in wl_rows])
+        job_names = _unique_names([w["name"] for w in wl_rows], [w["queue__name"] for w in wl_rows],
+                               [w["id"] for w in wl_rows])
 
     jobs = []
     all_tasks: list[dict[str, Any]] = []

@@ -22,6 +22,9 @@ from queues_app.models.validators import (
     validate_label_map,
 )
 
+#: The one message for a taken name (the caller's own workload: names are per tenant).
+DUPLICATE_NAME_MESSAGE = "You already have a workload with this name in this queue."
+
 
 class Workload(models.Model):
     """A gang of tasks submitted to one leaf queue.
@@ -74,7 +77,14 @@ class Workload(models.Model):
     class Meta:
         ordering = ("created_at", "name")
         constraints = [
-            models.UniqueConstraint(fields=("queue", "name"), name="workload_unique_name_per_queue"),
+            # Names are unique per tenant and queue: a tenant can neither learn nor squat another
+            # tenant's names. Workloads with no tenant (operators, Kubernetes) per queue.
+            models.UniqueConstraint(fields=("queue", "tenant", "name"), condition=Q(tenant__isnull=False),
+                                    name="workload_unique_name_per_tenant_queue",
+                                    violation_error_message=DUPLICATE_NAME_MESSAGE),
+            models.UniqueConstraint(fields=("queue", "name"), condition=Q(tenant__isnull=True),
+                                    name="workload_unique_name_per_queue_no_tenant",
+                                    violation_error_message=DUPLICATE_NAME_MESSAGE),
             models.CheckConstraint(condition=Q(status__in=WorkloadStatus.values), name="workload_status_valid"),
             models.CheckConstraint(
                 condition=Q(priority__gte=-constants.MAX_PRIORITY) & Q(priority__lte=constants.MAX_PRIORITY),

@@ -17,6 +17,7 @@ from queues_app.choices import TASK_STATES_TERMINAL, TaskState, WorkloadStatus
 from queues_app.cycle import engine_io
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Queue, SubGroup, Task, Tenant, Workload
+from queues_app.models.workloads import DUPLICATE_NAME_MESSAGE
 from queues_app.services.common import bound_request_locks, bounded_int, validate
 from queues_app.services.devices import claims_gpu_count, gpu_classes
 
@@ -25,7 +26,6 @@ TASK_SPEC_KEYS = ("name", "gpu", "gpu_memory_mib", "cpu_millis", "memory_bytes",
                   "sub_group", "claims")
 #: Extra keys accepted by workload_import (observed state, e.g. from a scenario file).
 TASK_STATE_KEYS = ("state", "node", "gpu_groups", "devices")
-DUPLICATE_NAME_MESSAGE = "A workload with this name already exists in this queue."
 #: Keys of one subgroup spec (``sub_groups``; scenario ``subGroups``).
 SUB_GROUP_KEYS = ("name", "parent", "min_available", "min_sub_groups", "topology_required", "topology_preferred")
 
@@ -179,6 +179,10 @@ def _create(
             min_available = count
         min_available = bounded_int(min_available, field="min_available", minimum=1, maximum=count)
 
+    # Names are per tenant (and queue): only the caller's own workloads can collide, so the
+    # answer reveals nothing about other tenants (the constraint decides under a race).
+    if isinstance(name, str) and Workload.objects.filter(queue=locked, tenant=tenant, name=name).exists():
+        raise ApplicationError("Invalid workload.", extra={"name": [DUPLICATE_NAME_MESSAGE]})
     workload = Workload(queue=locked, name=name, tenant=tenant, owner=owner, priority=priority,
                         preemptible=bool(preemptible), min_available=min_available,
                         min_sub_groups=min_sub_groups if tree else None, **workload_fields)
@@ -271,7 +275,8 @@ def _save_workload(workload: Workload) -> None:
         with transaction.atomic():
             workload.save()
     except IntegrityError as exc:
-        if "workload_unique_name" not in str(exc):
+        text = str(exc)
+        if "workload_unique_name" not in text and "queues_app_workload.name" not in text:
             raise
         raise ApplicationError("Invalid workload.", extra={"name": [DUPLICATE_NAME_MESSAGE]}) from None
 

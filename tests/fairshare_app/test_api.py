@@ -64,6 +64,8 @@ class UsageReportApiTests:
         ({**RANGE, "group_by": "planet"}, "group_by"),
         ({**RANGE, "bucket": "fortnight"}, "bucket"),
         ({"start": "2000-01-01T00:00:00Z", "end": "2026-03-10T00:00:00Z"}, "end"),
+        ({**RANGE, "queues": "\u0000"}, "queues"),  # issue #16: a DataError (500) on PostgreSQL
+        ({**RANGE, "queues": "a-train,b\u0000"}, "queues"),
     ])
     def test_bad_queries_are_400_naming_the_field(self, operator_client, history, params, field):
         r = operator_client.get(BASE + "usage/", params)
@@ -137,6 +139,14 @@ class SshareApiTests:
         r = operator_client.get(BASE + "sshare/", {"format": "parsable", "algorithm": "lottery"})
         assert r.status_code == 400 and r.content.decode().startswith("error: ")
 
+    def test_an_unknown_format_is_a_400_naming_it(self, operator_client, history):
+        """Issue #16: ``?format=bogus`` answered 404, as if the endpoint did not exist."""
+        r = operator_client.get(BASE + "sshare/", {"format": "bogus"})
+        assert r.status_code == 400, r.content
+        assert "parsable2" in r.json()["extra"]["format"][0]
+        r = operator_client.get(BASE + "usage/", {**RANGE, "format": "xlsx"})
+        assert r.status_code == 400 and "csv" in r.json()["extra"]["format"][0]
+
 
 class BudgetApiTests:
     def test_operator_creates_and_tenants_read(self, operator_client, alice_client, charlie_client, history):
@@ -166,6 +176,8 @@ class BudgetApiTests:
         ({"queue": "a-train", "gpu_hours": "NaN"}, "gpu_hours"),
         ({"queue": "a-train", "gpu_hours": 1e30}, "gpu_hours"),
         ({"queue": "a-train", "gpu_hours": 1, "policy": "pray"}, "policy"),
+        ({"queue": "a-train", "gpu_hours": 1, "gpu_hourz": 2}, "gpu_hourz"),  # unknown fields are refused
+        ({"queue": "a-tr\u0000ain", "gpu_hours": 1}, "queue"),
     ])
     def test_bad_budgets_are_400_naming_the_field(self, operator_client, history, body, field):
         r = operator_client.post(BASE + "budgets/", body, format="json")
@@ -213,12 +225,28 @@ class SettingsApiTests:
         ({"reset_period": "FORTNIGHTLY"}, "reset_period"),
         ({"raw_retention": "30 00:00:00", "hourly_retention": "1 00:00:00"}, "hourly_retention"),
         ({"billing_weight_gpu": -0.5}, "billing_weight_gpu"),
+        ({"interval_seconds": 2**63}, "interval_seconds"),  # was an OverflowError (500)
+        ({"interval_seconds": 10**30}, "interval_seconds"),
+        ({"interval_seconds": 120, "intervall_seconds": 60}, "intervall_seconds"),  # was silently ignored
     ])
     def test_bad_settings_are_400_naming_the_field_and_write_nothing(self, operator_client, history, body, field):
         r = operator_client.patch(BASE + "settings/", body, format="json")
         assert r.status_code == 400, r.content
         assert field in r.json()["extra"]
         assert operator_client.get(BASE + "settings/").json()["version"] == 1
+
+    def test_the_service_refuses_a_huge_interval_naming_it(self, history):
+        from fairshare_app.services.settings import fairshare_settings_update
+        from queues_app.errors import ApplicationError
+
+        with pytest.raises(ApplicationError) as err:
+            fairshare_settings_update(data={"interval_seconds": 2**63})
+        assert "interval_seconds" in err.value.extra
+
+    def test_a_budget_update_refuses_unknown_fields(self, operator_client, history):
+        pk = operator_client.post(BASE + "budgets/", {"queue": "a-train", "gpu_hours": 5}, format="json").json()["id"]
+        r = operator_client.patch(BASE + f"budgets/{pk}/", {"gpu_hours": 6, "hours": 7}, format="json")
+        assert r.status_code == 400 and "hours" in r.json()["extra"]
 
     def test_nan_in_a_raw_body(self, operator_client, history):
         r = operator_client.generic("PATCH", BASE + "settings/", '{"k_value": NaN}', content_type="application/json")

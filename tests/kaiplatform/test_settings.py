@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from kaiplatform.env import development_secret_key, envbool, envint, envlist, envstr
 
 ROOT = Path(__file__).resolve().parents[2]
+STRONG_KEY = "k" * 20 + "Zq9#xLm2$vB7!pR4@wT6^yU8&iO0*aS3(dF5)gH1-jK"
 
 
 class EnvHelperTests:
@@ -71,7 +72,8 @@ class SettingsTests:
         proc = _settings_in_subprocess(tmp_path)
         assert proc.returncode == 0, proc.stderr
         debug, engine, broker, secure = proc.stdout.split()
-        assert (debug, engine, secure) == ("True", "django.db.backends.sqlite3", "False")
+        # DEBUG is off unless asked for, also in development (debug pages leak tracebacks and URLs)
+        assert (debug, engine, secure) == ("False", "django.db.backends.sqlite3", "False")
         assert broker == f"sqla+sqlite:///{tmp_path}/celery-broker.sqlite3"
         assert (tmp_path / "secret_key.txt").exists()
 
@@ -80,11 +82,27 @@ class SettingsTests:
         assert proc.returncode != 0 and "SECRET_KEY" in proc.stderr
 
     def test_production_turns_debug_off_and_cookies_secure(self, tmp_path):
-        proc = _settings_in_subprocess(tmp_path, KAI_ENV="production", SECRET_KEY="x" * 50,
+        proc = _settings_in_subprocess(tmp_path, KAI_ENV="production", SECRET_KEY=STRONG_KEY,
                                        DATABASE_URL="postgres://postgres@127.0.0.1:5432/kaiplatform")
         assert proc.returncode == 0, proc.stderr
         debug, engine, _, secure = proc.stdout.split()
         assert (debug, engine, secure) == ("False", "django.db.backends.postgresql", "True")
+
+    def test_debug_only_when_asked_for(self, tmp_path):
+        proc = _settings_in_subprocess(tmp_path, DEBUG="1")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split()[0] == "True"
+
+    @pytest.mark.parametrize("key", ["changeme", "CHANGEME", "secret", "x" * 60, "short-but-random-Zq9#xLm2",
+                                     "django-insecure-" + "Zq9#xLm2$vB7!pR4@wT6^yU8&iO0*aS3(dF5)gH1-jK"])
+    def test_production_refuses_a_weak_secret_key(self, tmp_path, key):
+        proc = _settings_in_subprocess(tmp_path, KAI_ENV="production", SECRET_KEY=key,
+                                       DATABASE_URL="postgres://postgres@127.0.0.1:5432/kaiplatform")
+        assert proc.returncode != 0 and "SECRET_KEY" in proc.stderr, proc.stderr
+
+    def test_development_keeps_any_secret_key(self, tmp_path):
+        proc = _settings_in_subprocess(tmp_path, SECRET_KEY="changeme")
+        assert proc.returncode == 0, proc.stderr
 
     def test_a_bad_database_url_is_a_configuration_error(self, tmp_path):
         proc = _settings_in_subprocess(tmp_path, DATABASE_URL="nosuchdb://x")

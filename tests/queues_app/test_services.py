@@ -198,6 +198,32 @@ class WorkloadTests:
         assert _errors(lambda: WorkloadFactory(queue=queue_tree["a-train"], name="same"))
         WorkloadFactory(queue=queue_tree["b-train"], name="same")  # other queue: fine
 
+    def test_names_are_unique_per_tenant_and_queue(self, tenants, queue_tree):
+        """Issue #16: another tenant's name in a shared queue is free (and never named in an
+        error); the same tenant's, or an operator's twice, is a field error."""
+        from queues_app.services import workload_submit
+        from queues_app.services.tenants import tenant_grant_queue
+
+        tenant_grant_queue(tenant=tenants["team_b"], queue=queue_tree["a-train"])
+        submit = dict(queue=queue_tree["a-train"], name="same", task={"gpu": 1})
+        workload_submit(**submit, tenant=tenants["team_a"])
+        workload_submit(**submit, tenant=tenants["team_b"])
+        workload_submit(**submit)  # no tenant (an operator)
+        for tenant in (tenants["team_a"], tenants["team_b"], None):
+            errors = _errors(lambda: workload_submit(**submit, tenant=tenant))
+            assert errors == {"name": ["You already have a workload with this name in this queue."]}
+        assert Workload.objects.filter(name="same").count() == 3
+
+    def test_the_database_keeps_names_unique_per_tenant_and_queue(self, tenants, queue_tree):
+        from django.db import IntegrityError, transaction
+
+        WorkloadFactory(queue=queue_tree["a-train"], name="x", tenant=tenants["team_a"])
+        WorkloadFactory(queue=queue_tree["a-train"], name="x", tenant=None)
+        for tenant in (tenants["team_a"], None):
+            with pytest.raises(IntegrityError), transaction.atomic():
+                Workload.objects.create(queue=queue_tree["a-train"], name="x", tenant=tenant)
+        Workload.objects.create(queue=queue_tree["a-train"], name="x", tenant=tenants["team_b"])
+
     def test_it_cancels_pending_and_running_tasks(self, queue_tree):
         NodeFactory(name="n0")
         w = workload_import(queue=queue_tree["a-train"], name="w", tasks=[

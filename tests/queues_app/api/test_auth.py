@@ -91,6 +91,17 @@ class ThrottleTests:
                                    format="json").status_code == 201
         assert alice_client.get("/api/v1/workloads/").status_code == 200
 
+    def test_a_tenant_at_its_submit_limit_can_still_cancel(self, low_rates, alice_client, nodes):
+        """Issue #16: cancel (a POST) was counted against the submit budget."""
+        ids = [alice_client.post("/api/v1/workloads/", workload_body(f"w{i}"), format="json").json()["id"]
+               for i in range(3)]
+        assert alice_client.post("/api/v1/workloads/", workload_body("w3"), format="json").status_code == 429
+        for pk in ids:
+            response = alice_client.post(f"/api/v1/workloads/{pk}/cancel/")
+            assert response.status_code == 200 and response.json()["status"] == "Cancelled", response.content
+        # ...and the cancels did not eat into the (still exhausted) submit budget either way
+        assert alice_client.post("/api/v1/workloads/", workload_body("w4"), format="json").status_code == 429
+
     def test_token_endpoint_is_limited_per_client(self, low_rates, anon_client, tenants):
         for _ in range(2):
             anon_client.post("/api/v1/auth/token/", {"username": "alice", "password": "x"}, format="json")

@@ -255,3 +255,40 @@ def test_redaction_keeps_prose_and_own_names(tenants, queue_tree):
     assert redact_message(tenant=team_a, message="waiting for job bravo-x of queue b-train") == \
         "waiting for job (another tenant's) of queue (another tenant's)"
     assert redact_message(tenant=None, message="job bravo-x of queue b-train") == "job bravo-x of queue b-train"
+
+
+class SharedQueueNameTests:
+    """Issue #16: on a queue granted to two tenants, another tenant's workload name answered 400
+    "Workload with this Queue and Name already exists." (dry run too): a tenant learned other
+    tenants' names and could squat them. Names are unique per tenant (and queue) now."""
+
+    @pytest.fixture
+    def shared(self, tenants, queue_tree, nodes):
+        from queues_app.services.tenants import tenant_grant_queue
+
+        tenant_grant_queue(tenant=tenants["team_b"], queue=queue_tree["a-train"])
+        return tenants
+
+    def test_another_tenant_s_name_is_free_and_never_mentioned(self, shared, alice_client, charlie_client):
+        body = workload_body("bravo-secret-1", queue="a-train", replicas=1)
+        assert charlie_client.post("/api/v1/workloads/", body, format="json").status_code == 201
+        dry = alice_client.post("/api/v1/workloads/?dry_run=1", body, format="json")
+        assert dry.status_code == 200 and dry.json()["valid"] is True, dry.content
+        mine = alice_client.post("/api/v1/workloads/", body, format="json")
+        assert mine.status_code == 201, mine.content
+        again = alice_client.post("/api/v1/workloads/", body, format="json")
+        assert again.status_code == 400
+        assert again.json()["extra"] == {"name": ["You already have a workload with this name in this queue."]}
+        assert b"team-b" not in again.content and b"charlie" not in again.content
+        # and charlie's own second one is refused for charlie, not because of alice
+        assert charlie_client.post("/api/v1/workloads/", body, format="json").status_code == 400
+
+    def test_both_same_named_workloads_are_scheduled(self, shared, alice_client, charlie_client):
+        from queues_app.cycle.run import cycle_run
+
+        body = workload_body("same", queue="a-train", replicas=1)
+        ids = [c.post("/api/v1/workloads/", body, format="json").json()["id"] for c in (alice_client, charlie_client)]
+        outcome = cycle_run(trigger="test")
+        assert outcome.status == "applied", outcome
+        assert set(Workload.objects.filter(pk__in=ids).values_list("status", flat=True)) <= {"Binding", "Running"}
+        assert Task.objects.filter(workload_id__in=ids, node__isnull=False).count() == 2

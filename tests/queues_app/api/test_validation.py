@@ -216,3 +216,90 @@ def test_node_input_bounds(operator_client, db, body, field):
     response = operator_client.post("/api/v1/nodes/", body, format="json")
     assert response.status_code == 400, response.content
     assert field in response.json()["extra"], response.json()
+
+
+# ----------------------------------------------------------------------------- issue #16 repros
+#
+# Each one answered a 500, a debug page, or accepted / silently changed nonsense before.
+
+
+@pytest.mark.parametrize(("override", "field"), [
+    ({"queue": "a-tr\u0000ain"}, "queue"),
+    ({"name": "tr\u0000ain"}, "name"),
+    ({"node_selector": {"zo\u0000ne": "a"}}, "node_selector"),
+    ({"task": {"gpu": 1, "node_selector": {"zone": "\u0000"}}}, "task.node_selector.zone"),
+])
+def test_a_nul_character_is_a_400_naming_the_field(alice_client, nodes, override, field):
+    response = alice_client.post(URL, workload_body(**override), format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["extra"] == {field: ["Null characters are not allowed."]}
+    _assert_nothing_stored()
+
+
+@pytest.mark.parametrize("query", ["queue=%00", "status=Pending%00", "%00=1", "ordering=name%00"])
+def test_a_nul_character_in_a_query_parameter_is_a_400(alice_client, nodes, query):
+    response = alice_client.get(f"{URL}?{query}")
+    assert response.status_code == 400, response.content
+    assert response.json()["message"] == "Invalid input." and response.json()["extra"]
+
+
+def test_a_nul_character_in_a_path_or_header_is_refused(alice_client, operator_client, nodes):
+    assert operator_client.get("/api/v1/queues/a-tr%00ain/").status_code == 404
+    response = alice_client.get(URL, HTTP_X_TENANT="team-a\u0000")
+    assert response.status_code == 400 and "X-Tenant" in response.json()["extra"]
+
+
+@pytest.mark.parametrize("name", ["abc\n", "abc\r\n", " abc", "abc ", "\tabc"])
+def test_a_name_with_whitespace_is_refused_not_stripped(alice_client, nodes, name):
+    response = alice_client.post(URL, workload_body(name=name), format="json")
+    assert response.status_code == 400, response.content
+    assert "name" in response.json()["extra"]
+    _assert_nothing_stored()
+
+
+def test_the_services_refuse_a_trailing_newline_too(queue_tree):
+    from queues_app.errors import ApplicationError
+    from queues_app.services import workload_submit
+
+    with pytest.raises(ApplicationError) as err:
+        workload_submit(queue=queue_tree["a-train"], name="abc\n", task={"gpu": 1})
+    assert "name" in err.value.extra
+    _assert_nothing_stored()
+
+
+@pytest.mark.parametrize("pk", ["\u0663", "\u0661\u0662", "\uff11", "+1", " 1", "1_0"])
+def test_non_ascii_digits_in_ids_do_not_alias_real_ids(alice_client, nodes, pk):
+    """/workloads/٣/ (Arabic-Indic three) resolved to workload 3."""
+    ids = [alice_client.post(URL, workload_body(f"w{i}"), format="json").json()["id"] for i in range(12)]
+    assert alice_client.get(f"{URL}{ids[0]}/").status_code == 200
+    for url in (f"{URL}{pk}/", f"{URL}{pk}/why/", f"/api/v1/queues/{pk}/"):
+        response = alice_client.get(url)
+        assert response.status_code == 404, (url, response.content[:200])
+
+
+@pytest.mark.parametrize("size", ["0", "-5", "abc", "1.5", "\u0663", ""])
+def test_a_bad_page_size_is_a_400(alice_client, nodes, size):
+    response = alice_client.get(URL, {"page_size": size})
+    assert response.status_code == 400, response.content
+    assert "page_size" in response.json()["extra"]
+
+
+def test_a_node_selector_key_must_be_a_kubernetes_label_key(alice_client, nodes):
+    for key in ("not a key!", "-lead", "a" * 64, "Example.COM/zone", "/zone"):
+        response = alice_client.post(URL, workload_body(node_selector={key: "v"}), format="json")
+        assert response.status_code == 400, (key, response.content)
+        assert any(k.startswith("node_selector") for k in response.json()["extra"]), response.json()
+    assert alice_client.post(URL, workload_body(node_selector={"topology.kubernetes.io/zone": "a"}),
+                             format="json").status_code == 201
+
+
+def test_reserved_gpus_above_the_node_gpus_are_refused(operator_client, db):
+    response = operator_client.post("/api/v1/nodes/", {"name": "n1", "gpus": 2, "reserved_gpus": 5}, format="json")
+    assert response.status_code == 400 and "reserved_gpus" in response.json()["extra"]
+    created = operator_client.post("/api/v1/nodes/", {"name": "n1", "gpus": 2}, format="json")
+    assert created.status_code == 201
+    response = operator_client.patch(f"/api/v1/nodes/{created.json()['id']}/", {"reserved_gpus": 3}, format="json")
+    assert response.status_code == 400 and "reserved_gpus" in response.json()["extra"], response.content
+    response = operator_client.patch(f"/api/v1/nodes/{created.json()['id']}/", {"gpus": 1, "reserved_gpus": 2},
+                                     format="json")
+    assert response.status_code == 400 and "reserved_gpus" in response.json()["extra"], response.content
