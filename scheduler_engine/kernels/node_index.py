@@ -193,7 +193,7 @@ def update_shared(nodes: np.ndarray, sched: np.ndarray, sel: np.ndarray, rc: flo
                 idle_dev = True
             if a + b >= f - EPS:
                 any_dev = True
-                if dev_shared[n, d] and a < 1 - EPS:
+                if dev_shared[n, d] and a + b < 1 - EPS:  # in use, not only releasing
                     joins = True
             if a + b >= 1 - EPS:
                 whole += 1

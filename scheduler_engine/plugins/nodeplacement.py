@@ -71,7 +71,8 @@ def node_keys(state: CycleState, t: int, rows, idle_ok_rows: np.ndarray, col: in
             f = np.where(gm > 0, s.task_gpu_memory[t] / np.where(gm > 0, gm, 1.0), np.inf)[:, None]
         else:
             f = float(s.task_request[t, GPU])
-        used = s.dev_shared[rows] & (s.dev_free[rows] < 1 - EPS) & s.dev_valid[rows]
+        # in shared use and not wholly released (KAI IsTaskFitOnGpuGroup: !isAllGpuReleased)
+        used = s.dev_shared[rows] & (s.dev_free[rows] + s.dev_rel[rows] < 1 - EPS) & s.dev_valid[rows]
         fits = used & (s.dev_free[rows] + s.dev_rel[rows] >= f - EPS)
         tier = tier + 10000.0 * fits.any(axis=1)
     elif col == CPU:
@@ -106,7 +107,7 @@ def node_key_one(s: CycleState, t: int, n: int, idle_ok: bool, col: int, spread:
         sh = s.dev_shared[n, :nd].tolist()
         fr = s.dev_free[n, :nd].tolist()
         rl = s.dev_rel[n, :nd].tolist()
-        if any(h and a < 1 - EPS and a + b >= f - EPS for h, a, b in zip(sh, fr, rl)):
+        if any(h and a + b < 1 - EPS and a + b >= f - EPS for h, a, b in zip(sh, fr, rl)):
             tier += 10000.0
     elif col == CPU and (s.node_capacity[n, GPU] if dra else nd) == 0:
         tier += 10.0

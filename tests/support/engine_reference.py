@@ -508,7 +508,8 @@ class _Ref:
         tier = 1000 if idle_ok else 0
         if self.is_shared[t] and nd and not spread:  # gpusharingorder: GPU binpack strategy only
             f = self._fraction(t, n)
-            if any(d in self.dgroup[n] and self.dfree[n][d] < 1 - EPS and self.dfree[n][d] + self.drel[n][d] >= f - EPS
+            if any(d in self.dgroup[n] and self.dfree[n][d] + self.drel[n][d] < 1 - EPS
+                   and self.dfree[n][d] + self.drel[n][d] >= f - EPS
                    for d in range(nd)):
                 tier += 10000
         elif cpu_only and nd == 0:
