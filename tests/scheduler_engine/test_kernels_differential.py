@@ -1,7 +1,7 @@
 """The numba kernels decide the same compiled and interpreted (``NUMBA_DISABLE_JIT=1``), on generated
 and mutated clusters and on golden files, each engine in its own process.
 
-A bounded sample of :mod:`tests.scheduler_engine.differential` (the full campaign, also against
+A bounded sample of :mod:`tests.support.differential` (the full campaign, also against
 another tree, is its command line). Compiled and interpreted runs of one source differ only if a
 kernel relies on something numba does differently from Python (integer overflow, float
 operations, signed zeros, out-of-range indexing).
@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from scheduler_engine.kernels.victim_keys import round12
-from tests.scheduler_engine import differential
+from tests.support import differential
 
 
 def test_compiled_and_interpreted_kernels_decide_the_same(tmp_path: Path):

@@ -5,7 +5,7 @@ Used by ``test_kernels_differential.py`` to compare the compiled kernels with th
 as plain Python (``NUMBA_DISABLE_JIT=1``) on a bounded sample; as a command line it runs the full
 campaign, also against another tree (e.g. a worktree of the commit before a speed change):
 
-    python -m tests.scheduler_engine.differential --generated 200 --golden all [--other /path/to/tree]
+    python -m tests.support.differential --generated 200 --golden all [--other /path/to/tree]
 
 Scenarios: golden files (with their own config and rounds) and generated clusters
 (:func:`scheduler_engine.bench.generate`, mixed and one-GPU shapes, some with subgroup jobs and DRA
@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (tests/support/ is two levels down)
 GOLDEN = ROOT.parent / "shared" / "scenarios"
 GOLDEN_DIRS = ("allocate", "reclaim_preempt", "fairshare")
 
@@ -96,7 +96,7 @@ def _run_in(tree: Path, env: dict[str, str], paths: list[Path]) -> dict[str, lis
     full.update(env)
     # the tree's engine first on the path (an installed copy of the project comes later)
     full["PYTHONPATH"] = os.pathsep.join([str(tree), str(ROOT)] + ([full["PYTHONPATH"]] if full.get("PYTHONPATH") else []))
-    proc = subprocess.run([sys.executable, "-m", "tests.scheduler_engine.differential", "--run", *map(str, paths)],
+    proc = subprocess.run([sys.executable, "-m", "tests.support.differential", "--run", *map(str, paths)],
                           cwd=str(tree), env=full, capture_output=True, text=True, timeout=1800)
     if proc.returncode:
         raise RuntimeError(f"engine in {tree} ({env}) failed:\n{proc.stderr[-4000:]}")
