@@ -5,7 +5,9 @@ the expected and the actual value (``job X: status expected Binding, got Pending
 compared with a relative tolerance of 1e-6 (plus a 1e-9 absolute floor so float noise around 0,
 e.g. ``1e-13`` idle GPUs, is not a mismatch).
 
-``check_snapshot(snapshot)`` applies the format's "Rounds" rules: a plain scenario is compared with
+``check_snapshot(snapshot)`` also holds every checked cycle to the engine's result invariants
+(:mod:`scheduler_engine.invariants`, e.g. nothing Pipelined where nothing is releasing), then applies
+the format's "Rounds" rules: a plain scenario is compared with
 its one cycle; a scenario that sets ``rounds``/``stableRounds`` is compared with the snapshot after
 the rewrite that follows the last round, then again with each stable round's own result.
 """
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .cycle import run_cycle, run_rounds, uses_rounds
+from .invariants import result_problems
 from .result import CycleResult
 from .snapshot import RESOURCES, Snapshot
 from .units import parse_cpu, parse_gpu, parse_memory
@@ -139,11 +142,13 @@ def check_snapshot(snapshot: Snapshot) -> CheckOutcome:
     expect = snapshot.expect
     if not uses_rounds(snapshot):
         result = run_cycle(snapshot)
-        return CheckOutcome(snapshot.name, compare(result, expect), result, expect is not None)
+        mismatches = compare(result, expect) + [f"invariant: {p}" for p in result_problems(snapshot, result)]
+        return CheckOutcome(snapshot.name, mismatches, result, expect is not None)
     rr = run_rounds(snapshot)
     mismatches = compare(rr.final, expect)
-    for k, res in enumerate(rr.stable, start=1):
-        mm = compare(res, expect)
+    inputs = [rr.final_snapshot] + rr.stable_snapshots[:-1]
+    for k, (res, before) in enumerate(zip(rr.stable, inputs), start=1):
+        mm = compare(res, expect) + [f"invariant: {p}" for p in result_problems(before, res)]
         if mm:
             mismatches.extend(f"stable round {k}: {m}" for m in mm)
             break

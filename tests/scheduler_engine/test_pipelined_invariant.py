@@ -120,3 +120,15 @@ def test_rounds_scenario_settles():
     for res in out.cycles:
         assert not [v for v in res.tasks.values() if v["status"] == "Pipelined"]
     assert out.final.tasks["quarter-0"]["status"] == "Running"
+
+
+def test_check_holds_every_checked_cycle_to_the_invariant(monkeypatch):
+    from scheduler_engine import check
+
+    doc = _unplaced_victim_doc()
+    doc["expect"] = {"tasks": {"quarter-0": {"status": "Binding"}}}
+    assert check.check_snapshot(load_dict(doc)).passed
+    # an engine that pipelined where nothing is releasing would fail `check` whatever `expect` says
+    monkeypatch.setattr(check, "result_problems", lambda snap, res: ["job quarter: Pipelined on n0"])
+    out = check.check_snapshot(load_dict(doc))
+    assert out.mismatches == ["invariant: job quarter: Pipelined on n0"]
