@@ -1,8 +1,10 @@
-"""Rules 1-6 of the victim order per queue, and which child of a queue gives victims first
-(:class:`scheduler_engine.solvers.victim_order.VictimQueue` in its total-order mode).
+"""Rules 1-6 of the queue order per queue, and which child of a queue comes first: for the victim
+order (:class:`scheduler_engine.solvers.victim_order.VictimQueue`) and for the re-placement order of a
+simulated scenario (:class:`scheduler_engine.solvers.simulation.LeafTournament`), both in their
+total-order mode.
 
-A queue's victim key is the negated rules-1..6 tuple of :func:`scheduler_engine.ordering._queue_key`
-(``victim=True``) as six float64 columns; with the static rules-7..8 integer ``tb`` (unique among
+A queue's key is the rules-1..6 tuple of :func:`scheduler_engine.ordering._queue_key` (negated for
+victims) as six float64 columns; with the static rules-7..8 integer ``tb`` (unique among
 siblings) the lexicographically smallest live child is the one the sequential scan would pick.
 Dominant shares are rounded like Python's ``round(x, 12)`` (:func:`round12`, exact), so the keys,
 and the order, are the same as the Python tuples'.
@@ -115,26 +117,51 @@ def dominant(a0: float, a1: float, a2: float, stat: np.ndarray, q: int, tot: np.
 
 
 @kernel
-def victim_key(q: int, r0: float, r1: float, r2: float, stat: np.ndarray, tot: np.ndarray, prio: np.ndarray,
-               alloc: np.ndarray, out: np.ndarray) -> None:
-    """Queue q's victim key when it gives up (r0, r1, r2), into ``out[q]`` (``_queue_key(victim=True)``)."""
+def queue_key(q: int, r0: float, r1: float, r2: float, victim: bool, stat: np.ndarray, tot: np.ndarray,
+              prio: np.ndarray, alloc: np.ndarray, out: np.ndarray) -> None:
+    """Queue q's rules-1..6 key into ``out[q]`` (``ordering._queue_key``): with ``victim`` when it
+    gives up (r0, r1, r2) (negated: smaller = its victims first), else when its job would add them."""
     a0 = alloc[q, 0]
     a1 = alloc[q, 1]
     a2 = alloc[q, 2]
     over = stat[q, 0] < a0 - EPS and stat[q, 1] < a1 - EPS and stat[q, 2] < a2 - EPS
+    if victim:
+        j0 = 0.0
+        j1 = 0.0
+        j2 = 0.0
+        w0 = a0 - r0
+        w1 = a1 - r1
+        w2 = a2 - r2
+    else:
+        j0 = r0
+        j1 = r1
+        j2 = r2
+        w0 = a0 + r0
+        w1 = a1 + r1
+        w2 = a2 + r2
     d0 = stat[q, 3]
     d1 = stat[q, 4]
     d2 = stat[q, 5]
-    starved = ((d0 == UNLIMITED or a0 <= d0 + EPS) and (d1 == UNLIMITED or a1 <= d1 + EPS)
-               and (d2 == UNLIMITED or a2 <= d2 + EPS))
-    violates = ((stat[q, 6] == 0 and a0 > EPS) or (stat[q, 7] == 0 and a1 > EPS)
-                or (stat[q, 8] == 0 and a2 > EPS))
-    out[q, 0] = -1.0 if over else 0.0
-    out[q, 1] = 0.0 if starved else -1.0
-    out[q, 2] = float(prio[q])
-    out[q, 3] = -1.0 if violates else 0.0
-    out[q, 4] = -round12(dominant(a0 - r0, a1 - r1, a2 - r2, stat, q, tot))
-    out[q, 5] = -round12(dominant(a0, a1, a2, stat, q, tot))
+    starved = ((d0 == UNLIMITED or a0 + j0 <= d0 + EPS) and (d1 == UNLIMITED or a1 + j1 <= d1 + EPS)
+               and (d2 == UNLIMITED or a2 + j2 <= d2 + EPS))
+    violates = ((stat[q, 6] == 0 and a0 + j0 > EPS) or (stat[q, 7] == 0 and a1 + j1 > EPS)
+                or (stat[q, 8] == 0 and a2 + j2 > EPS))
+    dw = round12(dominant(w0, w1, w2, stat, q, tot))
+    dwo = round12(dominant(a0, a1, a2, stat, q, tot))
+    if victim:
+        out[q, 0] = -1.0 if over else 0.0
+        out[q, 1] = 0.0 if starved else -1.0
+        out[q, 2] = float(prio[q])
+        out[q, 3] = -1.0 if violates else 0.0
+        out[q, 4] = -dw
+        out[q, 5] = -dwo
+    else:
+        out[q, 0] = 1.0 if over else 0.0
+        out[q, 1] = 0.0 if starved else 1.0
+        out[q, 2] = -float(prio[q])
+        out[q, 3] = 1.0 if violates else 0.0
+        out[q, 4] = dw
+        out[q, 5] = dwo
 
 
 @kernel
@@ -169,8 +196,8 @@ def best_child(par: int, kid_ptr: np.ndarray, kids: np.ndarray, vrep: np.ndarray
 
 
 @kernel
-def build(by_depth: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray, tot: np.ndarray,
-          prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, leaf_live: np.ndarray, req: np.ndarray,
+def build(victim: bool, by_depth: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray,
+          tot: np.ndarray, prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, leaf_live: np.ndarray, req: np.ndarray,
           key: np.ndarray, vrep: np.ndarray) -> int:
     """Key every queue with a live leaf below it, deepest first (a queue is represented by its
     best live child's leaf, a live leaf by itself; ``vrep`` -1: no live leaf below). Returns the
@@ -186,14 +213,14 @@ def build(by_depth: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.
             vrep[q] = -1
             continue
         vrep[q] = lq
-        victim_key(q, req[lq, 0], req[lq, 1], req[lq, 2], stat, tot, prio, alloc, key)
+        queue_key(q, req[lq, 0], req[lq, 1], req[lq, 2], victim, stat, tot, prio, alloc, key)
     root = kid_ptr.shape[0] - 2
     b = best_child(root, kid_ptr, kids, vrep, key, tb)
     return vrep[b] if b >= 0 else -1
 
 
 @kernel
-def rekey_path(leaf: int, path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray,
+def rekey_path(victim: bool, leaf: int, path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray,
                tot: np.ndarray, prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, leaf_live: np.ndarray,
                req: np.ndarray, key: np.ndarray, vrep: np.ndarray) -> int:
     """After victims were taken from / given back to ``leaf`` (``req[leaf]``, ``leaf_live[leaf]``
@@ -208,7 +235,7 @@ def rekey_path(leaf: int, path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarra
             lq = vrep[b] if b >= 0 else -1
         vrep[q] = lq
         if lq >= 0:
-            victim_key(q, req[lq, 0], req[lq, 1], req[lq, 2], stat, tot, prio, alloc, key)
+            queue_key(q, req[lq, 0], req[lq, 1], req[lq, 2], victim, stat, tot, prio, alloc, key)
     root = kid_ptr.shape[0] - 2
     b = best_child(root, kid_ptr, kids, vrep, key, tb)
     return vrep[b] if b >= 0 else -1

@@ -28,11 +28,13 @@ from typing import Sequence
 import numpy as np
 
 from .. import subgroups
+from ..kernels import victim_keys
 from ..ordering import _QueueProfile, _profile_less, job_order_key, task_order
 from ..plugins.nodeplacement import ShapeIndex, node_key_one, node_keys, placement_strategy
 from ..plugins.topology import allocation_domains, preferred_tiers
 from ..snapshot import GPU, NRES, TaskState
 from ..state import EPS, CycleState
+from .victim_order import kernel_static, queue_tiebreaks
 
 _PEND = int(TaskState.PENDING)
 _RUN = int(TaskState.RUNNING)
@@ -462,6 +464,26 @@ class LeafTournament:
         self.state = sim.state
         self.by_leaf = by_leaf
         self.reqs = reqs
+        # total-order mode (the allocatable vectors of every parent's children form a chain, as in
+        # JobQueue): keys in arrays, re-keyed by compiled kernels (kernels.victim_keys, victim=False);
+        # the winner of a strict total order is what the sequential scan below picks
+        tb = queue_tiebreaks(self.state, False)
+        self._k = None
+        if tb is not None:
+            s = self.state
+            by_depth, path, kid_ptr, kids, stat, tot, prio = kernel_static(s)
+            leaf_live = np.zeros(s.Q, dtype=np.bool_)
+            req = np.zeros((s.Q, 3))
+            for leaf, lst in by_leaf.items():
+                leaf_live[leaf] = True
+                req[leaf] = reqs[lst[-1]]
+            key = np.zeros((s.Q, 6))
+            vrep = np.full(s.Q, -1, dtype=np.int64)
+            self._next = victim_keys.build(False, by_depth, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc,
+                                           leaf_live, req, key, vrep)
+            self._k = (path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep)
+            self._dirty_leaf = -1
+            return
         self.rep: dict[int, int] = {}  # node -> leaf its winning subtree is represented by
         self.prof: dict[int, object] = {}  # node -> its queue profile with its representative's job
         self.cache: dict[tuple, object] = sim.state.__dict__.setdefault("_victims_leaf_profiles", {})
@@ -513,6 +535,14 @@ class LeafTournament:
 
     def changed(self, leaf: int, emptied: bool) -> None:
         """``leaf``'s head was popped (and it is gone if ``emptied``); recompute at the next best()."""
+        if self._k is not None:
+            leaf_live, req = self._k[7], self._k[8]
+            if emptied:
+                leaf_live[leaf] = False
+            else:
+                req[leaf] = self.reqs[self.by_leaf[leaf][-1]]
+            self._dirty_leaf = leaf
+            return
         if emptied:
             k = (id(self.tree), leaf)
             tree = self.sim._tree_next.get(k)
@@ -527,6 +557,14 @@ class LeafTournament:
             prof.pop(q, None)
 
     def best(self) -> int:
+        if self._k is not None:
+            leaf = self._dirty_leaf
+            if leaf >= 0:  # after the placement of the popped job: its path's allocations moved
+                self._dirty_leaf = -1
+                path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep = self._k
+                self._next = victim_keys.rekey_path(False, leaf, path, kid_ptr, kids, stat, tot, prio, tb,
+                                                    self.state.queue_alloc, leaf_live, req, key, vrep)
+            return self._next
         path = self.dirty
         if path is not None:
             self.dirty = None

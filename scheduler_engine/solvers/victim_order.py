@@ -112,11 +112,10 @@ def _victim_static_ranks(state: CycleState) -> tuple[np.ndarray, np.ndarray]:
     return hit
 
 
-def _kernel_static(state: CycleState) -> tuple:
+def kernel_static(state: CycleState) -> tuple:
     """The queue tree and the static per-queue values as :mod:`~scheduler_engine.kernels.victim_keys`
-    takes them (children in CSR form with the top level as parent Q, paths padded with -1, queues
-    deepest first, fair share / deserved / allocatable, total, priority, rules 7-8 tie-break);
-    cached on the state (only built when the tie-break is a total order)."""
+    takes them: queues deepest first, paths padded with -1, children in CSR form with the top level
+    as parent Q, fair share / deserved / allocatable (Q, 9), total, priority; cached on the state."""
     hit = getattr(state, "_victims_kernel_static", None)
     if hit is None:
         Q = state.Q
@@ -126,9 +125,8 @@ def _kernel_static(state: CycleState) -> tuple:
         for par in list(range(Q)) + [-1]:
             ks = kids.get(par, [])
             counts[(par if par >= 0 else Q) + 1] = len(ks)
+            flat.extend(ks)
         kid_ptr = np.cumsum(counts)
-        for par in list(range(Q)) + [-1]:
-            flat.extend(kids.get(par, []))
         paths = state.queue_path_list
         depth = max((len(p) for p in paths), default=1)
         path = np.full((Q, depth), -1, dtype=np.int64)
@@ -139,9 +137,30 @@ def _kernel_static(state: CycleState) -> tuple:
                           np.asarray(_alloc_rows(state), dtype=np.float64).reshape(Q, 3)])
         hit = state._victims_kernel_static = (
             by_depth, path, kid_ptr, np.asarray(flat, dtype=np.int64), np.ascontiguousarray(stat),
-            np.asarray(state.total, dtype=np.float64), np.asarray(state.queues.priority, dtype=np.int64).reshape(Q),
-            np.asarray(_victim_tiebreaks(state), dtype=np.int64))
+            np.asarray(state.total, dtype=np.float64), np.asarray(state.queues.priority, dtype=np.int64).reshape(Q))
     return hit
+
+
+def queue_tiebreaks(state: CycleState, victim: bool) -> np.ndarray | None:
+    """Rules 7-8 as one integer per queue for the queue order (``victim``: reversed), or ``None``
+    when some parent's children are not totally ordered by them (:func:`ordering.chain_tiebreaks`);
+    cached on the state."""
+    cache = state.__dict__.setdefault("_queue_tiebreaks", {})
+    if victim not in cache:
+        if victim:
+            tb = _victim_tiebreaks(state)
+        else:
+            static = _static(state)
+            tb = [0] * state.Q
+            for ks in _queue_kids(state).values():
+                part = chain_tiebreaks(static, ks, False, state.Q)
+                if part is None:
+                    tb = None
+                    break
+                for c, v in part.items():
+                    tb[c] = v
+        cache[victim] = None if tb is None else np.asarray(tb, dtype=np.int64)
+    return cache[victim]
 
 
 class VictimQueue:
@@ -446,7 +465,8 @@ class VictimQueue:
         represented by the leaf of its best live child, its key is its rules-1..6 victim key when
         that leaf gives up its victims."""
         s = self.state
-        by_depth, path, kid_ptr, kids, stat, tot, prio, tb = _kernel_static(s)
+        by_depth, path, kid_ptr, kids, stat, tot, prio = kernel_static(s)
+        tb = queue_tiebreaks(s, True)
         Q = s.Q
         leaf_live = np.zeros(Q, dtype=np.bool_)
         req = np.zeros((Q, 3))
@@ -455,8 +475,8 @@ class VictimQueue:
             req[lq] = self._leaf_victims(lq)
         key = np.zeros((Q, 6))
         vrep = np.full(Q, -1, dtype=np.int64)
-        self._knext = victim_keys.build(by_depth, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, leaf_live, req,
-                                        key, vrep)
+        self._knext = victim_keys.build(True, by_depth, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, leaf_live,
+                                        req, key, vrep)
         self._k = (path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep)
         self._dirty.clear()
 
@@ -468,8 +488,8 @@ class VictimQueue:
         leaf_live[leaf] = live
         if live:
             req[leaf] = self._leaf_victims(leaf)
-        self._knext = victim_keys.rekey_path(leaf, path, kid_ptr, kids, stat, tot, prio, tb, self.state.queue_alloc,
-                                             leaf_live, req, key, vrep)
+        self._knext = victim_keys.rekey_path(True, leaf, path, kid_ptr, kids, stat, tot, prio, tb,
+                                             self.state.queue_alloc, leaf_live, req, key, vrep)
         self._dirty.clear()
 
 
