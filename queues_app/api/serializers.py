@@ -125,7 +125,8 @@ class TenantQueueField(serializers.SlugRelatedField):
         super().__init__(slug_field="name", **kwargs)
 
     def get_queryset(self):
-        return selectors.queue_list(tenant=self.context["tenant"])
+        # (the lookup needs no quota rows: without the list's prefetch it is one query)
+        return selectors.queue_list(tenant=self.context["tenant"]).prefetch_related(None)
 
     def to_internal_value(self, data: Any):
         if not isinstance(data, str) or len(data) > constants.MAX_NAME_LENGTH:

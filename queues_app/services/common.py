@@ -13,10 +13,15 @@ from queues_app.errors import ApplicationError
 M = TypeVar("M", bound=models.Model)
 
 
-def validate(instance: models.Model, *, message: str, exclude: Iterable[str] | None = None) -> None:
-    """``full_clean()`` with errors re-raised as the one service error type."""
+def validate(instance: models.Model, *, message: str, exclude: Iterable[str] | None = None,
+             constraints: bool = True) -> None:
+    """``full_clean()`` with errors re-raised as the one service error type.
+
+    ``constraints=False`` leaves the model's constraints to the database: Django checks each one
+    with a query of its own (a savepoint and a SELECT per constraint), which a hot path whose
+    values are already bounded by the field validators and checked by the caller can skip."""
     try:
-        instance.full_clean(exclude=list(exclude) if exclude else None)
+        instance.full_clean(exclude=list(exclude) if exclude else None, validate_constraints=constraints)
     except ValidationError as exc:
         raise ApplicationError.from_validation_error(exc, message) from exc
 

@@ -186,7 +186,10 @@ def _create(
     workload = Workload(queue=locked, name=name, tenant=tenant, owner=owner, priority=priority,
                         preemptible=bool(preemptible), min_available=min_available,
                         min_sub_groups=min_sub_groups if tree else None, **workload_fields)
-    validate(workload, message="Invalid workload.")
+    # The queue row is locked above and tenant / owner are the caller's own rows: no existence
+    # queries for them. The constraints are the database's (name: checked above; status,
+    # priority and min_available are bounded here), saving a savepoint and a query each.
+    validate(workload, message="Invalid workload.", exclude=("queue", "tenant", "owner"), constraints=False)
 
     specs = list(tasks) if tasks is not None else [task]
     node_names = {t.get("node") for t in specs if isinstance(t, Mapping) and t.get("node")} if allow_state else set()
