@@ -399,7 +399,10 @@ def lock_and_read_versions(plan: Plan) -> Versions:
     wv = {wid: ver for wid, ver in _lock_rows(Workload, {w.workload_id for w in plan.writes.values()}, ("version",))}
     tv = {tid: (ver, st) for tid, ver, st in _lock_rows(Task, plan.writes, ("version", "state"))}
     nv = {nid: ver for nid, ver in _lock_rows(Node, plan.node_ids, ("version",))}
-    qv = dict(Queue.objects.select_for_update().order_by("id").values_list("id", "version"))
+    # FOR NO KEY UPDATE: a quota edit (FOR UPDATE) still waits for the apply, but inserting a row
+    # that references a queue (a submit's workload, the accounting's usage rows: FOR KEY SHARE)
+    # does not -- with FOR UPDATE the accounting and the apply deadlocked under load.
+    qv = dict(Queue.objects.select_for_update(no_key=True).order_by("id").values_list("id", "version"))
     return Versions(task=tv, workload=wv, node=nv, queue=qv)
 
 

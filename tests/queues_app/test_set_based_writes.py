@@ -233,3 +233,34 @@ def test_the_capacity_guard_still_refuses_over_commitment_and_lets_frees_through
     Task.objects.filter(workload=whole, index=0).update(state=TaskState.RUNNING, node=nodes[0])
     Task.objects.filter(workload=whole).update(state=TaskState.FAILED)  # frees: fine
     assert set(Task.objects.filter(workload=whole).values_list("state", flat=True)) == {TaskState.FAILED}
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not POSTGRES, reason="needs PostgreSQL")
+@pytest.mark.django_db(transaction=True)
+def test_the_apply_s_queue_locks_let_rows_referencing_a_queue_through():
+    """The load benchmark: the usage accounting (inserting usage rows: FOR KEY SHARE on their
+    queues) and the cycle's apply (every queue row locked, in id order) deadlocked. The apply
+    locks queues FOR NO KEY UPDATE now: a row referencing a queue goes in meanwhile, a quota
+    edit (FOR UPDATE) still waits for the apply."""
+    from types import SimpleNamespace
+
+    import psycopg
+    from django.db import transaction
+
+    from queues_app.cycle.apply import lock_and_read_versions
+
+    queue = make_queues()["qa"]
+    other = _other_connection()
+    try:
+        other.execute("SET lock_timeout = '300ms'")
+        with transaction.atomic():
+            lock_and_read_versions(SimpleNamespace(writes={}, node_ids=set()))
+            other.execute("SELECT 1 FROM queues_app_queue WHERE id = %s FOR KEY SHARE", [queue.pk])
+            other.rollback()
+            other.execute("SET lock_timeout = '300ms'")
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                other.execute("SELECT 1 FROM queues_app_queue WHERE id = %s FOR UPDATE", [queue.pk])
+    finally:
+        other.rollback()
+        other.close()
