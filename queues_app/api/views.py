@@ -43,8 +43,9 @@ ID_PARAM = OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH, descr
 TENANT_PARAM = OpenApiParameter(TENANT_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
                                 description="Tenant to act for, when you are a member of several.")
 PAGE_PARAMS = [
-    OpenApiParameter("page", OpenApiTypes.INT, description="Page number (1-based)."),
-    OpenApiParameter("page_size", OpenApiTypes.INT, description="Items per page (at most 500)."),
+    OpenApiParameter("page", {"type": "integer", "minimum": 1}, description="Page number (1-based)."),
+    OpenApiParameter("page_size", {"type": "integer", "minimum": 1},
+                     description="Items per page, from 1 (more than 500 is 500)."),
 ]
 
 
