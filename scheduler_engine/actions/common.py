@@ -249,8 +249,6 @@ def bind_what_waits_for_nothing(state: CycleState, sol: Solution) -> list[int]:
     (consolidation) stay Pipelined: their pod has to go first. Returns the tasks bound.
     """
     s = state
-    # a solution was committed: caches of what jobs outside a solution look like are stale
-    s.__dict__["commit_epoch"] = s.__dict__.get("commit_epoch", 0) + 1
     sc = sol.scenario
     jobs = dict.fromkeys([sc.job] + [int(s.task_job[t]) for t in sc.moved])
     bound: list[int] = []

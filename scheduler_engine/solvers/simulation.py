@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import subgroups
 from ..kernels import victim_keys
-from ..ordering import _QueueProfile, _profile_less, job_order_key, next_tasks_to_allocate, task_order
+from ..ordering import _QueueProfile, _profile_less, job_order_key, task_order
 from ..plugins.nodeplacement import ShapeIndex, node_key_one, node_keys, placement_strategy
 from ..plugins.topology import allocation_domains, preferred_tiers
 from ..snapshot import GPU, NRES, TaskState
@@ -310,8 +310,6 @@ class Simulation:
     def __init__(self, state: CycleState) -> None:
         self.state = state
         self.placer = Placer(state)
-        # leaf -> its pending jobs with their order keys and requests (see prepare_pending)
-        self._pending_of: dict[int, list] = {}
         # leaves with jobs to place -> (children, tops) of their queue tree (queue paths are fixed)
         self._tree_cache: dict[frozenset, tuple] = {}
         # (id of a cached tree, leaf emptied) -> the tree without that leaf (cached trees live as
@@ -325,8 +323,6 @@ class Simulation:
         """Evict ``victims``, then place job j's ``partial`` tasks and re-place the victims in queue
         order; True iff the beneficiary was placed. The caller rolls back (checkpoint before)."""
         s = self.state
-        jq = s.job_queue_arr
-        self.prepare_pending({int(jq[j])} | {int(jq[int(s.task_job[t])]) for t in victims})
         released_running = set()
         for t in victims:
             if s.task_state[t] == _RUN:
@@ -395,7 +391,6 @@ class Simulation:
         for q, lst in by_leaf.items():
             if len(lst) > 1:
                 lst.sort(key=lambda jj: self._job_key(jj, j), reverse=True)  # pop() from the end = best
-            self._add_pending_ahead(q, lst, tasks_of, reqs, j)
         placed_beneficiary = False
         tour = None
         while by_leaf:
@@ -420,68 +415,6 @@ class Simulation:
             elif ts:
                 self.placer.place_job(nxt, ts)
         return placed_beneficiary
-
-    def _add_pending_ahead(self, q: int, lst: list[int], tasks_of: dict, reqs: dict, j: int) -> None:
-        """Other pending jobs of leaf q that come before its last participant in job order.
-
-        KAI orders the simulation over every pending job of the cluster plus the victims and the
-        preemptor (``common.GetJobsToAllocate``: ``GetAllPendingJobs``), and only skips the others
-        when they are popped (``TryToVirtuallyAllocatePreemptorAndGetVictims``). A skipped job still
-        represents its queue while it heads it: the queue order compares queues with their head
-        job's request (``proportion/queue_order``: under quota with the job, resource share with the
-        job). So a leaf whose head is a big pending job waits behind a leaf that re-places its
-        victims, as in KAI's reclaim test "queue0 is over quota, queue1 is under quota, yet we
-        don't reclaim" (issue #18.5). Jobs after the leaf's last participant never head it while a
-        participant is left and are not added. Added jobs place nothing (``tasks_of`` empty)."""
-        cands = self._pending_of.get(q)
-        if not cands:
-            return
-        worst = self._job_key(lst[0], j)
-        extra = []
-        for k, jj, req in cands:
-            if not k < worst:
-                break
-            if jj in tasks_of:
-                continue
-            tasks_of[jj] = []
-            reqs[jj] = req
-            extra.append((k, jj))
-        if extra:
-            keyed = [(self._job_key(jj, j), jj) for jj in lst] + extra
-            keyed.sort(key=lambda c: c[0], reverse=True)
-            lst[:] = [jj for _k, jj in keyed]
-
-    def prepare_pending(self, leaves) -> None:
-        """Cache, for each of ``leaves``, its pending jobs with their order keys and requests, best
-        first (:meth:`_add_pending_ahead`). Called before a scenario's evictions, on the committed
-        state: jobs outside a solution change only when one is committed, so the cache lives on the
-        state until the next commit (``CycleState.commit_epoch``)."""
-        s = self.state
-        store = s.__dict__.get("_sim_pending")
-        epoch = s.__dict__.get("commit_epoch", 0)
-        if store is None or store[0] != epoch:
-            store = s.__dict__["_sim_pending"] = (epoch, {})
-        cache = store[1]
-        self._pending_of = cache
-        missing = [q for q in leaves if q not in cache]
-        if not missing:
-            return
-        leaf_jobs = s.__dict__.get("_sim_leaf_jobs")
-        if leaf_jobs is None:
-            leaf_jobs = {}
-            for jj, lq in enumerate(s.job_queue_arr.tolist()):
-                leaf_jobs.setdefault(lq, []).append(jj)
-            s.__dict__["_sim_leaf_jobs"] = leaf_jobs
-        order_req = s.task_order_req
-        for q in missing:
-            cands = []
-            for jj in leaf_jobs.get(q, ()):
-                if not s.job_pending_tasks(jj):
-                    continue
-                ts = next_tasks_to_allocate(s, jj)
-                cands.append((job_order_key(s, jj), jj, order_req[ts].sum(axis=0) if ts else _ZERO_REQ))
-            cands.sort(key=lambda c: c[0])
-            cache[q] = cands
 
     def _tree(self, by_leaf) -> tuple[dict[int, list[int]], list[int]]:
         """Queue tree (children lists, top-level queues) over the leaves still holding jobs.
