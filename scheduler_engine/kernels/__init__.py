@@ -3,8 +3,8 @@
 Kernels take and return plain numpy arrays and scalars; the Python layer (``solvers/``,
 ``plugins/``) keeps KAI's control flow and the explanations. Every kernel is decorated with
 :data:`kernel` (``numba.njit(cache=True)``): compiled once per machine and cached beside the source
-(``__pycache__``), then loaded in a few milliseconds. With ``NUMBA_DISABLE_JIT=1`` numba leaves the
-functions as they are, so the very same source runs as plain Python (CI runs the engine tests that
+(``__pycache__``), then loaded in a few milliseconds. With ``NUMBA_DISABLE_JIT=1`` (or without numba installed) the kernels stay
+plain functions, so the very same source runs as plain Python (CI runs the engine tests that
 way too, and ``tests/scheduler_engine/test_kernels_differential.py`` compares both on whole cycles).
 
 Rules for kernel code, so that compiled and interpreted runs decide the same: float64 arithmetic
@@ -22,9 +22,20 @@ with claims); queue arrays are (Q, ...) with the tree as CSR children and padded
 """
 from __future__ import annotations
 
-import numba
+try:
+    import numba
+except ImportError:  # an interpreter without the package: the same source runs as plain Python
+    numba = None
 
-#: ``@kernel``: numba's ``njit`` with the on-disk cache; a plain function under ``NUMBA_DISABLE_JIT=1``.
-kernel = numba.njit(cache=True)
+if numba is not None:
+    #: ``@kernel``: numba's ``njit`` with the on-disk cache; a plain function under ``NUMBA_DISABLE_JIT=1``.
+    kernel = numba.njit(cache=True)
+    JIT_ENABLED = not numba.config.DISABLE_JIT
+else:
+    def kernel(func):
+        """Without numba installed, a kernel is its own Python function, exactly as under
+        ``NUMBA_DISABLE_JIT=1``: same decisions, interpreted speed (the engine stays usable from a
+        bare numpy environment; ``pip install`` of the project brings numba)."""
+        return func
 
-JIT_ENABLED = not numba.config.DISABLE_JIT
+    JIT_ENABLED = False

@@ -25,5 +25,5 @@ if __name__ == "__main__":
     from . import JIT_ENABLED
 
     secs = compile_all()
-    print(f"kernels {'compiled or loaded' if JIT_ENABLED else 'not compiled (NUMBA_DISABLE_JIT=1)'} "
+    print(f"kernels {'compiled or loaded' if JIT_ENABLED else 'not compiled (NUMBA_DISABLE_JIT=1 or numba not installed)'} "
           f"in {secs:.2f} s")
