@@ -111,6 +111,21 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def _create_database(url: str) -> None:
+    """The scratch database is created when it does not exist yet, so the README's command works on
+    a fresh server (the migrations then run in ``_setup``)."""
+    import psycopg
+    from psycopg import sql
+    from urllib.parse import urlsplit
+
+    name = urlsplit(url).path.lstrip("/")
+    admin_url = urlsplit(url)._replace(path="/postgres").geturl()
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            print(f"created database {name}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tenants", type=int, default=16)
@@ -124,6 +139,7 @@ def main() -> int:
               "CELERY_BROKER_URL=redis://...", file=sys.stderr)
         return 2
 
+    _create_database(db)
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kaiplatform.settings")
     import django
