@@ -25,14 +25,19 @@ from .. import subgroups
 from ..plugins.elastic import tasks_to_evict
 from ..snapshot import GPU, TaskState
 from ..state import EPS, CycleState
+from ..kernels import victim_run
 from .idle_gpus import demand, fit_base, may_fit, pack
-from .victim_order import VictimQueue
+from .victim_order import VictimQueue, kernel_static
 
 if TYPE_CHECKING:  # the solver drives the search; annotations only
     from .job_solver import VictimSolver
 
 _ACTIVE_LUT = np.zeros(max(int(x) for x in TaskState) + 1, dtype=bool)
 _ACTIVE_LUT[[int(TaskState.RUNNING), int(TaskState.BINDING), int(TaskState.PIPELINED)]] = True
+
+#: pop and accumulate plain victims with the compiled loop (:mod:`~scheduler_engine.kernels.victim_run`);
+#: ``False``: every victim through the Python loop below (the reference the kernel is tested against)
+USE_KERNEL = True
 
 
 class PrefixSearch:
@@ -64,9 +69,10 @@ class PrefixSearch:
         self.fast = self.multi = False
         self.thr = self.mthr = 0.0
         self.base_l: list[float] = []
-        self.good_l: list[bool] = []
+        self.good_l: np.ndarray = np.zeros(0, dtype=np.bool_)
         self.n_good = 0
         self.mgood: set[int] = set()
+        self.skip_leaf: np.ndarray | None = None  # per queue: retook or under a blocked queue (kernel input)
 
     # ---------------------------------------------------------------- incremental filter
     def track(self, n: int) -> None:
@@ -104,6 +110,7 @@ class PrefixSearch:
         # would take their own resources back just the same
         own = self.own
         self.retook.update(q for q in (int(s.job_queue_arr[int(s.task_job[t])]) for t in kept) if q != own)
+        self.skip_leaf = None  # recomputed at the next compiled run
         b = self.solver._blocked_fail
         if b >= 0:
             self.blocked.add(b)
@@ -152,8 +159,8 @@ class PrefixSearch:
             thr = self.thr = need1 - 1e-9
             rec_best = best_all
             base_l = self.base_l = base.tolist()
-            self.good_l = (cap_all >= thr).tolist()
-            self.n_good = sum(self.good_l)
+            self.good_l = cap_all >= thr
+            self.n_good = int(np.count_nonzero(self.good_l))
         gneed = s.task_order_req[partial, GPU]
         multi = self.multi = not fast and len(partial) > 1 and bool(np.any(gneed > EPS)) and s.N > 0
         if multi:
@@ -162,7 +169,7 @@ class PrefixSearch:
             mgood = self.mgood = set(np.flatnonzero(cap_all >= self.mthr).tolist())
         # per-node sums updated once per victim: Python floats (the same IEEE additions as numpy's
         # scalars, without their per-element overhead)
-        cap_l = cap_all.tolist()
+        cap = cap_all.copy()
         task_gpu = s.task_alloc[:, GPU]
         vq = VictimQueue(s, cands)
         potential, pos, dropped = self.potential, self.pos, self.dropped
@@ -170,62 +177,85 @@ class PrefixSearch:
         all_gpu = self.all_gpu = rec_gpu.copy()
         jobs_on_node: dict[int, set[int]] = {}
         job_potential: dict[int, list[int]] = {}
+        self.jobs_on_node, self.job_potential = jobs_on_node, job_potential
         tried: set[frozenset] = {frozenset(recorded)} if recorded else set()
         track = self.track
 
+        use_kernel = USE_KERNEL and not multi
+        kst = None  # the compiled loop's arrays (built at its first use)
         while vq:
             if solver.tried >= solver.max_scenarios:
                 solver.last_reason = f"gave up after {solver.tried} scenarios"
                 return None
-            solver.steps += 1
-            if 0 <= solver.search_budget < solver.steps:
-                solver.last_reason = (f"search budget exhausted after {solver.tried} scenarios (victims examined "
-                                      f"plus victims simulated > scenarioSearchBudget {solver.search_budget})")
-                return None
-            popped = vq.pop()
-            if popped is None:
-                break
-            vj, vtasks = popped
-            if retook or blocked:
-                vleaf = int(s.job_queue_arr[vj])
-                if vleaf in retook or not blocked.isdisjoint(s.queue_path_list[vleaf]):
-                    continue
-            if s._sg_list[vj]:  # subgroups: surplus tasks of leaves, then surplus members, then all
-                evict, more = subgroups.tasks_to_evict(s, vj, vtasks)
+            got = None
+            if use_kernel:
+                if kst is None:
+                    if not vq.run_ready():
+                        use_kernel = False
+                    else:
+                        kst = self._kernel_arrays(vq, cands.size, task_gpu, base, need1)
+                if kst is not None:
+                    code, got = self._kernel_step(vq, kst, cap, best_all)
+                    best_all = float(kst[-1][0])
+                    if code == victim_run.BUDGET:
+                        solver.last_reason = (f"search budget exhausted after {solver.tried} scenarios (victims "
+                                              f"examined plus victims simulated > scenarioSearchBudget "
+                                              f"{solver.search_budget})")
+                        return None
+                    if code == victim_run.END or code == victim_run.JOBS:
+                        break
+            if got is not None:
+                vj, hosts = got
             else:
-                evict, more = tasks_to_evict(s, vtasks, int(s.job_min_available[vj]))
-            if not evict:
-                continue
-            if any(t in recorded_set for t in evict):
-                rest = [t for t in vtasks if t not in recorded_set]
-                if rest:
-                    vq.push(vj, rest)
-                continue
-            if vj not in job_potential and 0 <= solver.max_victim_jobs <= len(job_potential):
-                break  # the victim-job budget is spent
-            if more:
-                ev = set(evict)
-                vq.push(vj, [t for t in vtasks if t not in ev])
-            for t in evict:
-                pos[t] = len(potential)
-                potential.append(t)
-            job_potential.setdefault(vj, []).extend(evict)
-            hosts = []
-            for t in evict:
-                n = int(s.task_node[t])
-                if n >= 0:
-                    g = float(task_gpu[t])
-                    all_gpu[n] += g
-                    if fast or multi:
-                        track(n)
-                    c = cap_l[n] = cap_l[n] + g
-                    if c > best_all:
-                        best_all = c
-                    jobs_on_node.setdefault(n, set()).add(vj)
-                    if n not in hosts:
-                        hosts.append(n)
-            if single and best_all < need1 - 1e-9:
-                continue  # no node can hold the task yet, whatever subset is evicted
+                solver.steps += 1
+                if 0 <= solver.search_budget < solver.steps:
+                    solver.last_reason = (f"search budget exhausted after {solver.tried} scenarios (victims examined "
+                                          f"plus victims simulated > scenarioSearchBudget {solver.search_budget})")
+                    return None
+                popped = vq.pop()
+                if popped is None:
+                    break
+                vj, vtasks = popped
+                if retook or blocked:
+                    vleaf = int(s.job_queue_arr[vj])
+                    if vleaf in retook or not blocked.isdisjoint(s.queue_path_list[vleaf]):
+                        continue
+                if s._sg_list[vj]:  # subgroups: surplus tasks of leaves, then surplus members, then all
+                    evict, more = subgroups.tasks_to_evict(s, vj, vtasks)
+                else:
+                    evict, more = tasks_to_evict(s, vtasks, int(s.job_min_available[vj]))
+                if not evict:
+                    continue
+                if any(t in recorded_set for t in evict):
+                    rest = [t for t in vtasks if t not in recorded_set]
+                    if rest:
+                        vq.push(vj, rest)
+                    continue
+                if vj not in job_potential and 0 <= solver.max_victim_jobs <= len(job_potential):
+                    break  # the victim-job budget is spent
+                if more:
+                    ev = set(evict)
+                    vq.push(vj, [t for t in vtasks if t not in ev])
+                for t in evict:
+                    pos[t] = len(potential)
+                    potential.append(t)
+                job_potential.setdefault(vj, []).extend(evict)
+                hosts = []
+                for t in evict:
+                    n = int(s.task_node[t])
+                    if n >= 0:
+                        g = float(task_gpu[t])
+                        all_gpu[n] += g
+                        if fast or multi:
+                            track(n)
+                        c = cap[n] = cap[n] + g
+                        if c > best_all:
+                            best_all = c
+                        jobs_on_node.setdefault(n, set()).add(vj)
+                        if n not in hosts:
+                            hosts.append(n)
+                if single and best_all < need1 - 1e-9:
+                    continue  # no node can hold the task yet, whatever subset is evicted
             # node-local emissions (small), then all accumulated victims; the latter is only
             # listed (O(accumulated)) once it passes the GPU-count filter, so a long run of
             # victims that cannot help costs O(1) each, not O(accumulated) time and memory
@@ -287,3 +317,73 @@ class PrefixSearch:
             if solver.prune:
                 self.prune()
         return None
+
+    # ---------------------------------------------------------------- the compiled loop
+    def _kernel_arrays(self, vq: VictimQueue, n_cands: int, task_gpu: np.ndarray,
+                       base: np.ndarray, need1: float) -> tuple:
+        """The inputs of :func:`~scheduler_engine.kernels.victim_run.run_victims` that live for the
+        whole prefix search (the victim order's arrays are shared with ``vq`` and updated in place)."""
+        s, solver = self.state, self.solver
+        calloc, ctask = vq.heads()
+        is_rec = np.zeros(s.T, dtype=np.bool_)
+        if self.recorded:
+            is_rec[self.recorded] = True
+        good = self.good_l if self.fast else np.zeros(s.N, dtype=np.bool_)
+        ist = np.array([vq._knext, 0, solver.search_budget, 0, solver.max_victim_jobs, 0, 0, 0], dtype=np.int64)
+        return (calloc, ctask, is_rec, task_gpu, good,
+                np.ascontiguousarray(base, dtype=np.float64), float(self.thr), float(need1) - 1e-9,
+                np.empty(n_cands, dtype=np.int64), np.empty(n_cands, dtype=np.int64),
+                np.empty(s.Q, dtype=np.int64), ist, np.zeros(1))
+
+    def _skip_leaf(self, vq: VictimQueue) -> np.ndarray:
+        """Per queue: its victims are passed over (a leaf that retook, or under a blocked queue)."""
+        if self.skip_leaf is None:
+            s = self.state
+            skip = np.zeros(s.Q, dtype=np.bool_)
+            if self.retook:
+                skip[list(self.retook)] = True
+            if self.blocked:
+                path = kernel_static(s)[1]
+                skip |= np.isin(path, list(self.blocked)).any(axis=1)
+            self.skip_leaf = skip
+        return self.skip_leaf
+
+    def _kernel_step(self, vq: VictimQueue, kst: tuple, cap: np.ndarray, best_all: float):
+        """Run the compiled loop from the current state; bring Python's view (accumulated victims,
+        per-node job lists, steps, live leaves) up to date. Returns ``(code, (job, hosts) or None)``:
+        the victim to emit scenarios for after :data:`~scheduler_engine.kernels.victim_run.EMIT`."""
+        s, solver = self.state, self.solver
+        calloc, ctask, is_rec, task_gpu, good, base, thr, need_lo, pot, pot_job, emptied, ist, fst = kst
+        path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep = vq._k
+        ist[0] = vq._knext
+        ist[1] = solver.steps
+        ist[3] = len(self.job_potential)
+        ist[5] = 0  # the victims accumulated by this call: pot[:ist[5]]
+        ist[6] = self.n_good
+        ist[7] = 0
+        fst[0] = best_all
+        steps0 = solver.steps
+        code = victim_run.run_victims(path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, leaf_live, req, key,
+                                      vrep, vq.cj, vq.hi, vq.ptr, vq.popped, vq.has_popped, vq.heap_live, calloc,
+                                      ctask, self._skip_leaf(vq), is_rec, s.task_node, task_gpu, self.all_gpu, cap,
+                                      base, good, self.fast, thr, len(self.partial) == 1 and
+                                      not s.task_selector_key[self.partial[0]], need_lo, pot, pot_job, emptied, ist, fst)
+        solver.steps = int(ist[1])
+        self.n_good = int(ist[6])
+        vq.after_run(emptied, int(ist[7]), int(ist[0]), solver.steps != steps0)
+        p1 = int(ist[5])
+        got = None
+        if p1:
+            potential, pos, job_potential, jobs_on_node = self.potential, self.pos, self.job_potential, self.jobs_on_node
+            node = s.task_node
+            for t, vj in zip(pot[:p1].tolist(), pot_job[:p1].tolist()):
+                pos[t] = len(potential)
+                potential.append(t)
+                job_potential[vj] = [t]
+                n = int(node[t])
+                if n >= 0:
+                    jobs_on_node.setdefault(n, set()).add(vj)
+            if code == victim_run.EMIT:
+                n = int(node[t])
+                got = (vj, [n] if n >= 0 else [])
+        return code, got

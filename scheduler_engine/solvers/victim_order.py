@@ -188,11 +188,19 @@ class VictimQueue:
         s = state
         jobs = np.fromiter((int(j) for j in jobs), dtype=np.int64) if not isinstance(jobs, np.ndarray) \
             else jobs.astype(np.int64)
-        self.sorted: dict[int, np.ndarray] = {}
-        self.ptr: dict[int, int] = {}
+        Q = s.Q
+        # each leaf's candidates in victim order: a run [lo, hi) of ``cj`` (all leaves' runs
+        # concatenated), ``ptr`` the next position; what each leaf gave up so far in ``popped``
+        # (valid where ``has_popped``); ``heap_live``: the leaf holds pushed-back remainders
+        self.cj = np.zeros(0, dtype=np.int64)
+        self.hi = np.zeros(Q, dtype=np.int64)
+        self.ptr = np.zeros(Q, dtype=np.int64)
+        self.popped = np.zeros((Q, 3))
+        self.has_popped = np.zeros(Q, dtype=np.bool_)
+        self.heap_live = np.zeros(Q, dtype=np.bool_)
+        self._cands: list[int] = []  # leaves with candidates
         self.heaps: dict[int, list] = {}
         self.head_rep: dict[int, _Rep] = {}
-        self.popped_alloc: dict[int, np.ndarray] = {}
         self._seq = 0
         self._ver: dict[int, int] = {}  # bumped when a leaf's head or popped victims change
         self._cmp: dict[int, tuple] = {}  # queue -> (leaf, leaf version, profile): valid while both hold
@@ -209,6 +217,7 @@ class VictimQueue:
         self._k: tuple | None = None
         self._knext = -1  # the leaf whose victim comes next (total-order mode)
         self._kids = _queue_kids(state)
+        self._heads: tuple | None = None  # per candidate position: whole allocation, single task (run_arrays)
         reps = getattr(state, "_victims_whole_reps", None)
         if reps is None:
             reps = state._victims_whole_reps = {}
@@ -227,12 +236,14 @@ class VictimQueue:
             group, rank = _victim_static_ranks(s)
             order = np.argsort((group[jobs] * 3 + (2 - el)) * s.J + rank[jobs], kind="stable")
             jobs = jobs[order]
+            self.cj = jobs
             leaves = s.job_queue_arr[jobs]
             cuts = np.flatnonzero(leaves[1:] != leaves[:-1]) + 1
-            for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, leaves.size].tolist()):
-                q = int(leaves[lo])
-                self.sorted[q] = jobs[lo:hi]
-                self.ptr[q] = 0
+            lo = np.r_[0, cuts]
+            firsts = leaves[lo]
+            self.ptr[firsts] = lo
+            self.hi[firsts] = np.r_[cuts, leaves.size]
+            self._cands = firsts.tolist()
 
     def _key_of(self, j: int, n_active: int, seq: int, tasks: Sequence[int] | None = None) -> tuple:
         s = self.state
@@ -252,6 +263,7 @@ class VictimQueue:
         n_act = sum(1 for t in rep.tasks if self.state.task_state[t] in ACTIVE_STATES)
         q = int(self.state.job_queue_arr[j])
         heapq.heappush(self.heaps.setdefault(q, []), (self._key_of(j, n_act, self._seq, rep.tasks), self._seq, rep))
+        self.heap_live[q] = True
         self.head_rep.pop(q, None)
         if self._live is not None and q not in self._live:
             self._live.add(q)
@@ -267,11 +279,10 @@ class VictimQueue:
         if rep is not None:
             return rep
         h = self.heaps.get(q)
-        arr = self.sorted.get(q)
-        i = self.ptr.get(q, 0)
+        i = int(self.ptr[q])
         cand_sorted = None
-        if arr is not None and i < arr.size:
-            j = int(arr[i])
+        if i < int(self.hi[q]):
+            j = int(self.cj[i])
             # the order key is only needed against a pushed-back remainder
             cand_sorted = (self._key_of(j, self.state.job_num_active(j), 0) if h else None, j)
         if h and (cand_sorted is None or h[0][0] < cand_sorted[0]):
@@ -299,16 +310,10 @@ class VictimQueue:
         return hit[1]  # shared: nobody mutates a representative (the solver only reads its tasks)
 
     def _leaves(self) -> list[int]:
-        out = []
-        for q in set(self.sorted) | set(self.heaps):
-            arr = self.sorted.get(q)
-            if (arr is not None and self.ptr[q] < arr.size) or self.heaps.get(q):
-                out.append(q)
-        return out
+        return [q for q in set(self._cands) | set(self.heaps) if self._nonempty(q)]
 
     def _nonempty(self, q: int) -> bool:
-        arr = self.sorted.get(q)
-        return bool((arr is not None and self.ptr[q] < arr.size) or self.heaps.get(q))
+        return bool(self.ptr[q] < self.hi[q] or self.heaps.get(q))
 
     def __bool__(self) -> bool:
         if self._live is None:
@@ -318,8 +323,10 @@ class VictimQueue:
     def _leaf_victims(self, q: int) -> tuple:
         """What leaf q gives up in the victim order: its popped victims plus its next one."""
         nxt = self._head(q)[1].alloc
-        base = self.popped_alloc.get(q)
-        return nxt if base is None else (base[0] + nxt[0], base[1] + nxt[1], base[2] + nxt[2])
+        if not self.has_popped[q]:
+            return nxt
+        base = self.popped[q].tolist()
+        return (base[0] + nxt[0], base[1] + nxt[1], base[2] + nxt[2])
 
     def _tree_of(self, leaves):
         """Active queue tree (children lists, top-level nodes) over the non-empty leaves.
@@ -443,21 +450,78 @@ class VictimQueue:
             leaf = self._tournament(children, tops)
         where, rep = self._head(leaf)
         if where == "heap":
-            heapq.heappop(self.heaps[leaf])
+            h = self.heaps[leaf]
+            heapq.heappop(h)
+            if not h:
+                self.heap_live[leaf] = False
         else:
             self.ptr[leaf] += 1
         self.head_rep.pop(leaf, None)
         self._ver[leaf] = self._ver.get(leaf, 0) + 1
         self._dirty.add(leaf)
-        base = self.popped_alloc.get(leaf)
         a = rep.alloc
-        self.popped_alloc[leaf] = a if base is None else (base[0] + a[0], base[1] + a[1], base[2] + a[2])
+        if self.has_popped[leaf]:
+            base = self.popped[leaf].tolist()
+            self.popped[leaf] = (base[0] + a[0], base[1] + a[1], base[2] + a[2])
+        else:
+            self.popped[leaf] = a
+            self.has_popped[leaf] = True
         if not self._nonempty(leaf):
             self._live.discard(leaf)
             self._remove_leaf(leaf)
         if self._k is not None:
             self._rekey_path(leaf)
         return rep.job, rep.tasks
+
+    # ---------------------------------------------------------------- compiled accumulation
+    def run_ready(self) -> bool:
+        """Whether :func:`.victim_run.run_victims` may pop from this queue: total-order mode (the
+        keys built, :meth:`_heap_build`) with at least one live leaf."""
+        if self._tb is None:
+            return False
+        if self._live is None:
+            self._live = set(self._leaves())
+        if not self._live:
+            return False
+        if self._k is None:
+            self._heap_build()
+        return True
+
+    def heads(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per candidate position (``cj``): the whole allocation of the job (its first
+        representative, :meth:`_whole_rep`) and its single active task, -1 when the job is not a
+        plain victim for the kernel (several or no active tasks, subgroups).
+
+        Kept on the state per job and ``job_version`` (like :meth:`_whole_rep`): only jobs changed
+        since the last victim queue are recomputed, with the very representative Python builds."""
+        if self._heads is not None:
+            return self._heads
+        s = self.state
+        cache = getattr(s, "_victims_heads", None)
+        if cache is None:
+            cache = s._victims_heads = (np.zeros((s.J, 3)), np.full(s.J, -1, dtype=np.int64),
+                                        np.full(s.J, -1, dtype=np.int64))
+        wa, wt, wv = cache
+        cj = self.cj
+        ver = s.job_version
+        sg = s._sg_list
+        for j in np.unique(cj[wv[cj] != ver[cj]]).tolist():
+            rep = self._whole_rep(j)
+            wa[j] = rep.alloc
+            wt[j] = rep.tasks[0] if len(rep.tasks) == 1 and not sg[j] else -1
+            wv[j] = ver[j]
+        self._heads = (np.ascontiguousarray(wa[cj]), wt[cj])
+        return self._heads
+
+    def after_run(self, emptied: np.ndarray, n_emptied: int, knext: int, popped_any: bool) -> None:
+        """Python's view after the kernel popped: leaves that ran out leave the live set, cached
+        heads of popped leaves are stale, the next leaf is the kernel's."""
+        self._knext = knext
+        if popped_any:
+            self.head_rep.clear()
+        if n_emptied:
+            for q in emptied[:n_emptied].tolist():
+                self._live.discard(q)
 
     # ---------------------------------------------------------------- total-order mode
     def _heap_build(self) -> None:

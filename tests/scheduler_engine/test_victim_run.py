@@ -1,0 +1,170 @@
+"""The compiled accumulation loop (``kernels.victim_run.run_victims``) pops and accumulates exactly
+what the Python loop of ``solvers.accumulation.PrefixSearch`` does.
+
+Two levels: (1) on random trees and candidate sets (elastic, multi-task, recorded victims, passed
+over leaves), draining the victim order through the kernel (Python popping the heads it hands
+back) gives the same victims in the same order as Python's pops, with the same per-node GPU sums;
+(2) whole cycles on generated clusters (subgroups, DRA pools, small search / victim-job budgets)
+decide the same with the kernel switched off (``accumulation.USE_KERNEL``).
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from scheduler_engine import bench
+from scheduler_engine.actions import get_action
+from scheduler_engine.kernels import victim_run
+from scheduler_engine.loader import load_dict
+from scheduler_engine.plugins.elastic import tasks_to_evict
+from scheduler_engine.snapshot import GPU
+from scheduler_engine.solvers import accumulation, victim_order
+from scheduler_engine.state import CycleState
+
+from tests.scheduler_engine.test_victim_order import _random_cluster
+
+ACTIONS = ["allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"]
+
+
+def _python_drain(state: CycleState, cands, skip: set[int], rec: set[int]) -> tuple[list, np.ndarray]:
+    """Python's loop (no scenarios): pop, pass over skipped leaves and recorded tasks, push back
+    elastic remainders, add the evicted tasks' GPUs per node."""
+    vq = victim_order.VictimQueue(state, cands)
+    gpu = np.zeros(state.N)
+    out = []
+    while vq:
+        popped = vq.pop()
+        if popped is None:
+            break
+        vj, vtasks = popped
+        if int(state.job_queue_arr[vj]) in skip:
+            continue
+        evict, more = tasks_to_evict(state, vtasks, int(state.job_min_available[vj]))
+        if not evict:
+            continue
+        if any(t in rec for t in evict):
+            rest = [t for t in vtasks if t not in rec]
+            if rest:
+                vq.push(vj, rest)
+            continue
+        if more:
+            vq.push(vj, [t for t in vtasks if t not in set(evict)])
+        out.append((vj, tuple(evict)))
+        for t in evict:
+            if state.task_node[t] >= 0:
+                gpu[int(state.task_node[t])] += state.task_alloc[t, GPU]
+    return out, gpu
+
+
+def _kernel_drain(state: CycleState, cands, skip: set[int], rec: set[int]) -> tuple[list, np.ndarray, int]:
+    """The same through ``run_victims`` (never stopping to emit), Python popping the heads it hands back."""
+    vq = victim_order.VictimQueue(state, cands)
+    gpu = np.zeros(state.N)
+    out = []
+    in_kernel = 0
+    skip_leaf = np.zeros(state.Q, dtype=np.bool_)
+    skip_leaf[list(skip)] = True
+    is_rec = np.zeros(state.T, dtype=np.bool_)
+    is_rec[list(rec)] = True
+    if not vq.run_ready():
+        return _python_drain(state, cands, skip, rec) + (0,)
+    calloc, ctask = vq.heads()
+    n = max(vq.cj.size, 1)
+    pot, pot_job, emptied = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(state.Q, np.int64)
+    cap, good = np.zeros(state.N), np.zeros(state.N, dtype=np.bool_)
+    while vq:
+        path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep = vq._k
+        ist = np.array([vq._knext, 0, -1, 0, -1, 0, 0, 0], dtype=np.int64)
+        fst = np.zeros(1)
+        code = victim_run.run_victims(path, kid_ptr, kids, stat, tot, prio, tb, state.queue_alloc, leaf_live, req,
+                                      key, vrep, vq.cj, vq.hi, vq.ptr, vq.popped, vq.has_popped, vq.heap_live, calloc,
+                                      ctask, skip_leaf, is_rec, state.task_node, state.task_alloc[:, GPU], gpu, cap,
+                                      np.zeros(state.N), good, False, 0.0, True, np.inf, pot, pot_job, emptied,
+                                      ist, fst)
+        vq.after_run(emptied, int(ist[7]), int(ist[0]), int(ist[1]) > 0)
+        in_kernel += int(ist[5])
+        out.extend((int(j), (int(t),)) for j, t in zip(pot_job[:ist[5]], pot[:ist[5]]))
+        if code == victim_run.END:
+            break
+        assert code == victim_run.PY
+        vj, vtasks = vq.pop()
+        if int(state.job_queue_arr[vj]) in skip:
+            continue
+        evict, more = tasks_to_evict(state, vtasks, int(state.job_min_available[vj]))
+        if not evict:
+            continue
+        if any(t in rec for t in evict):
+            rest = [t for t in vtasks if t not in rec]
+            if rest:
+                vq.push(vj, rest)
+            continue
+        if more:
+            vq.push(vj, [t for t in vtasks if t not in set(evict)])
+        out.append((vj, tuple(evict)))
+        for t in evict:
+            if state.task_node[t] >= 0:
+                gpu[int(state.task_node[t])] += state.task_alloc[t, GPU]
+    return out, gpu, in_kernel
+
+
+def _compare(seed: int) -> tuple[int, int]:
+    rng = random.Random(seed)
+    state = CycleState(load_dict(_random_cluster(rng, chain=True)))
+    running = [j for j in range(state.J) if state.job_num_active(j) > 0]
+    cands = [j for j in running if rng.random() < 0.8] or running
+    leaves = sorted({int(state.job_queue_arr[j]) for j in cands})
+    skip = {q for q in leaves if rng.random() < 0.2}
+    tasks = [t for j in cands for t in range(int(state.job_start[j]), int(state.job_start[j] + state.job_count[j]))]
+    rec = {t for t in tasks if rng.random() < 0.1}
+    want, want_gpu = _python_drain(state, cands, skip, rec)
+    got, got_gpu, in_kernel = _kernel_drain(state, cands, skip, rec)
+    assert got == want
+    assert got_gpu.tolist() == want_gpu.tolist()
+    return in_kernel, len(want)
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_kernel_drains_the_victim_order_like_python(seed):
+    _compare(seed)
+
+
+def test_plain_victims_go_through_the_kernel():
+    """Single-task victims are the kernel's (a third or more of these trees' victims, the rest multi-task / elastic)."""
+    in_kernel, total = np.sum([_compare(seed) for seed in range(200, 230)], axis=0)
+    assert in_kernel > total / 3
+
+
+def _cycle(snap) -> tuple:
+    st = CycleState(snap)
+    for a in ACTIONS:
+        get_action(a)(st)
+    return st.task_state.tolist(), st.task_node.tolist(), [repr(e) for e in st.events]
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed,features,config", [
+    (30, 240, 12, "mixed", 1, {}, {}),
+    (60, 400, 30, "one-gpu", 2, {}, {}),
+    (40, 300, 10, "mixed", 9, {"sub_groups": 0.3}, {}),
+    (40, 300, 16, "mixed", 4, {"dra_nodes": 0.3}, {}),
+    (50, 360, 20, "mixed", 5, {}, {"scenario_search_budget": 40, "max_consolidation_preemptees": 2}),
+    (120, 900, 40, "mixed", 7, {}, {}),
+])
+def test_cycles_decide_the_same_without_the_kernel(monkeypatch, nodes, jobs, queues, shape, seed, features, config):
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    if features:
+        snap = bench.with_features(snap, seed=seed, **features)
+    for k, v in config.items():
+        setattr(snap.config, k, v)
+    calls = []
+    real = accumulation.PrefixSearch._kernel_step
+    with monkeypatch.context() as m:
+        m.setattr(accumulation.PrefixSearch, "_kernel_step",
+                  lambda self, *a: calls.append(1) or real(self, *a))
+        compiled = _cycle(snap)
+    with monkeypatch.context() as m:
+        m.setattr(accumulation, "USE_KERNEL", False)
+        plain = _cycle(snap)
+    assert calls  # the kernel ran
+    assert compiled == plain
