@@ -32,6 +32,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from . import subgroups
+from .kernels import victim_keys
 from .snapshot import NRES, UNLIMITED, TaskState
 from .task_order import task_order
 
@@ -365,7 +366,26 @@ class JobQueue:
                     h = list(zip(keys[part].tolist(), ja[part].tolist()))
                     heapq.heapify(h)
                     self.heaps[int(leafq[part[0]])] = h
+        # total-order mode: every parent's children are totally ordered by (rules-1..6 key,
+        # tie-break), so the queue keys can live in arrays and a refresh re-keys the leaf's path
+        # in one compiled call (kernels.victim_keys, the kernel the victim order and the
+        # simulation's re-placement order use); otherwise the lazy heaps below
+        self._k = None
+        if all(self._chain):
+            self._init_kernel()
         self.refresh_all()
+
+    def _init_kernel(self) -> None:
+        from .solvers.victim_order import kernel_static  # (the solvers import this module)
+
+        st = self.state
+        Q = st.Q
+        by_depth, path, kid_ptr, kids, stat, tot, prio = kernel_static(st)
+        self._leafq = [q for q in range(Q) if not self.children[q]]
+        self._k = (path, kid_ptr, kids, stat, tot, prio, np.asarray(self._tb, dtype=np.int64),
+                   np.zeros(Q, dtype=np.bool_), np.zeros((Q, 3)), np.zeros((Q, 6)), np.full(Q, -1, dtype=np.int64))
+        self._by_depth = by_depth
+        self._next = -1  # the leaf whose best job comes next (-1: none)
 
     def _seed_requests(self, ja: np.ndarray) -> None:
         """Vectorised ``_default_request`` for jobs whose tasks are all pending and carry no task
@@ -430,22 +450,24 @@ class JobQueue:
         return req
 
     # -- order maintenance
-    def _set(self, q: int, rep: int, req: tuple | None = None) -> None:
+    def _set(self, q: int, rep: int, req: tuple | None = None) -> bool:
         """Queue q is now represented by job ``rep`` (-1: no job; ``req`` its request if known):
-        update its entry in the parent heap."""
+        update its entry in the parent heap. Returns whether that heap changed (an entry pushed or
+        made dead); if not, the parent's best child is still the one computed last."""
         self.rep[q] = rep
         live = self._live
         if rep < 0:
             if live[q]:
                 live[q] = False
                 self._kstamp[q] += 1
-            return
+                return True
+            return False
         if req is None:
             req = self._request(rep)
         ver = int(self._qver[q])
         kv = self._kver[q]
         if live[q] and kv is not None and kv[0] == ver and kv[1] == req:
-            return  # same allocation, same request: same key, entry still valid
+            return False  # same allocation, same request: same key, entry still valid
         self._kver[q] = (ver, req)
         kc = self._kc[q]
         if kc is None or kc[0] != ver:  # allocation changed: new per-request key memo
@@ -454,7 +476,7 @@ class JobQueue:
         if key is None:
             key = kc[1][req] = _queue_key(self._static[q], kc[2], req, self.victim)
         if live[q] and key == self._key[q]:
-            return
+            return False
         self._key[q] = key
         live[q] = True
         s = self._kstamp[q] = self._kstamp[q] + 1
@@ -465,6 +487,7 @@ class JobQueue:
             st = self._kstamp
             h[:] = [e for e in h if st[e[2]] == e[3] and live[e[2]]]
             heapq.heapify(h)
+        return True
 
     def _best(self, p: int) -> int:
         """Best child of parent p (the root = ``Q``), or -1."""
@@ -502,21 +525,54 @@ class JobQueue:
                 best = c
         return best
 
+    def _leaf_entry(self, leaf: int) -> None:
+        """Kernel mode: the leaf is live while it has a job; its request is its best job's."""
+        h = self.heaps[leaf]
+        k = self._k
+        if h:
+            k[7][leaf] = True
+            k[8][leaf] = self._request(h[0][1])
+        else:
+            k[7][leaf] = False
+
     def refresh(self, leaf: int) -> None:
-        """Recompute representatives and order on the path of ``leaf`` (after its state changed)."""
+        """Recompute representatives and order on the path of ``leaf`` (after its state changed).
+
+        A parent's heap changes only through its children's ``_set``, and every ``_set`` is
+        followed by a new ``best_child`` of that parent, so while a child's entry stays as it was
+        the parent's best child is still the stored one (no heap access). A queue whose
+        allocation (``queue_version``) and representative's request are unchanged keeps its key:
+        only its representative is updated (the same test ``_set`` makes first, done inline)."""
+        if self._k is not None:
+            self._leaf_entry(leaf)
+            path, kid_ptr, kids, stat, tot, prio, tb, live, req, key, vrep = self._k
+            self._next = victim_keys.rekey_path(self.victim, leaf, path, kid_ptr, kids, stat, tot, prio, tb,
+                                                self.state.queue_alloc, live, req, key, vrep)
+            return
         h = self.heaps[leaf]
         j = h[0][1] if h else -1
         req = self._request(j) if j >= 0 else None
-        self._set(leaf, j, req)
+        changed = self._set(leaf, j, req)
         rep, bc, best, setq = self.rep, self.best_child, self._best, self._set
+        live, kver, qver = self._live, self._kver, self._qver
         for q in self.paths[leaf][1:]:
-            b = bc[q] = best(q)
+            if changed:
+                b = bc[q] = best(q)
+            else:
+                b = bc[q]
             r = rep[b] if b >= 0 else -1
             if r != j:
                 j = r
                 req = self._request(r) if r >= 0 else None
-            setq(q, r, req)
-        bc[self._root] = best(self._root)
+            if r >= 0 and live[q]:
+                kv = kver[q]
+                if kv is not None and kv[1] == req and kv[0] == int(qver[q]):
+                    rep[q] = r
+                    changed = False
+                    continue
+            changed = setq(q, r, req)
+        if changed:
+            bc[self._root] = best(self._root)
 
     def refresh_all(self) -> None:
         """Recompute every queue's representative and order (after changes anywhere in the state).
@@ -524,6 +580,13 @@ class JobQueue:
         Bottom-up over all queues; a queue's key is recomputed only if its ``queue_version`` or its
         representative's request changed (the same validity rule as on the refresh path), so a
         refresh after a few evictions costs O(Q) cheap checks plus the changed keys."""
+        if self._k is not None:
+            for q in self._leafq:
+                self._leaf_entry(q)
+            path, kid_ptr, kids, stat, tot, prio, tb, live, req, key, vrep = self._k
+            self._next = victim_keys.build(self.victim, self._by_depth, kid_ptr, kids, stat, tot, prio, tb,
+                                           self.state.queue_alloc, live, req, key, vrep)
+            return
         for q in self._order:
             if self.children[q]:
                 b = self.best_child[q] = self._best(q)
@@ -534,15 +597,27 @@ class JobQueue:
         self.best_child[self._root] = self._best(self._root)
 
     def best_top(self) -> int:
+        if self._k is not None:
+            return -1 if self._next < 0 else self.paths[self._next][-1]
         return self.best_child[self._root]
 
     def peek(self) -> int | None:
+        if self._k is not None:
+            return None if self._next < 0 else self.heaps[self._next][0][1]
         q = self.best_top()
         return None if q < 0 else self.rep[q]
 
     def pop(self, refresh: bool = True) -> int | None:
         """Next job, or None. With ``refresh=False`` the caller must call ``push(j)`` or
         ``refresh(leaf)`` before the next pop (saves one path recomputation per job)."""
+        if self._k is not None:
+            q = self._next
+            if q < 0:
+                return None
+            _, j = heapq.heappop(self.heaps[q])
+            if refresh:
+                self.refresh(q)
+            return j
         q = self.best_top()
         if q < 0:
             return None
