@@ -291,6 +291,9 @@ class JobQueue:
     are taken out and compared in children order exactly as a sequential scan would.
     """
 
+    #: False: always the lazy heaps (same order; the tests compare both modes)
+    use_kernel = True
+
     def __init__(self, state, jobs: Iterable[int], victim: bool = False,
                  request_fn: Callable[[int], Iterable[float]] | None = None) -> None:
         self.state = state
@@ -371,7 +374,7 @@ class JobQueue:
         # in one compiled call (kernels.victim_keys, the kernel the victim order and the
         # simulation's re-placement order use); otherwise the lazy heaps below
         self._k = None
-        if all(self._chain):
+        if self.use_kernel and all(self._chain):
             self._init_kernel()
         self.refresh_all()
 

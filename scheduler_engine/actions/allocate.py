@@ -39,6 +39,24 @@ _PIPE = int(TaskState.PIPELINED)
 _RUN = int(TaskState.RUNNING)
 
 
+def unique_rows(cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(cols, axis=0, return_index=True, return_inverse=True, return_counts=True)``
+    without the unique rows themselves: ``(first, inverse, counts)``, groups in the same
+    (lexicographic) order, ``first`` the first occurrence of each. One ``lexsort`` over the
+    columns instead of a sort of structured rows (about 4x faster on 50,000 rows)."""
+    n = cols.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    order = np.lexsort(cols.T[::-1])
+    sc = cols[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (sc[1:] != sc[:-1]).any(axis=1)
+    starts = np.flatnonzero(new)
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return order[starts], inverse, np.diff(np.append(starts, n))
+
+
 class _Fail(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -105,6 +123,9 @@ class Allocator:
         # cycle: the remaining jobs get their explanation without a scan (see ``_drain``).
         group, gsig, count = self._initial_signatures(jobs)
         left = len(jobs) - int((group[np.asarray(jobs, dtype=np.int64)] < 0).sum())  # jobs with a group
+        group = group.tolist()  # read and written per job below: plain lists index faster
+        job_leaf = s.job_queue_arr.tolist()
+        single = ((s.job_count == 1) & ~s.job_has_sg).tolist() if s.any_sg else (s.job_count == 1).tolist()
         uncached = {g for g in range(len(gsig)) if count[g] > 0 and not self._dead(g)}
         seen_freed = s.resources_freed
         pushed: set[int] = set()
@@ -117,7 +138,7 @@ class Allocator:
             j = jq.pop(refresh=False)
             if j is None:
                 break
-            g = int(group[j])
+            g = group[j]
             sig = None
             if g >= 0:
                 group[j] = -1
@@ -127,7 +148,7 @@ class Allocator:
                 count[g] = c
                 if c == 0:
                     uncached.discard(g)
-            leaf = int(s.job_queue_arr[j])
+            leaf = job_leaf[j]
             if sig is not None:
                 # fast path: a first attempt whose shape already failed (nothing changed since)
                 hit = fail_cache.get(sig)
@@ -166,8 +187,8 @@ class Allocator:
             placed_any.add(j)
             self.failures.pop(j, None)
             # KAI pushes a job back whenever it still has tasks to allocate, pipelined or not
-            # (further tasks of a pipelined job are pipelined too)
-            if s.job_pending_tasks(j):
+            # (further tasks of a pipelined job are pipelined too); a placed single-task job has none
+            if not single[j] and s.job_pending_tasks(j):
                 jq.push(j)
                 pushed.add(j)
             else:
@@ -233,8 +254,7 @@ class Allocator:
             cols = np.column_stack([s.job_queue_arr[sj].astype(float), s.job_preemptible_arr[sj].astype(float),
                                     s.task_request[st], s.task_gpu_memory[st], sel]
                                    + ([s.task_claims[st].astype(float)] if s.D else []))
-            _, first, inverse, counts = np.unique(cols, axis=0, return_index=True, return_inverse=True,
-                                                  return_counts=True)
+            first, inverse, counts = unique_rows(cols)
             for i, c in zip(first.tolist(), counts.tolist()):
                 sig = s.job_signature(int(sj[i]), [int(st[i])])
                 self._gid[sig] = len(gsig)
@@ -285,19 +305,16 @@ class Allocator:
             return cand
         gj, m_eff = cand[ok], m_eff[ok]
         starts = s.job_start[gj].astype(np.int64)
-        ends = starts + m_eff
         # task shape ids over the tasks involved
         keys = s.task_selector_key
-        spans = [np.arange(a, b) for a, b in zip(starts.tolist(), ends.tolist())]
-        tasks = np.concatenate(spans)
+        offs = np.concatenate([[0], np.cumsum(m_eff)[:-1]]).astype(np.int64)
+        tasks = np.arange(int(m_eff.sum()), dtype=np.int64) + np.repeat(starts - offs, m_eff)  # each job's span
         sel_ids: dict[tuple, int] = {(): 0}
         sel = np.asarray([sel_ids.setdefault(keys[t], len(sel_ids)) for t in tasks.tolist()], dtype=float) \
             if any(keys[t] for t in tasks.tolist()) else np.zeros(tasks.size)
         tcols = np.column_stack([s.task_request[tasks], s.task_gpu_memory[tasks], sel]
                                 + ([s.task_claims[tasks].astype(float)] if s.D else []))
-        _, tshape = np.unique(tcols, axis=0, return_inverse=True)
-        tshape = tshape.reshape(-1)
-        offs = np.concatenate([[0], np.cumsum(m_eff)[:-1]])
+        tshape = unique_rows(tcols)[1]
         lo = np.minimum.reduceat(tshape, offs)
         hi = np.maximum.reduceat(tshape, offs)
         homo = lo == hi
@@ -305,8 +322,7 @@ class Allocator:
             return cand
         hj, hm, hshape, hstart = gj[homo], m_eff[homo], lo[homo], starts[homo]
         cols = np.column_stack([s.job_queue_arr[hj], s.job_preemptible_arr[hj].astype(np.int64), hshape, hm])
-        _, first, inverse, counts = np.unique(cols, axis=0, return_index=True, return_inverse=True,
-                                              return_counts=True)
+        first, inverse, counts = unique_rows(cols)
         kmap = np.empty(first.size, dtype=np.int64)
         for u, (i, c) in enumerate(zip(first.tolist(), counts.tolist())):
             a = int(hstart[i])
@@ -356,13 +372,13 @@ class Allocator:
         self.fail_cache[sig] = (s.resources_freed, msg)
         return msg
 
-    def _drain(self, jq: JobQueue, group: np.ndarray) -> None:
+    def _drain(self, jq: JobQueue, group: list[int]) -> None:
         """Every remaining job is of a shape known to fail: record the reason for each. Nothing is
         placed from here on, so each job's outcome is the failure of its first attempt."""
         msgs: dict[int, str] = {}
         for h in jq.heaps:
             for _, j in h:
-                g = int(group[j])
+                g = group[j]
                 if g >= 0:
                     m = msgs.get(g)
                     if m is None:
@@ -560,9 +576,10 @@ class Allocator:
 
     def place_task(self, j: int, t: int, within: np.ndarray | None, check_queue: bool = True) -> None:
         s = self.state
-        q = s.job_queue(j)
-        nonpre = not s.job_is_preemptible(j)
         mem = s.task_is_mem[t]
+        if mem or check_queue:
+            q = s.job_queue(j)
+            nonpre = not s.job_is_preemptible(j)
         if not mem:
             # the queue check does not depend on the node: do it once (a single-task attempt was
             # already checked as a whole by the caller)

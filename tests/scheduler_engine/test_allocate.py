@@ -436,3 +436,18 @@ def test_job_on_a_non_leaf_queue_is_explained_not_placed():
     s = run([node("a")], [job("p", {"gpu": 1}, queue="top"), job("ok", {"gpu": 1, "name": "ok-0"})])
     assert events_of(s, "p") == ["queue top is not a leaf queue"]
     assert status(s, "ok-0") == ("Binding", "a")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_unique_rows_equals_numpy_unique(seed):
+    from scheduler_engine.actions.allocate import unique_rows
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    cols = np.column_stack([rng.integers(0, 5, n).astype(float), rng.choice([0.0, -0.0, 0.5, 1.0, 8.0], n),
+                            rng.choice([0.0, 1e9, 2.5e9], n), rng.integers(0, 3, n).astype(float)])
+    _, first, inverse, counts = np.unique(cols, axis=0, return_index=True, return_inverse=True, return_counts=True)
+    f2, i2, c2 = unique_rows(cols)
+    assert f2.tolist() == first.tolist() and i2.tolist() == inverse.reshape(-1).tolist()
+    assert c2.tolist() == counts.tolist()
+    assert [len(a) for a in unique_rows(cols[:0])] == [0, 0, 0]

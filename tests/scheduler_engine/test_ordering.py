@@ -164,6 +164,14 @@ class _FullRefresh(JobQueue):
         self.refresh_all()
 
 
+class _Heaps(JobQueue):
+    use_kernel = False  # the lazy per-parent heaps also when the tree allows the key kernel
+
+
+class _HeapsFullRefresh(_FullRefresh):
+    use_kernel = False
+
+
 @st.composite
 def _tree_and_jobs(draw):
     qs = [{"name": "t0", "parent": None, "gpu": (draw(st.sampled_from([-1, 2, 6])), 1, -1)},
@@ -191,7 +199,7 @@ def test_property_incremental_refresh_matches_full_recompute(data):
     if not any(j["queue"] in leaf_names for j in jobs):
         return
     orders = []
-    for cls in (JobQueue, _FullRefresh):
+    for cls in (JobQueue, _FullRefresh, _Heaps, _HeapsFullRefresh):
         s = CycleState(simple([{**NODE, "gpus": 64}], qs, jobs))
         jq = cls(s, range(len(jobs)))
         seq = []
@@ -205,7 +213,7 @@ def test_property_incremental_refresh_matches_full_recompute(data):
                 s.place(t, 0)
             jq.refresh(s.job_queue(j))
         orders.append(seq)
-    assert orders[0] == orders[1]
+    assert orders[0] == orders[1] == orders[2] == orders[3]
 
 
 # --------------------------------------------------------------------------- heap order == sequential scan
@@ -271,25 +279,27 @@ def test_property_job_queue_matches_sequential_scan(data):
         for t in jb["tasks"]:
             if t["state"] == "Pending":
                 t.pop("node")
-    s = CycleState(simple([{**NODE, "gpus": 64, "cpu": "512"}], qs, jobs))
-    leaf_ids = [q for q in range(s.Q) if s.queue_is_leaf[q]]
-    if victim:
-        cand = [j for j in range(s.J) if s.job_num_active(j) > 0 and s.job_queue(j) in leaf_ids]
-    else:
-        cand = [j for j in range(s.J) if s.job_pending_tasks(j) and s.job_queue(j) in leaf_ids]
-    jq = JobQueue(s, cand, victim=victim)
-    for k in range(len(cand)):
-        want = _scan_pick(s, victim, {q: h for q, h in enumerate(jq.heaps)})
-        j = jq.pop(refresh=False)
-        assert (j is None) == (want is None)
-        if j is None:
-            break
-        assert j == want[1]
-        pend = s.job_pending_tasks(j)
-        if not victim and place_flags[k] and pend and s.fit_masks(pend[0])[0][0]:
-            s.place(pend[0], 0)
-        jq.refresh(s.job_queue(j))
-    assert jq.pop() is None
+    for cls in (JobQueue, _Heaps):  # the key kernel where the tree allows it / always the heaps
+        s = CycleState(simple([{**NODE, "gpus": 64, "cpu": "512"}], qs, jobs))
+        leaf_ids = [q for q in range(s.Q) if s.queue_is_leaf[q]]
+        if victim:
+            cand = [j for j in range(s.J) if s.job_num_active(j) > 0 and s.job_queue(j) in leaf_ids]
+        else:
+            cand = [j for j in range(s.J) if s.job_pending_tasks(j) and s.job_queue(j) in leaf_ids]
+        jq = cls(s, cand, victim=victim)
+        for k in range(len(cand)):
+            want = _scan_pick(s, victim, {q: h for q, h in enumerate(jq.heaps)})
+            assert jq.peek() == (None if want is None else want[1])
+            j = jq.pop(refresh=False)
+            assert (j is None) == (want is None)
+            if j is None:
+                break
+            assert j == want[1]
+            pend = s.job_pending_tasks(j)
+            if not victim and place_flags[k] and pend and s.fit_masks(pend[0])[0][0]:
+                s.place(pend[0], 0)
+            jq.refresh(s.job_queue(j))
+        assert jq.pop() is None and not jq
 
 
 def test_tied_queues_with_incomparable_allocatables_follow_the_sequential_scan():
@@ -321,3 +331,24 @@ def test_seeded_requests_equal_the_default_request(seed):
     assert len(seeded) > len(pending) // 2
     for j, r in seeded.items():
         assert r == tuple(_default_request(s, j)), s.jobs.names[j]
+
+
+def test_chain_trees_use_the_key_kernel_and_pop_like_the_heaps():
+    from scheduler_engine.bench import generate
+
+    snap = generate(nodes=40, jobs=400, queues=30, seed=4)
+    orders = []
+    for cls in (JobQueue, _Heaps):
+        s = CycleState(snap)
+        pending = [j for j in range(s.J) if s.job_pending_tasks(j)]
+        jq = cls(s, pending)
+        assert (jq._k is not None) == (cls is JobQueue)
+        seq = []
+        while (j := jq.pop(refresh=False)) is not None:
+            seq.append(j)
+            pend = s.job_pending_tasks(j)
+            if len(seq) % 3 and pend and s.fit_masks(pend[0])[0].any():
+                s.place(pend[0], int(np.flatnonzero(s.fit_masks(pend[0])[0])[0]))
+            jq.refresh(s.job_queue(j))
+        orders.append(seq)
+    assert len(orders[0]) >= 400 and orders[0] == orders[1]
