@@ -305,7 +305,7 @@ class JobQueue:
         self._req_cache: dict[int, tuple[int, tuple]] = {}
         Q = state.Q
         self._root = Q  # virtual parent of the top-level queues
-        self.paths = [[int(x) for x in p] for p in state.queue_path]
+        self.paths = state.queue_path_list  # (read only)
         self.heaps: list[list] = [[] for _ in range(Q)]
         self.children: list[list[int]] = [[] for _ in range(Q)]
         self.top: list[int] = []

@@ -131,6 +131,7 @@ class Allocator:
         pushed: set[int] = set()
         fail_cache = self.fail_cache
         shape_groups = self._shape_groups
+        first = self._first
         while True:
             if not pushed and not uncached and left:
                 self._drain(jq, group)
@@ -157,7 +158,8 @@ class Allocator:
                     self.failures[j] = hit[1]
                     continue
             pushed.discard(j)
-            tasks = next_tasks_to_allocate(s, j)
+            ft = first.get(j) if g >= 0 else None
+            tasks = list(range(*ft)) if ft is not None else next_tasks_to_allocate(s, j)
             if not tasks:
                 jq.refresh(leaf)
                 msg = self._no_attempt_reason(j)
@@ -234,6 +236,7 @@ class Allocator:
         gsig: list[tuple] = []
         count: list[int] = []
         self._gid: dict[tuple, int] = {}
+        self._first: dict[int, tuple[int, int]] = {}  # untouched gang -> task range of its first attempt
         self._gtask: list[int] = []  # a task of the group's first attempt (single-task groups)
         ja = np.asarray(jobs, dtype=np.int64)
         treq, tpref = s.jobs.topology_required, s.jobs.topology_preferred
@@ -305,6 +308,9 @@ class Allocator:
             return cand
         gj, m_eff = cand[ok], m_eff[ok]
         starts = s.job_start[gj].astype(np.int64)
+        # their first attempt is their first minAvailable tasks (``next_tasks_to_allocate`` of an
+        # untouched job), valid until the job's first pop: allocate changes no other job's tasks
+        self._first.update(zip(gj.tolist(), zip(starts.tolist(), (starts + m_eff).tolist())))
         # task shape ids over the tasks involved
         keys = s.task_selector_key
         offs = np.concatenate([[0], np.cumsum(m_eff)[:-1]]).astype(np.int64)

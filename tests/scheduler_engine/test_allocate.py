@@ -451,3 +451,17 @@ def test_unique_rows_equals_numpy_unique(seed):
     assert f2.tolist() == first.tolist() and i2.tolist() == inverse.reshape(-1).tolist()
     assert c2.tolist() == counts.tolist()
     assert [len(a) for a in unique_rows(cols[:0])] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_recorded_first_attempts_are_the_next_tasks_of_untouched_gangs(seed):
+    from scheduler_engine.bench import generate, with_features
+    from scheduler_engine.ordering import next_tasks_to_allocate
+
+    snap = with_features(generate(nodes=40, jobs=500, queues=12, seed=seed), sub_groups=0.1, seed=seed)
+    s = CycleState(snap)
+    a = allocate.Allocator(s)
+    a._initial_signatures(a.candidate_jobs())
+    assert len(a._first) > 20
+    for j, (lo, hi) in a._first.items():
+        assert list(range(lo, hi)) == next_tasks_to_allocate(s, j)
