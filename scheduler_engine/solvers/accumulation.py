@@ -73,6 +73,11 @@ class PrefixSearch:
         self.n_good = 0
         self.mgood: set[int] = set()
         self.skip_leaf: np.ndarray | None = None  # per queue: retook or under a blocked queue (kernel input)
+        # the compiled loop's arrays (:meth:`_kernel_arrays`); ``drop_seq``: per accumulated victim
+        # when it was dropped (-1: kept), shared with them
+        self.kst: dict | None = None
+        self.tried_sets: set[frozenset] = set()
+        self.drop_seq: np.ndarray | None = None
 
     # ---------------------------------------------------------------- incremental filter
     def track(self, n: int) -> None:
@@ -92,8 +97,11 @@ class PrefixSearch:
         """Take potential victims ``ts`` out of the accumulated set."""
         s = self.state
         pos, dropped, all_gpu, task_gpu = self.pos, self.dropped, self.all_gpu, s.task_alloc[:, GPU]
+        seq = self.drop_seq
         for t in ts:
             if t in pos and t not in dropped:
+                if seq is not None:
+                    seq[pos[t]] = len(dropped)
                 dropped.add(t)
                 n = int(s.task_node[t])
                 if n >= 0:
@@ -179,6 +187,7 @@ class PrefixSearch:
         job_potential: dict[int, list[int]] = {}
         self.jobs_on_node, self.job_potential = jobs_on_node, job_potential
         tried: set[frozenset] = {frozenset(recorded)} if recorded else set()
+        self.tried_sets = tried  # (tests read it; sets the kernel logged are added when looked up)
         track = self.track
 
         use_kernel = USE_KERNEL and not multi
@@ -193,10 +202,10 @@ class PrefixSearch:
                     if not vq.run_ready():
                         use_kernel = False
                     else:
-                        kst = self._kernel_arrays(vq, cands.size, task_gpu, base, need1)
+                        kst = self._kernel_arrays(vq, cands, task_gpu, base, rec_gpu, need1, rec_best < thr if fast else False)
                 if kst is not None:
                     code, got = self._kernel_step(vq, kst, cap, best_all)
-                    best_all = float(kst[-1][0])
+                    best_all = float(kst["fst"][0])
                     if code == victim_run.BUDGET:
                         solver.last_reason = (f"search budget exhausted after {solver.tried} scenarios (victims "
                                               f"examined plus victims simulated > scenarioSearchBudget "
@@ -236,6 +245,8 @@ class PrefixSearch:
                 if more:
                     ev = set(evict)
                     vq.push(vj, [t for t in vtasks if t not in ev])
+                if kst is not None:
+                    self._mirror(vj, evict, jobs_on_node)
                 for t in evict:
                     pos[t] = len(potential)
                     potential.append(t)
@@ -308,6 +319,8 @@ class PrefixSearch:
                 continue
             extra = [t for t in potential if t not in dropped] if dropped else list(potential)
             key = frozenset(extra) | frozenset(recorded)
+            if kst is not None and kst["ist"][10]:
+                self._tried_logged(len(key), tried)
             if key in tried:
                 continue
             tried.add(key)
@@ -319,21 +332,87 @@ class PrefixSearch:
         return None
 
     # ---------------------------------------------------------------- the compiled loop
-    def _kernel_arrays(self, vq: VictimQueue, n_cands: int, task_gpu: np.ndarray,
-                       base: np.ndarray, need1: float) -> tuple:
+    def _kernel_arrays(self, vq: VictimQueue, cands: np.ndarray, task_gpu: np.ndarray, base: np.ndarray,
+                       rec_gpu: np.ndarray, need1: float, local_filter: bool) -> dict:
         """The inputs of :func:`~scheduler_engine.kernels.victim_run.run_victims` that live for the
-        whole prefix search (the victim order's arrays are shared with ``vq`` and updated in place)."""
+        whole prefix search (the victim order's arrays are shared with ``vq`` and updated in place;
+        the accumulated victims are mirrored from here on by :meth:`_mirror` and :meth:`drop`)."""
         s, solver = self.state, self.solver
         calloc, ctask = vq.heads()
         is_rec = np.zeros(s.T, dtype=np.bool_)
         if self.recorded:
             is_rec[self.recorded] = True
         good = self.good_l if self.fast else np.zeros(s.N, dtype=np.bool_)
-        ist = np.array([vq._knext, 0, solver.search_budget, 0, solver.max_victim_jobs, 0, 0, 0], dtype=np.int64)
-        return (calloc, ctask, is_rec, task_gpu, good,
-                np.ascontiguousarray(base, dtype=np.float64), float(self.thr), float(need1) - 1e-9,
-                np.empty(n_cands, dtype=np.int64), np.empty(n_cands, dtype=np.int64),
-                np.empty(s.Q, dtype=np.int64), ist, np.zeros(1))
+        cap_t = int(s.job_count[cands].sum()) + len(self.potential) + 1  # every task accumulated at most once
+        ist = np.array([vq._knext, 0, solver.search_budget, 0, solver.max_victim_jobs, 0, 0, 0, 0, 0, 0, 0,
+                        len(self.recorded_set), 0], dtype=np.int64)
+        k = {"calloc": calloc, "ctask": ctask, "is_rec": is_rec, "task_gpu": task_gpu, "good": good,
+             "base": np.ascontiguousarray(base, dtype=np.float64), "rec_gpu": rec_gpu, "thr": float(self.thr),
+             "need_lo": float(need1) - 1e-9, "local_filter": bool(local_filter),
+             "pot": np.empty(cap_t, dtype=np.int64), "pot_job": np.empty(cap_t, dtype=np.int64),
+             "pot_node": np.empty(cap_t, dtype=np.int64),
+             "pot_next": np.empty(cap_t, dtype=np.int64), "drop_seq": np.full(cap_t, -1, dtype=np.int64),
+             "job_first": np.full(s.J, -1, dtype=np.int64), "job_last": np.full(s.J, -1, dtype=np.int64),
+             "node_head": np.full(s.N, -1, dtype=np.int64), "ent_job": np.empty(cap_t, dtype=np.int64),
+             "ent_next": np.empty(cap_t, dtype=np.int64), "tsum": np.zeros(s.N), "tstamp": np.full(s.N, -1, dtype=np.int64),
+             "loc": np.empty(cap_t, dtype=np.int64), "log": np.empty((max(int(cands.size), 1), 4), dtype=np.int64),
+             "emptied": np.empty(s.Q, dtype=np.int64), "ist": ist, "fst": np.zeros(1)}
+        self.kst = k
+        self.drop_seq = k["drop_seq"]
+        # victims accumulated before the kernel's first use (none today: it starts with the search)
+        assert not self.potential  # built at the search's first step
+        return k
+
+    def _mirror(self, vj: int, evict: list[int], jobs_on_node: dict[int, set[int]]) -> None:
+        """Victims the Python loop accumulates, into the kernel's arrays (before ``jobs_on_node`` has them)."""
+        k, s = self.kst, self.state
+        pot, pot_job, pot_node, pot_next, ist = k["pot"], k["pot_job"], k["pot_node"], k["pot_next"], k["ist"]
+        job_first, job_last = k["job_first"], k["job_last"]
+        u = int(ist[5])
+        added: set[int] = set()  # nodes given an entry for vj by this call
+        for t in evict:
+            pot[u] = t
+            pot_job[u] = vj
+            pot_next[u] = -1
+            last = int(job_last[vj])
+            if last >= 0:
+                pot_next[last] = u
+            else:
+                job_first[vj] = u
+            job_last[vj] = u
+            n = int(s.task_node[t])
+            pot_node[u] = n
+            if n >= 0 and n not in added and vj not in jobs_on_node.get(n, ()):
+                added.add(n)
+                e = int(ist[9])
+                k["ent_job"][e] = vj
+                k["ent_next"][e] = k["node_head"][n]
+                k["node_head"][n] = e
+                ist[9] = e + 1
+            u += 1
+        ist[5] = u
+
+    def _tried_logged(self, size: int | None, tried: set) -> None:
+        """Add to ``tried`` the node-local sets of this size (``None``: all) the kernel decided
+        without Python (it logs node, accumulated count and dropped count: the set is rebuilt as
+        it was then)."""
+        k = self.kst
+        if k is None:
+            return
+        log, n_log = k["log"], int(k["ist"][10])
+        rows = np.flatnonzero(log[:n_log, 3] == size if size is not None else log[:n_log, 3] >= 0)
+        if rows.size == 0:
+            return
+        pot, pot_job, pot_node, seq = k["pot"], k["pot_job"], k["pot_node"], k["drop_seq"]
+        rec = frozenset(self.recorded)
+        for r in rows.tolist():
+            n, p, d = (int(x) for x in log[r, :3])
+            ts, js = pot[:p].tolist(), pot_job[:p].tolist()
+            on_n = {x for x, m in zip(js, pot_node[:p].tolist()) if m == n}
+            sq = seq[:p].tolist()
+            local = [t for t, x, q in zip(ts, js, sq) if x in on_n and not 0 <= q < d]
+            tried.add(frozenset(local) | rec)
+            log[r, 3] = -1
 
     def _skip_leaf(self, vq: VictimQueue) -> np.ndarray:
         """Per queue: its victims are passed over (a leaf that retook, or under a blocked queue)."""
@@ -348,35 +427,37 @@ class PrefixSearch:
             self.skip_leaf = skip
         return self.skip_leaf
 
-    def _kernel_step(self, vq: VictimQueue, kst: tuple, cap: np.ndarray, best_all: float):
+    def _kernel_step(self, vq: VictimQueue, kst: dict, cap: np.ndarray, best_all: float):
         """Run the compiled loop from the current state; bring Python's view (accumulated victims,
         per-node job lists, steps, live leaves) up to date. Returns ``(code, (job, hosts) or None)``:
         the victim to emit scenarios for after :data:`~scheduler_engine.kernels.victim_run.EMIT`."""
-        s, solver = self.state, self.solver
-        calloc, ctask, is_rec, task_gpu, good, base, thr, need_lo, pot, pot_job, emptied, ist, fst = kst
+        s, solver, k = self.state, self.solver, kst
         path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep = vq._k
+        ist, fst = k["ist"], k["fst"]
         ist[0] = vq._knext
         ist[1] = solver.steps
         ist[3] = len(self.job_potential)
-        ist[5] = 0  # the victims accumulated by this call: pot[:ist[5]]
         ist[6] = self.n_good
         ist[7] = 0
+        ist[8] = len(self.dropped)
         fst[0] = best_all
         steps0 = solver.steps
-        code = victim_run.run_victims(path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, leaf_live, req, key,
-                                      vrep, vq.cj, vq.hi, vq.ptr, vq.popped, vq.has_popped, vq.heap_live, calloc,
-                                      ctask, self._skip_leaf(vq), is_rec, s.task_node, task_gpu, self.all_gpu, cap,
-                                      base, good, self.fast, thr, len(self.partial) == 1 and
-                                      not s.task_selector_key[self.partial[0]], need_lo, pot, pot_job, emptied, ist, fst)
+        code = victim_run.run_victims(
+            path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, leaf_live, req, key, vrep, vq.cj, vq.hi, vq.ptr,
+            vq.popped, vq.has_popped, vq.heap_live, k["calloc"], k["ctask"], self._skip_leaf(vq), k["is_rec"],
+            s.task_node, k["task_gpu"], self.all_gpu, cap, k["base"], k["good"], k["rec_gpu"], self.fast, k["thr"],
+            len(self.partial) == 1 and not s.task_selector_key[self.partial[0]], k["need_lo"], k["local_filter"],
+            k["pot"], k["pot_job"], k["pot_node"], k["pot_next"], k["drop_seq"], k["job_first"], k["job_last"], k["node_head"],
+            k["ent_job"], k["ent_next"], k["tsum"], k["tstamp"], k["loc"], k["log"], k["emptied"], ist, fst)
         solver.steps = int(ist[1])
         self.n_good = int(ist[6])
-        vq.after_run(emptied, int(ist[7]), int(ist[0]), solver.steps != steps0)
-        p1 = int(ist[5])
+        vq.after_run(k["emptied"], int(ist[7]), int(ist[0]), solver.steps != steps0)
+        p0, p1 = int(ist[13]), int(ist[5])
         got = None
-        if p1:
+        if p1 > p0:
             potential, pos, job_potential, jobs_on_node = self.potential, self.pos, self.job_potential, self.jobs_on_node
             node = s.task_node
-            for t, vj in zip(pot[:p1].tolist(), pot_job[:p1].tolist()):
+            for t, vj in zip(k["pot"][p0:p1].tolist(), k["pot_job"][p0:p1].tolist()):
                 pos[t] = len(potential)
                 potential.append(t)
                 job_potential[vj] = [t]

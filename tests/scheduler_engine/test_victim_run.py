@@ -71,21 +71,30 @@ def _kernel_drain(state: CycleState, cands, skip: set[int], rec: set[int]) -> tu
     if not vq.run_ready():
         return _python_drain(state, cands, skip, rec) + (0,)
     calloc, ctask = vq.heads()
-    n = max(vq.cj.size, 1)
-    pot, pot_job, emptied = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(state.Q, np.int64)
-    cap, good = np.zeros(state.N), np.zeros(state.N, dtype=np.bool_)
+    T, N, J = state.T, state.N, state.J
+    pot, pot_job, pot_node, pot_next, drop_seq = (np.zeros(T + 1, np.int64) for _ in range(5))
+    job_first, job_last = np.full(J, -1, np.int64), np.full(J, -1, np.int64)
+    node_head, ent_job, ent_next = np.full(N, -1, np.int64), np.zeros(T + 1, np.int64), np.zeros(T + 1, np.int64)
+    log, emptied = np.zeros((max(vq.cj.size, 1), 4), np.int64), np.empty(state.Q, np.int64)
+    cap, good = np.zeros(N), np.zeros(N, dtype=np.bool_)
+    ist = np.array([0, 0, -1, 0, -1, 0, 0, 0, 0, 0, 0, 0, len(rec), 0], dtype=np.int64)
     while vq:
         path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep = vq._k
-        ist = np.array([vq._knext, 0, -1, 0, -1, 0, 0, 0], dtype=np.int64)
+        ist[0] = vq._knext
+        ist[7] = 0
         fst = np.zeros(1)
+        steps0 = int(ist[1])
         code = victim_run.run_victims(path, kid_ptr, kids, stat, tot, prio, tb, state.queue_alloc, leaf_live, req,
                                       key, vrep, vq.cj, vq.hi, vq.ptr, vq.popped, vq.has_popped, vq.heap_live, calloc,
                                       ctask, skip_leaf, is_rec, state.task_node, state.task_alloc[:, GPU], gpu, cap,
-                                      np.zeros(state.N), good, False, 0.0, True, np.inf, pot, pot_job, emptied,
+                                      np.zeros(N), good, np.zeros(N), False, 0.0, True, np.inf, False, pot, pot_job,
+                                      pot_node, pot_next, drop_seq, job_first, job_last, node_head, ent_job, ent_next,
+                                      np.zeros(N), np.full(N, -1, np.int64), np.zeros(T + 1, np.int64), log, emptied,
                                       ist, fst)
-        vq.after_run(emptied, int(ist[7]), int(ist[0]), int(ist[1]) > 0)
-        in_kernel += int(ist[5])
-        out.extend((int(j), (int(t),)) for j, t in zip(pot_job[:ist[5]], pot[:ist[5]]))
+        vq.after_run(emptied, int(ist[7]), int(ist[0]), int(ist[1]) > steps0)
+        p0, p1 = int(ist[13]), int(ist[5])
+        in_kernel += p1 - p0
+        out.extend((int(j), (int(t),)) for j, t in zip(pot_job[p0:p1], pot[p0:p1]))
         if code == victim_run.END:
             break
         assert code == victim_run.PY
@@ -167,4 +176,41 @@ def test_cycles_decide_the_same_without_the_kernel(monkeypatch, nodes, jobs, que
         m.setattr(accumulation, "USE_KERNEL", False)
         plain = _cycle(snap)
     assert calls  # the kernel ran
+    assert compiled == plain
+
+
+def _searches(monkeypatch, snap, use_kernel: bool) -> list:
+    """Every prefix search of a cycle: beneficiary, prefix, recorded victims, outcome and the sets
+    it tried (the kernel's logged node-local sets rebuilt)."""
+    out = []
+    real = accumulation.PrefixSearch.run
+
+    def run(self):
+        res = real(self)
+        self._tried_logged(None, self.tried_sets)
+        out.append((self.j, tuple(self.partial), tuple(self.recorded), res is not None,
+                    sorted(tuple(sorted(k)) for k in self.tried_sets)))
+        return res
+
+    with monkeypatch.context() as m:
+        m.setattr(accumulation.PrefixSearch, "run", run)
+        m.setattr(accumulation, "USE_KERNEL", use_kernel)
+        _cycle(snap)
+    return out
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [(60, 400, 20, "mixed", 3), (150, 1000, 40, "mixed", 2)])
+def test_kernel_tries_the_sets_python_tries(monkeypatch, nodes, jobs, queues, shape, seed):
+    """The node-local sets the kernel rules out by GPU count (logged, not built) are exactly the
+    ones Python adds to its tried sets: so a later set is skipped as already tried just the same."""
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    logged = []
+    real = accumulation.PrefixSearch._tried_logged
+    with monkeypatch.context() as m:
+        m.setattr(accumulation.PrefixSearch, "_tried_logged",
+                  lambda self, size, tried: logged.append(int(self.kst["ist"][10]) if self.kst else 0)
+                  or real(self, size, tried))
+        compiled = _searches(monkeypatch, snap, True)
+    plain = _searches(monkeypatch, snap, False)
+    assert sum(logged) > 0  # the kernel did decide some victims' sets itself
     assert compiled == plain
