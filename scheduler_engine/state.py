@@ -101,6 +101,7 @@ import numpy as np
 from .fairshare import compute_fair_share
 from .result import PENDING_LIMIT, PENDING_QUOTA, Reason
 from .snapshot import CPU, GPU, MEM, NRES, UNLIMITED, Snapshot, TaskState
+from .kernels import journal as _journal_k
 
 EPS = 1e-9
 _PEND = int(TaskState.PENDING)
@@ -125,6 +126,11 @@ def fmt_amount(r: int, x: float) -> str:
 
 class CycleState:
     """Mutable scheduling state of one cycle; see the module docstring for the API."""
+
+    #: ``evict`` / ``place`` of tasks without DRA claims (and, for ``place``, not shared) in one
+    #: compiled call each (:mod:`scheduler_engine.kernels.journal`); ``False``: the general Python
+    #: code for every task (same state bitwise; the tests compare the two)
+    fast_paths = True
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.snap = snapshot
@@ -285,7 +291,40 @@ class CycleState:
         self._path_info = [(pl, (np.asarray(pl, dtype=np.int64)[:, None] * (2 * NRES) + six).ravel())
                            for pl in self.queue_path_list]
         self._job_path_info = [self._path_info[q] for q in self.job_queue_arr.tolist()]
+        self._init_journal()
+
+    def _init_journal(self) -> None:
+        """The undo journal (:mod:`scheduler_engine.kernels.journal`): numeric entries in
+        preallocated arrays (``_ji`` / ``_jf``, grown by doubling), written and replayed by compiled
+        kernels; object entries (device / group lists, gpuGroup maps, DRA) in the list
+        ``_journal``, one per entry (its length is the journal's length)."""
+        depth = max((len(p) for p in self.queue_path_list), default=1) or 1
+        pm = np.full((max(self.Q, 1), depth), -1, dtype=np.int64)
+        for q, p in enumerate(self.queue_path_list):
+            pm[q, :len(p)] = p
+        self._jpath = pm
+        cap = 256
+        self._ji = np.zeros((cap, 6), dtype=np.int64)
+        self._jf = np.zeros((cap, _journal_k.width(self.G, depth)))
+        self._shared_list: list[bool] = self.task_is_shared.tolist()
+        self._preempt_list: list[bool] = self.job_preemptible_arr.tolist()
+        # the arrays the kernels mutate in place (never rebound after construction)
+        self._jarrays = (self._input_state, self.task_state, self.task_node, self.task_job, self.job_queue_arr,
+                         self._jpath, self.job_num_active_arr, self.job_version, self.queue_version, self._node_both,
+                         self.dev_free, self.dev_rel, self.task_alloc, self.task_rel_take, self._queue_alloc_both)
         self._journal = []
+
+    def _journal_room(self) -> int:
+        """Index of the next journal entry, growing the entry arrays when full."""
+        i = len(self._journal)
+        if i >= self._ji.shape[0]:
+            cap = 2 * self._ji.shape[0]
+            ji = np.zeros((cap, self._ji.shape[1]), dtype=np.int64)
+            ji[:i] = self._ji[:i]
+            jf = np.zeros((cap, self._jf.shape[1]))
+            jf[:i] = self._jf[:i]
+            self._ji, self._jf = ji, jf
+        return i
 
     # ------------------------------------------------------------------ construction helpers
     def _aggregate_up(self, leaf: np.ndarray) -> np.ndarray:
@@ -884,50 +923,42 @@ class CycleState:
     def rollback(self, cp: tuple[int, int]) -> None:
         jlen, elen = cp
         j = self._journal
-        if jlen < self._protect_len and len(j) > jlen:
+        hi = len(j)
+        if jlen < self._protect_len and hi > jlen:
             # undoing changes that existed when a failure was cached: resources may be freer now
             self.resources_freed += 1
             self._protect_len = jlen
-        while len(j) > jlen:
-            self._undo(j.pop())
+        if hi > jlen:
+            # numeric part in one compiled replay, then the object part in the same backward order
+            # (every field is restored by assignment, so the split gives the same state)
+            a = self._jarrays
+            _journal_k.undo(jlen, hi, a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],
+                            a[13], a[14], self._ji, self._jf)
+            td, tg, tdt, log = self.task_devices, self.task_gpu_groups, self.task_dev_take, self.node_log
+            for k in range(hi - 1, jlen - 1, -1):
+                t, n, devs, groups, dev_take, gmap, dra = j[k]
+                td[t] = devs
+                tg[t] = groups
+                tdt[t] = dev_take
+                if n >= 0:
+                    if gmap is not None:
+                        self.dev_group[n] = gmap
+                        if self.G:
+                            row = self.dev_shared[n]
+                            row[:] = False
+                            if gmap:
+                                row[[d for d in gmap if d < self.G]] = True
+                    if dra is not None:
+                        self.dra_free[n], self.dra_rel[n] = dra[2]
+                    log.append(n)
+                if dra is not None:
+                    self.task_dra[t], self.task_dra_take[t] = dra[0], dra[1]
+            del j[jlen:]
         del self.events[elen:]
 
     def mark_failure_point(self) -> None:
         """Called when a failure is cached: a later rollback below this point bumps ``resources_freed``."""
         self._protect_len = len(self._journal)
-
-    def _undo(self, rec: tuple) -> None:
-        (t, j, state, node, devs, groups, alloc, rel_take, dev_take, n, node_rows, dev_rows, gmap, qpath, qa,
-         nact, dra) = rec
-        self.task_rel_take[t] = rel_take
-        self.task_dev_take[t] = dev_take
-        self.task_state[t] = state
-        self.task_node[t] = node
-        self.task_devices[t] = devs
-        self.task_gpu_groups[t] = groups
-        self.task_alloc[t] = alloc
-        if n >= 0:
-            self._node_both[n] = node_rows
-            if dev_rows is not None:
-                self.dev_free[n], self.dev_rel[n] = dev_rows
-            if gmap is not None:
-                self.dev_group[n] = gmap
-                if self.G:
-                    row = self.dev_shared[n]
-                    row[:] = False
-                    if gmap:
-                        row[[d for d in gmap if d < self.G]] = True
-            if dra is not None:
-                self.dra_free[n], self.dra_rel[n] = dra[2]
-            self.node_log.append(n)
-        if dra is not None:
-            self.task_dra[t], self.task_dra_take[t] = dra[0], dra[1]
-        self._qab_flat[qpath[1]] = qa
-        qv = self.queue_version
-        for q in qpath[0]:
-            qv[q] += 1
-        self.job_num_active_arr[j] = nact
-        self.job_version[j] += 1
 
     def _record(self, t: int, n: int) -> None:
         """Journal task t / node n before a mutation, and bump the change trackers.
@@ -935,42 +966,33 @@ class CycleState:
         Every mutation of a task, its node, devices or its queue's allocation must call this first
         (also outside this module): the undo journal and the incremental caches rely on it.
 
-        A record keeps references to the task's device / group / device-take lists (this module
-        only ever replaces those entries, never mutates one in place) and copies of the rows that
-        are changed in place; the node's gpuGroup map is copied only for shared-GPU tasks, the only
-        ones whose placement adds a group.
+        The numeric part (task, node and device rows, the queue path's allocations, counters) goes
+        to the entry arrays (:func:`kernels.journal.record`); the object part keeps references to
+        the task's device / group / device-take lists (this module only ever replaces those
+        entries, never mutates one in place); the node's gpuGroup map is copied only for shared-GPU
+        tasks, the only ones whose placement adds a group.
         """
-        if self._journal is None:
+        jo = self._journal
+        if jo is None:
             return
-        j = self._task_job_list[t]
-        path = self._job_path_info[j]  # (path list, flat indices)
-        self.job_version[j] += 1
-        qv = self.queue_version
-        for q in path[0]:
-            qv[q] += 1
-        state = int(self.task_state[t])
-        node = int(self.task_node[t])
-        if state == _PEND and node >= 0 and self._input_state[t] == _RUN:
-            # a Releasing input-Running task momentarily Pending while it is pipelined elsewhere
-            # (solvers.simulation.place_released): undoing that placement makes it Releasing again
-            state = _REL
+        i = self._journal_room()
+        a = self._jarrays
+        _journal_k.record(i, t, n, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],
+                          a[13], a[14], self._ji, self._jf)
+        self._record_objects(t, n)
+
+    def _record_objects(self, t: int, n: int) -> None:
         if n >= 0:
             self.node_log.append(n)
-            node_rows = self._node_both[n].copy()
-            dev_rows = (self.dev_free[n].copy(), self.dev_rel[n].copy()) if self.G else None
-            gmap = dict(self.dev_group[n]) if self.task_is_shared[t] else None
+            gmap = dict(self.dev_group[n]) if self._shared_list[t] else None
         else:
-            node_rows = dev_rows = gmap = None
+            gmap = None
         # DRA: the task's held devices and (on a node) the node's device rows, for tasks with claims
         dra = None
         if self._claims_list[t]:
             dra = (self.task_dra[t], self.task_dra_take[t],
                    (self.dra_free[n].copy(), self.dra_rel[n].copy()) if n >= 0 else None)
-        self._journal.append((
-            t, j, state, node, self.task_devices[t], self.task_gpu_groups[t], self.task_alloc[t].copy(),
-            self.task_rel_take[t].copy(), self.task_dev_take[t], n, node_rows, dev_rows, gmap,
-            path, self._qab_flat.take(path[1]), int(self.job_num_active_arr[j]), dra,
-        ))
+        self._journal.append((t, n, self.task_devices[t], self.task_gpu_groups[t], self.task_dev_take[t], gmap, dra))
 
     # ------------------------------------------------------------------ mutations
     def _charge_claims(self, t: int, n: int, dra: dict[int, list[int]], pipelined: bool) -> None:
@@ -1038,8 +1060,11 @@ class CycleState:
             if claims is None:
                 raise ValueError(f"the claims of task {self.tasks.names[t]} ({self.claims_text(t)}) do not fit "
                                  f"node {self.nodes.names[n]}")
-        self._record(t, n)
         devs = list(devices)
+        if self.fast_paths and self._journal is not None and claims is None and not self._shared_list[t] and not self._claims_list[t]:
+            self._place_fast(t, n, devs, pipelined)
+            return
+        self._record(t, n)
         self._charge(t, n, devs, pipelined)
         if claims is not None:
             self._charge_claims(t, n, claims, pipelined)
@@ -1060,6 +1085,35 @@ class CycleState:
         j = int(self.task_job[t])
         self._queues_add(j, self.task_alloc[t], 1)
         self.job_num_active_arr[j] += 1
+
+    def _place_fast(self, t: int, n: int, devs: list[int], pipelined: bool) -> None:
+        """:meth:`place` of a whole-GPU / CPU-only task without DRA claims: journal entry, node,
+        task and queue sums in one compiled call (:func:`kernels.journal.place`), the devices here
+        (the same float operations as :meth:`_charge`)."""
+        i = self._journal_room()
+        a = self._jarrays
+        _journal_k.place(i, t, n, pipelined, self._preempt_list[self._task_job_list[t]], a[0], a[1], a[2], a[3],
+                         a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], self._ji, self._jf,
+                         self.task_request)
+        self._record_objects(t, n)
+        if pipelined:
+            tk = []
+            if devs:
+                drel, dfree = self.dev_rel[n], self.dev_free[n]
+                for d in devs:
+                    take = min(max(drel[d], 0.0), 1.0)
+                    drel[d] -= take
+                    dfree[d] -= 1.0 - take
+                    tk.append(take)
+            self.task_dev_take[t] = tk
+        else:
+            self.task_dev_take[t] = []
+            if devs:
+                dfree = self.dev_free[n]
+                for d in devs:
+                    dfree[d] -= 1.0
+        self.task_devices[t] = devs
+        self.task_gpu_groups[t] = []
 
     def _queues_add(self, j: int, alloc: np.ndarray, sign: int) -> None:
         """Add (``sign`` 1) or take back (-1) ``alloc`` on job j's queue path, non-preemptible jobs
@@ -1124,6 +1178,56 @@ class CycleState:
         if s not in ACTIVE_STATES:
             raise ValueError(f"task {self.tasks.names[t]} is not active ({TaskState(s).label})")
         n = int(self.task_node[t])
+        if self.fast_paths and self._journal is not None and not self._claims_list[t] and not (
+                s == _PIPE and self._input_state[t] == _RUN and self._input_node[t] >= 0):
+            self._evict_fast(t, n, s)
+        else:
+            self._evict_general(t, n, s)
+        self.resources_freed += 1
+        if for_job is not None or message is not None:
+            jn = self.jobs.names[self._task_job_list[t]]
+            ev = {"job": jn, "reason": reason,
+                  "message": message or f"task {self.tasks.names[t]} evicted"}
+            ev["task"] = self.tasks.names[t]
+            if for_job is not None:
+                ev["victimOf"] = for_job if isinstance(for_job, str) else self.jobs.names[int(for_job)]
+            self.events.append(ev)
+
+    def _evict_fast(self, t: int, n: int, s: int) -> None:
+        """:meth:`evict` of a task without DRA claims that was not moved: journal entry, node, task
+        and queue sums in one compiled call (:func:`kernels.journal.evict`), the device rows and
+        the task's lists here (the same float operations as :meth:`_evict_general`)."""
+        devs = self.task_devices[t]
+        per = float(self.task_alloc[t, GPU]) if self._shared_list[t] else 1.0
+        dev_take = self.task_dev_take[t]
+        i = self._journal_room()
+        a = self._jarrays
+        _journal_k.evict(i, t, n, self._preempt_list[self._task_job_list[t]], a[0], a[1], a[2], a[3], a[4], a[5],
+                         a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], self._ji, self._jf)
+        self._record_objects(t, n)
+        if s == _RUN:
+            if devs:
+                drel = self.dev_rel[n]
+                for d in devs:
+                    drel[d] += per
+            return
+        if devs:
+            if s == _BIND:
+                dfree = self.dev_free[n]
+                for d in devs:
+                    dfree[d] += per
+            else:
+                drel, dfree = self.dev_rel[n], self.dev_free[n]
+                for d, dt in zip(devs, dev_take):
+                    drel[d] += dt
+                    dfree[d] += per - dt
+        if s == _PIPE:
+            self.task_dev_take[t] = []
+        self.task_devices[t] = []
+        self.task_gpu_groups[t] = []
+
+    def _evict_general(self, t: int, n: int, s: int) -> None:
+        """:meth:`evict` in Python: tasks with DRA claims, moved tasks, and while building."""
         self._record(t, n)
         alloc = self.task_alloc[t].copy()
         devs = self.task_devices[t]
@@ -1193,15 +1297,6 @@ class CycleState:
         j = int(self.task_job[t])
         self._queues_add(j, alloc, -1)
         self.job_num_active_arr[j] -= 1
-        self.resources_freed += 1
-        if for_job is not None or message is not None:
-            jn = self.jobs.names[j]
-            ev = {"job": jn, "reason": reason,
-                  "message": message or f"task {self.tasks.names[t]} evicted"}
-            ev["task"] = self.tasks.names[t]
-            if for_job is not None:
-                ev["victimOf"] = for_job if isinstance(for_job, str) else self.jobs.names[int(for_job)]
-            self.events.append(ev)
 
     def add_event(self, job: int | str, reason: str, message: str, task: int | str | None = None,
                   victim_of: int | str | None = None) -> None:
