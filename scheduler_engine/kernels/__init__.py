@@ -14,6 +14,8 @@ instead of reductions whose order numba may change, int64 indices, no out-of-ran
 * :mod:`.gpu_fit`: the idle-GPU filter's best-fit packing of a beneficiary's GPU tasks.
 * :mod:`.victim_keys`: rules 1-6 of the victim order per queue and the per-parent winner search.
 * :mod:`.node_index`: the per-shape node index (fit + placement key of changed nodes, lazy heap).
+* :mod:`.journal`: the state's undo journal as arrays (record, backward replay) and the compiled
+  evict / place of tasks without DRA claims.
 * :mod:`.warm`: compile (or load) every kernel ahead of the first cycle.
 
 Layout for what is still Python: per-node arrays are (N, ...) with devices in (N, G) rows (DRA
