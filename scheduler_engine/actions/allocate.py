@@ -30,7 +30,7 @@ from ..ordering import JobQueue, next_tasks_to_allocate, task_order
 from ..plugins.nodeplacement import ShapeIndex, node_keys, placement_strategy
 from ..plugins.topology import allocation_domains, preferred_tiers
 from ..result import PENDING_GANG, Reason, reason_category
-from ..snapshot import CPU, GPU, MEM, TaskState
+from ..snapshot import CPU, GPU, MEM, UNLIMITED, TaskState
 from ..state import EPS, CycleState, fmt_amount
 
 _PEND = int(TaskState.PENDING)
@@ -96,6 +96,7 @@ class Allocator:
         self.failures: dict[int, str] = {}
         self.shape_index: dict[tuple, ShapeIndex] = {}
         self._index_of: dict[tuple, ShapeIndex] = {}  # task shape -> its index (strategy is per shape)
+        self._unbounded: tuple[list[bool], list[bool]] | None = None  # see _over_capacity
 
     # ------------------------------------------------------------------ driver
     def candidate_jobs(self) -> list[int]:
@@ -432,12 +433,28 @@ class Allocator:
                 s.mark_pipelined(a + int(i))
         return True, pipelined, ""
 
+    def _over_capacity(self, q: int, req: np.ndarray, nonpre: bool) -> str | None:
+        """``state.queue_over_capacity``, answered ``None`` without looking when no queue on leaf
+        q's path has a limit (nor, for a non-preemptible job, a deserved quota): then nothing
+        can be over it."""
+        free = self._unbounded
+        if free is None:
+            s = self.state
+            lim = (np.where(s.queue_limit == UNLIMITED, np.inf, s.queue_limit) == np.inf).all(axis=1).tolist()
+            des = (np.where(s.queue_deserved == UNLIMITED, np.inf, s.queue_deserved) == np.inf).all(axis=1).tolist()
+            free = self._unbounded = (
+                [all(lim[a] for a in p) for p in s.queue_path_list],
+                [all(lim[a] and des[a] for a in p) for p in s.queue_path_list])
+        if free[nonpre][q]:
+            return None
+        return self.state.queue_over_capacity(q, req, nonpre)
+
     def _attempt(self, j: int, tasks: list[int]) -> None:
         s = self.state
         q = s.job_queue(j)
         nonpre = not s.job_is_preemptible(j)
         req = s.task_quota_req[tasks[0]] if len(tasks) == 1 else s.task_quota_req[tasks].sum(axis=0)
-        msg = s.queue_over_capacity(q, req, nonpre)
+        msg = self._over_capacity(q, req, nonpre)
         if msg:
             raise _Fail(msg)
         if len(tasks) > 1:
@@ -589,7 +606,7 @@ class Allocator:
         if not mem:
             # the queue check does not depend on the node: do it once (a single-task attempt was
             # already checked as a whole by the caller)
-            msg = s.queue_over_capacity(q, s.task_request[t], nonpre) if check_queue else None
+            msg = self._over_capacity(q, s.task_request[t], nonpre) if check_queue else None
             if msg:
                 raise _Fail(msg)
         if within is None and self.use_index:
