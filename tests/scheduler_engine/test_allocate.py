@@ -465,3 +465,21 @@ def test_recorded_first_attempts_are_the_next_tasks_of_untouched_gangs(seed):
     assert len(a._first) > 20
     for j, (lo, hi) in a._first.items():
         assert list(range(lo, hi)) == next_tasks_to_allocate(s, j)
+
+
+def test_queue_check_shortcut_answers_like_the_state():
+    from scheduler_engine.bench import generate
+
+    s = CycleState(generate(nodes=30, jobs=300, queues=40, seed=5))
+    a = allocate.Allocator(s)
+    rng = np.random.default_rng(5)
+    skipped = refused = 0
+    for _ in range(600):
+        q = int(rng.choice(np.flatnonzero(s.queue_is_leaf)))
+        req = np.array([rng.choice([0.0, 1.0, 8.0, 500.0]), rng.choice([0.0, 4.0, 1e4]), rng.choice([0.0, 1e12])])
+        nonpre = bool(rng.integers(2))
+        want = s.queue_over_capacity(q, req, nonpre)
+        assert a._over_capacity(q, req, nonpre) == want
+        skipped += a._unbounded[nonpre][q]
+        refused += want is not None
+    assert 0 < skipped < 600 and refused > 0  # the shortcut, the full check and refusals were exercised
