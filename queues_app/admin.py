@@ -20,7 +20,7 @@ from queues_app import admin_devices, quantities, selectors  # admin_devices als
 from queues_app.admin_mixins import ServiceErrorsMixin
 from queues_app.admin_whatif import ScaleUpAdminMixin, WhatIfAdminMixin
 from queues_app.choices import TASK_STATES_HOLDING
-from queues_app.cycle import engine_io
+from queues_app.cycle import contract
 from queues_app.errors import ApplicationError
 from queues_app.models import (
     Heartbeat,
@@ -69,7 +69,7 @@ RESOURCE_LABEL = {"gpu": "GPU", "cpu": "CPU", "memory": "Memory"}
 
 
 def _add_engine_errors(form: forms.ModelForm, problems: dict[str, list[str]]) -> None:
-    """The engine's verdict (engine_io: the same rules the API, the services and the cycle apply)
+    """The engine's verdict (cycle/contract.py: the same rules the API, the services and the cycle apply)
     as form errors on the named fields."""
     for field_name, messages_ in problems.items():
         form.add_error(field_name if field_name in form.fields else None, messages_)
@@ -101,7 +101,7 @@ class QueueResourceForm(forms.ModelForm):
         row = self.instance
         if not self.errors and row.queue_id is not None:
             values = {f: getattr(row, f) for f in ("quota", "over_quota_weight", "limit")}
-            _add_engine_errors(self, engine_io.queue_problems(name=row.queue.name, quotas={row.resource: values},
+            _add_engine_errors(self, contract.queue_problems(name=row.queue.name, quotas={row.resource: values},
                                                               prefix=""))
 
 
@@ -450,7 +450,7 @@ class NodeAdminForm(forms.ModelForm):
         super()._post_clean()  # the model's own validation first
         if not self.errors:
             node = self.instance
-            _add_engine_errors(self, engine_io.node_problems({"name": node.name,
+            _add_engine_errors(self, contract.node_problems({"name": node.name,
                                                                **{f: getattr(node, f) for f in NODE_FIELDS}}))
 
 

@@ -2,7 +2,7 @@
 devices, a workload's subgroup tree with what is placed against what is required.
 
 Registered from ``admin.py``; writes go through ``services.devices`` (derived GPU counts stay
-right), reads through ``engine_io.sub_group_status`` (the engine's satisfaction rules).
+right), reads through ``rollup.sub_group_status`` (the engine's satisfaction rules).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from queues_app.admin_mixins import ServiceErrorsMixin
-from queues_app.cycle import engine_io
+from queues_app.cycle import rollup
 from queues_app.models import DeviceClass, Node, Workload
 from queues_app.services.devices import device_class_delete, device_class_upsert
 
@@ -53,7 +53,7 @@ def devices_summary(obj: Node) -> str:
 
 def sub_group_tree(obj: Workload) -> str:
     """The workload's subgroup tree as an indented table: placed / required and satisfied."""
-    rows = engine_io.sub_group_status(obj) if obj and obj.pk else []
+    rows = rollup.sub_group_status(obj) if obj and obj.pk else []
     if not rows:
         return "-"
     body = format_html_join(

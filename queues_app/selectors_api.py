@@ -13,7 +13,7 @@ from django.db.models import Count, Q, QuerySet
 
 from queues_app import selectors
 from queues_app.choices import WORKLOAD_STATUSES_STARTED, PendingCategory, WorkloadStatus
-from queues_app.cycle import engine_io, usage as usage_provider
+from queues_app.cycle import rollup, usage as usage_provider
 from queues_app.models import Queue, SchedulingEvent, Tenant, Workload
 
 #: Event reasons that explain an eviction (the engine's and the cycle's names).
@@ -221,5 +221,5 @@ def workload_why(*, tenant: Tenant | None, workload: Workload, limit: int = 20) 
         "last_eviction": ev(eviction) if eviction is not None else None,
         "events": rendered,
         # hierarchical gangs: each subgroup's placed / required, by the engine's rules
-        "sub_groups": engine_io.sub_group_status(workload),
+        "sub_groups": rollup.sub_group_status(workload),
     }

@@ -21,7 +21,7 @@ from rest_framework import serializers
 
 from queues_app import constants, selectors
 from queues_app.choices import PendingCategory, Resource
-from queues_app.cycle import engine_io
+from queues_app.cycle import contract, rollup
 
 name_validator = RegexValidator(constants.NAME_REGEX, "Use letters, digits, '-', '_' or '.', starting and ending "
                                                       "with a letter or digit.")
@@ -241,7 +241,7 @@ class WorkloadCreateInputSerializer(StrictSerializer):
 
         form = {"tasks": [dict(t) for t in attrs["tasks"]]} if "tasks" in attrs else {
             "task": dict(attrs["task"]), "replicas": attrs.get("replicas", 1)}
-        problems = engine_io.workload_problems(
+        problems = contract.workload_problems(
             queue=attrs["queue"].name, name=attrs["name"], priority=attrs.get("priority", 50),
             preemptible=attrs.get("preemptible"), min_available=attrs.get("min_available"),
             node_selector=attrs.get("node_selector") or {}, topology_required=attrs.get("topology_required", ""),
@@ -318,7 +318,7 @@ class WorkloadDetailOutputSerializer(WorkloadOutputSerializer):
 
     @extend_schema_field(SubGroupStatusSerializer(many=True))
     def get_sub_groups(self, obj) -> list[dict[str, Any]]:
-        return SubGroupStatusSerializer(engine_io.sub_group_status(obj), many=True).data
+        return SubGroupStatusSerializer(rollup.sub_group_status(obj), many=True).data
 
 
 class DryRunTaskSerializer(serializers.Serializer):

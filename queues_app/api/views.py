@@ -32,7 +32,7 @@ from queues_app.api.permissions import (
     caller_of,
 )
 from queues_app.api.throttling import SubmitRateThrottle, TenantRateThrottle
-from queues_app.cycle import engine_io
+from queues_app.cycle import dryrun
 from queues_app.errors import ApplicationError
 from queues_app.filters import NodeFilter, QueueFilter, WorkloadFilter
 from queues_app.services import api_support
@@ -203,7 +203,7 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
             return services.workload_submit(**kwargs)
 
         if _truthy(request.query_params.get("dry_run")):
-            outcome = engine_io.dry_run_workload(submit=submit)
+            outcome = dryrun.dry_run_workload(submit=submit)
             return Response(self._dry_run_body(outcome), status=status.HTTP_200_OK)
 
         key = request.headers.get(IDEMPOTENCY_HEADER)

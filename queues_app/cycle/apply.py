@@ -2,8 +2,9 @@
 
 Three steps, each with its own reason:
 
-1. :func:`build_plan` maps the engine's :class:`CycleResult` (plain dicts keyed by scenario
-   names) onto database ids and computes one :class:`TaskWrite` per task that changes.  It
+1. :func:`build_plan` takes the engine's decisions by database id (``engine_io.EngineDecisions``:
+   typed, numeric, mapped once at the boundary) and computes one :class:`TaskWrite` per task that
+   changes.  It
    also *validates* the decision set against the snapshot the engine saw: a placement on a
    task that was not pending, on an unknown / cordoned / not-ready node, or one that leaves a
    node or a shared device over-committed is an engine bug, so the whole cycle is refused
@@ -32,7 +33,7 @@ from django.db.models import Count
 
 from queues_app.choices import WORKLOAD_STATUSES_STARTED, PendingCategory, TaskState, WorkloadStatus
 from queues_app.cycle.cluster import Confirmations
-from queues_app.cycle.engine_io import INVALID_PREFIX
+from queues_app.cycle.engine_io import INVALID_PREFIX, EngineDecisions, EngineEvent, NodeFigures, TaskDecision
 from queues_app.cycle.rollup import allocation_by_queue, roll_up, workload_status_of
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Queue, QueueStatus, SchedulingCycle, SchedulingEvent, Task, Workload
@@ -41,6 +42,7 @@ EPS = 1e-6
 #: States in which a task holds its node's resources (invariant I1).
 HOLDING = (TaskState.RUNNING, TaskState.BINDING, TaskState.RELEASING, TaskState.STUCK_RELEASING)
 PLACE_STATES = (TaskState.BINDING, TaskState.PIPELINED)
+HOLDING_OR_PIPELINED = frozenset(HOLDING + (TaskState.PIPELINED,))
 CHUNK = 900
 #: Rows per UPDATE / SELECT ... FOR UPDATE statement of the apply on PostgreSQL (array parameters):
 #: bounded, so no statement carries an unbounded payload.
@@ -103,47 +105,29 @@ class Plan:
     workload_name: dict[int, str]
     workload_queue: dict[int, int]
     queue_ancestors: dict[int, set[int]]
-    events: list[dict[str, Any]]
+    events: tuple[EngineEvent, ...]
     queue_fair_share: dict[int, dict[str, float]]
     node_ids: set[int]
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def _cpu_millis(value: Any) -> float:
-    if isinstance(value, str):
-        return float(value[:-1]) if value.endswith("m") else float(value) * 1000.0
-    return float(value or 0) * 1000.0
-
-
-def _groups(value: Any) -> list[str]:
-    return [str(g) for g in (value or [])]
-
-
-def _devices(value: Any) -> dict[str, list[int]]:
-    return {str(c): [int(d) for d in ds] for c, ds in (value or {}).items()}
-
-
-def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confirmations,
+def build_plan(*, decided: EngineDecisions, index: Any, conf: Confirmations,
                confirm_only: Iterable[Mapping[str, Any]] = ()) -> Plan:
-    """Map the engine's result to task writes and validate the decision set (see module doc).
+    """Map the engine's decisions to task writes and validate the decision set (see module doc).
 
-    ``confirm_only``: jobs the engine did not see (quarantined): their tasks get the cluster's
-    confirmations (a bind that took effect, a pod that is gone) and nothing else."""
-    node_id = index.node_id
-    nodes_by_name = {n["name"]: n for n in data.get("nodes", ())}
-    queue_parent = {q["name"]: q.get("parent") for q in data.get("queues", ())}
+    ``decided``: the engine's result by database id (``engine_io.engine_decisions``), numbers
+    included, so nothing is parsed here.  ``confirm_only``: jobs the engine did not see
+    (quarantined): their tasks get the cluster's confirmations (a bind that took effect, a pod
+    that is gone) and nothing else."""
+    node_id = decided.node_id
+    nodes = decided.nodes
     queue_ancestors: dict[int, set[int]] = {}
-    for qname in queue_parent:
-        chain, cur, seen = set(), qname, 0
+    for qid in decided.queue_parent:
+        chain, cur, seen = set(), qid, 0
         while cur is not None and seen < 1000:
-            chain.add(index.queue_id[cur])
-            cur, seen = queue_parent.get(cur), seen + 1
-        queue_ancestors[index.queue_id[qname]] = chain
-
-    engine_tasks: dict[str, dict[str, Any]] = {}
-    for jres in result.jobs.values():
-        for entry in jres.get("tasks", ()):
-            engine_tasks[entry["name"]] = entry
+            chain.add(cur)
+            cur, seen = decided.queue_parent.get(cur), seen + 1
+        queue_ancestors[qid] = chain
 
     errors: list[str] = []
     writes: dict[int, TaskWrite] = {}
@@ -153,40 +137,40 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
     task_gpu: dict[int, float] = {}
     workload_name: dict[int, str] = {}
     workload_queue: dict[int, int] = {}
-    # per node: list of (task request dict, final state, groups)
-    on_node: dict[str, list[tuple[dict[str, Any], str, list[str]]]] = defaultdict(list)
+    # per node: list of (task, final state, groups)
+    on_node: dict[str, list[tuple[TaskDecision, str, tuple[str, ...]]]] = defaultdict(list)
     placed_nodes: set[str] = set()
     # per workload: (task, node) of its Pipelined tasks if everything applies
     pipelined_on: dict[int, list[tuple[str, str]]] = defaultdict(list)
 
     node_name = {v: k for k, v in node_id.items()}
     pipelined_node: dict[int, int] = getattr(index, "pipelined_node", {}) or {}
-    for job in data.get("jobs", ()):
-        wid = index.workload_id[job["name"]]
-        workload_name[wid] = job["name"]
-        workload_queue[wid] = index.queue_id[job["queue"]]
-        for task in job.get("tasks", ()):
-            tname = task["name"]
-            tid = index.task_id[tname]
+    released_node: dict[int, str] = getattr(index, "released_node", {}) or {}
+    task_version, task_db_state = index.task_version, index.task_db_state
+    for job in decided.jobs:
+        wid = job.workload_id
+        workload_name[wid] = job.name
+        workload_queue[wid] = job.queue_id
+        for task in job.tasks:
+            tname = task.name
+            tid = task.task_id
             task_workload[tid] = wid
             workload_tasks[wid].append(tid)
-            task_gpu[tid] = float(task.get("gpu") or 0)
-            db_state = index.task_db_state[tid]
-            base_state = task["state"]  # exported state, after cluster confirmations
-            base_node = task.get("node")
+            task_gpu[tid] = task.gpu
+            db_state = task_db_state[tid]
+            base_state = task.given_state  # exported state, after cluster confirmations
+            base_node = task.given_node
             db_node_id = pipelined_node.get(tid) if db_state == TaskState.PIPELINED else node_id.get(base_node)
             if tid in conf.released:
-                db_node_id = index.node_id.get(getattr(index, "released_node", {}).get(tid))
-            eng = engine_tasks.get(tname)
-            status = eng["status"] if eng else base_state
-            e_node = eng.get("node") if eng else base_node
-            e_groups = _groups(eng.get("gpuGroups")) if eng else _groups(task.get("gpuGroups"))
-            held = _devices(task.get("devices"))
-            e_devices = _devices(eng.get("devices")) if eng else held
+                db_node_id = node_id.get(released_node.get(tid))
+            status = task.status
+            e_node = task.node
+            e_groups = task.groups
+            held = task.held_devices
 
             confirm: Target | None = None
             if tid in conf.bound:
-                confirm = Target(TaskState.RUNNING, node_id.get(base_node), _groups(task.get("gpuGroups")), held)
+                confirm = Target(TaskState.RUNNING, node_id.get(base_node), list(task.given_groups), dict(held))
             elif tid in conf.released:
                 confirm = Target(conf.released[tid], None, [])
 
@@ -207,38 +191,37 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
             if status == TaskState.RELEASING or moved:
                 if base_state == TaskState.RUNNING:
                     kind = "evict"
-                    groups = _groups(task.get("gpuGroups"))
-                    decision = Target(TaskState.RELEASING, node_id.get(base_node), groups, held)
+                    groups = task.given_groups
+                    decision = Target(TaskState.RELEASING, node_id.get(base_node), list(groups), dict(held))
                     fin = (TaskState.RELEASING, base_node, groups if moved else e_groups)
                 elif base_state not in (TaskState.RELEASING, TaskState.STUCK_RELEASING):
                     errors.append(f"task {tname} is {base_state} in the snapshot; the engine cannot evict it")
             elif status in PLACE_STATES:
                 if base_state != TaskState.PENDING:
                     errors.append(f"task {tname} is {base_state} in the snapshot; the engine cannot place it ({status})")
-                elif e_node not in nodes_by_name:
+                elif e_node not in nodes:
                     errors.append(f"task {tname} placed on unknown node {e_node!r}")
                 else:
-                    n = nodes_by_name[e_node]
-                    if n.get("unschedulable") or not n.get("ready", True):
+                    if not nodes[e_node].schedulable:
                         errors.append(f"task {tname} placed on node {e_node} that is cordoned or not ready")
                     placed_nodes.add(e_node)
                     fin = (status, e_node, e_groups)
                     if not (db_state == status == TaskState.PIPELINED and db_node_id == node_id[e_node]):
                         kind = "bind" if status == TaskState.BINDING else "pipeline"
-                        decision = Target(status, node_id[e_node], e_groups, e_devices)
+                        decision = Target(status, node_id[e_node], list(e_groups), dict(task.devices))
             elif status == TaskState.PENDING and db_state == TaskState.PIPELINED:
                 kind = "unpipeline"
                 decision = Target(TaskState.PENDING, None, [])
-                fin = (TaskState.PENDING, None, [])
+                fin = (TaskState.PENDING, None, ())
             elif status != base_state:
                 errors.append(f"task {tname}: the engine turned {base_state} into {status}")
 
             if confirm is not None or decision is not None:
-                writes[tid] = TaskWrite(task_id=tid, workload_id=wid, version=index.task_version[tid],
+                writes[tid] = TaskWrite(task_id=tid, workload_id=wid, version=task_version[tid],
                                         db_state=db_state, db_node_id=db_node_id,
                                         confirm=confirm, decision=decision, kind=kind)
             final_state[tid] = fin[0]
-            if fin[1] is not None and fin[0] in HOLDING + (TaskState.PIPELINED,):
+            if fin[1] is not None and fin[0] in HOLDING_OR_PIPELINED:
                 on_node[fin[1]].append((task, fin[0], fin[2]))
             if fin[0] == TaskState.PIPELINED and fin[1] is not None:
                 pipelined_on[wid].append((tname, fin[1]))
@@ -252,41 +235,39 @@ def build_plan(*, data: Mapping[str, Any], index: Any, result: Any, conf: Confir
                 continue
             task_workload[tid] = wid
             workload_tasks[wid].append(tid)
-            db_state = index.task_db_state[tid]
+            db_state = task_db_state[tid]
             confirm = None
             if tid in conf.bound:
-                confirm = Target(TaskState.RUNNING, node_id.get(task.get("node")), _groups(task.get("gpuGroups")))
+                confirm = Target(TaskState.RUNNING, node_id.get(task.get("node")),
+                                 [str(g) for g in (task.get("gpuGroups") or ())])
             elif tid in conf.released:
                 confirm = Target(conf.released[tid], None, [])
             final_state[tid] = confirm.state if confirm else db_state
             if confirm is not None:
                 db_node_id = node_id.get(task.get("node"))
                 if tid in conf.released:
-                    db_node_id = index.node_id.get(getattr(index, "released_node", {}).get(tid))
-                writes[tid] = TaskWrite(task_id=tid, workload_id=wid, version=index.task_version[tid],
+                    db_node_id = node_id.get(released_node.get(tid))
+                writes[tid] = TaskWrite(task_id=tid, workload_id=wid, version=task_version[tid],
                                         db_state=db_state, db_node_id=db_node_id, confirm=confirm)
 
     for nname in sorted(placed_nodes):
-        errors.extend(_node_problems(nodes_by_name[nname], on_node.get(nname, [])))
+        errors.extend(_node_problems(nodes[nname], on_node.get(nname, [])))
     errors.extend(_pipelined_problems(pipelined_on, on_node, workload_name))
     if errors:
         shown = "; ".join(errors[:10]) + (f"; and {len(errors) - 10} more" if len(errors) > 10 else "")
         raise DecisionSetRefused("The engine's decision set is inconsistent; nothing was applied.",
                                  extra={"decisions": [shown]})
 
-    events = list(result.events)
-    fair = {index.queue_id[q]: dict(v.get("fairShare") or {}) for q, v in result.queues.items()
-            if q in index.queue_id}
     node_ids = {w.decision_node for w in writes.values() if w.decision_node is not None}
     node_ids |= {w.db_node_id for w in writes.values() if w.db_node_id is not None}
     return Plan(writes=writes, task_workload=task_workload, workload_tasks=dict(workload_tasks),
                 final_state=final_state, task_gpu=task_gpu, workload_name=workload_name,
-                workload_queue=workload_queue, queue_ancestors=queue_ancestors, events=events,
-                queue_fair_share=fair, node_ids=node_ids)
+                workload_queue=workload_queue, queue_ancestors=queue_ancestors, events=decided.events,
+                queue_fair_share={q: dict(v) for q, v in decided.fair_share.items()}, node_ids=node_ids)
 
 
 def _pipelined_problems(pipelined_on: Mapping[int, list[tuple[str, str]]],
-                        on_node: Mapping[str, list[tuple[dict[str, Any], str, list[str]]]],
+                        on_node: Mapping[str, list[tuple[TaskDecision, str, tuple[str, ...]]]],
                         workload_name: Mapping[int, str]) -> list[str]:
     """A task is Pipelined only onto resources that are releasing (issue #18; the engine's own
     ``scheduler_engine.invariants``): a workload with Pipelined tasks has one of them on a node
@@ -301,33 +282,29 @@ def _pipelined_problems(pipelined_on: Mapping[int, list[tuple[str, str]]],
     return out
 
 
-def _node_problems(node: Mapping[str, Any], tasks: list[tuple[dict[str, Any], str, list[str]]]) -> list[str]:
+def _node_problems(node: NodeFigures, tasks: list[tuple[TaskDecision, str, tuple[str, ...]]]) -> list[str]:
     """Over-commitment of one node after the decisions (whole devices, shared devices, cpu, memory).
 
     Binding/Running/Releasing must fit next to each other; a Pipelined task must fit once the
     Releasing tasks are gone.
     """
-    name = node["name"]
-    gpus = float(node.get("gpus") or 0)
-    dev_mem = float(node.get("gpuMemory") or 0)
-    reserved = node.get("reservedByOthers") or {}
-    cap = {
-        "gpu": gpus - float(reserved.get("gpu") or 0),
-        "cpu": _cpu_millis(node.get("cpu") or 0) - _cpu_millis(reserved.get("cpu") or 0),
-        "memory": float(node.get("memory") or 0) - float(reserved.get("memory") or 0),
-    }
+    name = node.name
+    gpus = node.gpus
+    dev_mem = node.gpu_memory
+    cap = {"gpu": node.free_gpu, "cpu": node.free_cpu, "memory": node.free_memory}
     problems = []
     for label, include in (("now", {*HOLDING}), ("after releases", {TaskState.RUNNING, TaskState.BINDING,
                                                                     TaskState.STUCK_RELEASING, TaskState.PIPELINED})):
-        members = [(t, s, g) for t, s, g in tasks if s in include]
         used = {"gpu": 0.0, "cpu": 0.0, "memory": 0.0}
         whole = 0.0
         shared: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-        for t, _s, groups in members:
-            g = float(t.get("gpu") or 0)
-            gm = float(t.get("gpuMemory") or 0)
-            used["cpu"] += _cpu_millis(t.get("cpu") or 0)
-            used["memory"] += float(t.get("memory") or 0)
+        for t, s, groups in tasks:
+            if s not in include:
+                continue
+            g = t.gpu
+            gm = t.gpu_memory
+            used["cpu"] += t.cpu
+            used["memory"] += t.memory
             if g >= 1:
                 whole += g
                 used["gpu"] += g
@@ -622,31 +599,29 @@ def write_workloads(plan: Plan, final: Mapping[int, str], *, now: datetime) -> i
     wids = {w.workload_id for w in plan.writes.values()}
     if not wids:
         return 0
+    # plain rows, not model instances: a fill cycle reads 16,000 workloads here
     rows = []
     for chunk in _chunks(wids):
-        rows.extend(Workload.objects.filter(id__in=chunk).only(
+        rows.extend(Workload.objects.filter(id__in=chunk).values_list(
             "id", "status", "started_at", "stale_since", "min_available", "version"))
-    changed = []
-    for wl in rows:
-        states = [final[t] for t in plan.workload_tasks.get(wl.id, ())]
-        status = workload_status_of(states, wl.status, wl.min_available)
-        active = sum(1 for s in states if s in (TaskState.RUNNING, TaskState.BINDING))
-        started_at = wl.started_at or (now if active else None)
-        stale_since = wl.stale_since
-        if active == 0 or active >= wl.min_available:
-            stale_since = None
-        elif stale_since is None and wl.started_at is not None:
-            stale_since = now
-        if (status, started_at, stale_since) != (wl.status, wl.started_at, wl.stale_since):
-            wl.status, wl.started_at, wl.stale_since = status, started_at, stale_since
-            wl.version += 1
-            wl.updated_at = now
-            changed.append(wl)
     adapt = connection.ops.adapt_datetimefield_value
+    changed = []
+    running = (TaskState.RUNNING, TaskState.BINDING)
+    for wid, current, was_started, was_stale, min_available, version in rows:
+        states = [final[t] for t in plan.workload_tasks.get(wid, ())]
+        status = workload_status_of(states, current, min_available)
+        active = sum(1 for s in states if s in running)
+        started_at = was_started or (now if active else None)
+        stale_since = was_stale
+        if active == 0 or active >= min_available:
+            stale_since = None
+        elif stale_since is None and was_started is not None:
+            stale_since = now
+        if (status, started_at, stale_since) != (current, was_started, was_stale):
+            changed.append((wid, status, adapt(started_at), adapt(stale_since), version + 1))
     _bulk_set("queues_app_workload",
               [("status", "varchar"), ("started_at", "timestamptz"), ("stale_since", "timestamptz"),
-               ("version", "bigint")],
-              [(w.id, w.status, adapt(w.started_at), adapt(w.stale_since), w.version) for w in changed], now=now)
+               ("version", "bigint")], changed, now=now)
     return len(changed)
 
 
@@ -693,14 +668,9 @@ def write_events(plan: Plan, index: Any, drops: Mapping[int, str], *, cycle: Sch
     """The engine's explanations, plus one event per workload that lost decisions."""
     rows = []
     for ev in plan.events:
-        wid = index.workload_id.get(ev.get("job"))
-        tid = index.task_id.get(ev.get("task")) if ev.get("task") else None
-        message = str(ev.get("message") or "")
-        if ev.get("victimOf"):
-            message = f"{message} (for {ev['victimOf']})"
-        rows.append(SchedulingEvent(cycle=cycle, workload_id=wid, task_id=tid,
-                                    reason=str(ev.get("reason") or "Event")[:64], message=message, created_at=now,
-                                    category=_category(ev.get("category"))))
+        rows.append(SchedulingEvent(cycle=cycle, workload_id=ev.workload_id, task_id=ev.task_id,
+                                    reason=ev.reason[:64], message=ev.text, created_at=now,
+                                    category=_category(ev.category)))
     dropped_by_workload: dict[int, list[str]] = defaultdict(list)
     for tid, reason in drops.items():
         w = plan.writes[tid]

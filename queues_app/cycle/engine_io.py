@@ -1,52 +1,61 @@
-"""The boundary between the database and the scheduling engine.
+"""The engine boundary: the ONE Django module that imports ``scheduler_engine``.
 
-This is the ONLY Django module that imports ``scheduler_engine``.  Direction DB -> engine:
-:func:`build_engine_input` reads the live state with a fixed number of SQL queries (one per
-table, whatever the number of rows) into a scenario-format dict -- the engine's documented
-input, so what the cycle schedules can be exported as a file and replayed with
-``python -m scheduler_engine cycle FILE`` -- plus an :class:`EngineIndex` mapping snapshot
-rows back to database ids and row versions (the cycle applies decisions by id and version).
-Direction scenario -> DB: :func:`import_scenario` records a scenario's state through the
-services (tests, "what if" set-ups, the DB-expresses-every-scenario check).
+Two directions, nothing else:
 
-State mapping DB -> scenario: ``Binding`` exports as ``Running`` (the bind was issued, the
-node is taken) and ``Pipelined`` as ``Pending`` without a node, exactly the rewrite the
-format defines between rounds.  Workloads are exported while active, or while a task still
-holds node resources (e.g. a cancelled workload whose pods are terminating).
+* DB -> engine.  :func:`build_engine_input` reads the live state with a fixed number of SQL queries
+  (one per table, whatever the number of rows) into a scenario-format dict -- the engine's
+  documented input, so what the cycle schedules can be exported as a file and replayed with
+  ``python -m scheduler_engine cycle FILE`` -- plus an :class:`EngineIndex` mapping snapshot rows
+  back to database ids and row versions; :func:`load_quarantined` loads it into a ``Snapshot``,
+  leaving out (by database id, with reasons) what the engine refuses.
+* engine -> DB.  :func:`engine_decisions` turns the engine's ``CycleResult`` (dicts keyed by
+  scenario names) into :class:`EngineDecisions`: frozen dataclasses keyed by database ids, with
+  numeric resources read from the snapshot's arrays (cpu millicores, memory bytes, gpu devices,
+  gpu memory MiB), which ``apply`` checks and writes without parsing anything again.
 
-The engine's loader, units and snapshot are imported at the top; its cycle, actions, simulator and
-usage windows where they run: they load the numba kernels (~0.4 s), which a web process that only
-checks input against the engine contract never needs.  Besides that the boundary hands out engine
-names the rest of the cycle package uses (``Snapshot``, ``CPU`` ...), so no other module imports
-``scheduler_engine``.
+State mapping DB -> scenario: ``Binding`` exports as ``Running`` (the bind was issued, the node is
+taken) and ``Pipelined`` as ``Pending`` without a node, exactly the rewrite the format defines
+between rounds.  Workloads are exported while active, or while a task still holds node resources
+(e.g. a cancelled workload whose pods are terminating).  The row -> scenario conversions
+(``node_scenario``, ``task_scenario`` ...) are also what the contract checks at every door use
+(``contract``), so a door accepts exactly what the engine will be given.
+
+The other tools on the cycle's path reach the engine through thin pass-throughs here and keep their
+own logic in their modules: ``contract`` (input checks), ``dryrun``, ``whatif``
+(:func:`preview_edits`), ``replay`` (:func:`run_engine`), ``scenario`` (import),
+``rollup.sub_group_status`` (:func:`subgroup_tree_status`) and fairshare_app's usage windows.
+The engine's cycle, actions and simulator are imported where they run: they load the numba
+kernels (~0.4 s), which a web process that only checks input never needs.
+
+May import: ``scheduler_engine``, queues_app models, choices, errors, ``cycle.fields`` and
+``cycle.usage``; nothing else of the cycle (the cycle modules import this one).
 """
 from __future__ import annotations
 
 import importlib
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any, Mapping
 
 import numpy as np
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from queues_app.choices import TASK_STATES_HOLDING, WORKLOAD_STATUSES_ACTIVE, PendingCategory, Resource, TaskState
 from queues_app.cycle import usage as usage_provider
-from queues_app.errors import ApplicationError
+from queues_app.cycle.fields import job_field, node_field, queue_field
 from queues_app.models import DeviceClass, Node, Queue, QueueResource, SubGroup, Task, Workload
 from scheduler_engine import loader as engine_loader, units as engine_units, usage as engine_usage
 from scheduler_engine.result import build_result
 from scheduler_engine.snapshot import CPU, GPU, MEM, Snapshot, TaskState as EngineTaskState
 from scheduler_engine.state import CycleState
-from scheduler_engine.subgroups import tree_status
+from scheduler_engine.subgroups import tree_status as subgroup_tree_status
 
 __all__ = [
     "CPU",
@@ -54,24 +63,31 @@ __all__ = [
     "MEM",
     "EngineTaskState",
     "Snapshot",
-    "preview_edits",
-    "run_engine",
-    "snapshot_from_dict",
-    "load_scenario_file",
+    "ScenarioError",
     "EngineIndex",
     "EngineInput",
+    "EngineDecisions",
+    "JobDecision",
+    "TaskDecision",
+    "NodeFigures",
+    "EngineEvent",
     "Quarantine",
-    "load_quarantined",
     "build_engine_input",
     "build_scenario_dict",
     "build_snapshot",
     "build_snapshot_with_index",
-    "dry_run_workload",
-    "parse_cpu_millis",
-    "parse_memory_bytes",
-    "parse_gpu",
-    "parse_duration",
-    "ScenarioError",
+    "load_quarantined",
+    "snapshot_from_dict",
+    "load_scenario_file",
+    "run_engine",
+    "run_actions",
+    "engine_decisions",
+    "preview_edits",
+    "check_job",
+    "validate_queue",
+    "validate_node",
+    "engine_label_key_problem",
+    "subgroup_tree_status",
     "usage_period_reset",
     "usage_window_start",
 ]
@@ -172,8 +188,12 @@ def _num(x: Decimal | float | int) -> int | float:
     return int(f) if f.is_integer() else f
 
 
-def _seconds(d: timedelta | None) -> float | None:
+def seconds_or_none(d: timedelta | None) -> float | None:
+    """A duration as the scenario's seconds (None stays None)."""
     return None if d is None else _num(d.total_seconds())
+
+
+_seconds = seconds_or_none
 
 
 def _minutes_ago(now: datetime, then: datetime | None) -> int | float | None:
@@ -321,187 +341,6 @@ def sub_group_scenario(g: Mapping[str, Any]) -> dict[str, Any]:
         entry["topology"] = {"required": g.get("topology_required") or None,
                              "preferred": g.get("topology_preferred") or None}
     return entry
-
-
-# ----------------------------------------------------------------------------- the contract at every door
-#
-# The engine's own input rules (``scheduler_engine.loader.validate_*``), run on one row in
-# scenario form, with the engine's paths mapped to the field names of the API / services / admin.
-
-_JOB_FIELDS = {"minAvailable": "min_available", "minSubGroups": "min_sub_groups", "stalenessGracePeriod": "staleness_grace_period",
-               "preemptionDelay": "preemption_delay", "createdMinutesAgo": "created_at",
-               "startedMinutesAgo": "started_at", "staleFor": "stale_since"}
-_TASK_FIELDS = {"gpuMemory": "gpu_memory_mib", "cpu": "cpu_millis", "memory": "memory_bytes",
-                "gpuGroups": "gpu_groups", "nodeSelector": "node_selector", "subGroup": "sub_group"}
-_SUB_GROUP_FIELDS = {"minAvailable": "min_available", "minSubGroups": "min_sub_groups",
-                     "topology.required": "topology_required", "topology.preferred": "topology_preferred"}
-_SUB_GROUP_PATH = re.compile(r"^subGroups(\[\d+\])?(?:\.(.*))?$")
-_QUEUE_FIELDS = {"overQuotaWeight": "over_quota_weight", "reclaimMinRuntime": "reclaim_min_runtime",
-                 "preemptMinRuntime": "preempt_min_runtime", "createdMinutesAgo": "created_at"}
-_NODE_FIELDS = {"gpuMemory": "gpu_memory_mib", "cpu": "cpu_millis", "memory": "memory_bytes",
-                "reservedByOthers.gpu": "reserved_gpus", "reservedByOthers.cpu": "reserved_cpu_millis",
-                "reservedByOthers.memory": "reserved_memory_bytes"}
-_TASK_PATH = re.compile(r"^(tasks\[\d+\]|task)(?:\.([A-Za-z]+))?(.*)$")
-
-
-def job_field(path: str, *, workload_selector: Mapping[str, str] | None = None) -> str:
-    """An engine path inside a job (``tasks[2].gpuMemory``) as the API's field (``tasks[2].gpu_memory_mib``;
-    ``subGroups[1].minAvailable`` -> ``sub_groups[1].min_available``, ``tasks[0].claims[0].deviceClass``
-    -> ``tasks[0].claims[0].device_class``).
-
-    A node-selector key that only the workload's own selector sets is reported there
-    (``node_selector.<key>``), since that is where the caller wrote it."""
-    m = _TASK_PATH.match(path)
-    if m:
-        head, fld, rest = m.group(1), m.group(2), m.group(3)
-        if fld is None:
-            return head + rest
-        if fld == "nodeSelector" and workload_selector and rest.startswith(".") and rest[1:] in workload_selector:
-            return "node_selector" + rest
-        if fld == "claims":
-            rest = re.sub(r"\.deviceClass$", ".device_class", rest)
-        return f"{head}.{_TASK_FIELDS.get(fld, fld)}{rest}"
-    sg = _SUB_GROUP_PATH.match(path)
-    if sg:
-        tail = sg.group(2)
-        return "sub_groups" + (sg.group(1) or "") + ("." + _SUB_GROUP_FIELDS.get(tail, tail) if tail else "")
-    if path.startswith("topology."):
-        return "topology_" + path.split(".", 1)[1]
-    head, dot, rest = path.partition(".")
-    return _JOB_FIELDS.get(head, head) + dot + rest if head else "workload"
-
-
-def queue_field(path: str, *, prefix: str = "quotas.") -> str:
-    """``resources.memory.quota`` -> ``quotas.memory.quota`` (``prefix`` "" for one resource's own
-    fields: ``quota``); other queue paths by their model field names."""
-    parts = path.split(".")
-    if parts[0] == "resources" and len(parts) >= 2:
-        res = parts[1]
-        rest = [_QUEUE_FIELDS.get(p, p) for p in parts[2:]]
-        if not prefix:
-            return ".".join(rest) or res
-        return prefix + ".".join([res] + rest)
-    return _QUEUE_FIELDS.get(parts[0], parts[0]) + ("." + ".".join(parts[1:]) if len(parts) > 1 else "")
-
-
-def node_field(path: str) -> str:
-    for engine_name, field_name in _NODE_FIELDS.items():
-        if path == engine_name or path.startswith(engine_name + "."):
-            return field_name + path[len(engine_name):]
-    return path or "node"
-
-
-def _extra(problems: list[tuple[str, str]], mapper) -> dict[str, list[str]]:
-    extra: dict[str, list[str]] = {}
-    for path, msg in problems:
-        extra.setdefault(mapper(path), []).append(msg)
-    return extra
-
-
-def workload_problems(**kwargs: Any) -> dict[str, list[str]]:
-    """The engine's verdict on one workload as services take it: ``{api field: [reasons]}``, empty
-    when the engine accepts it (arguments: :func:`workload_check`)."""
-    return workload_check(**kwargs)[0]
-
-
-def workload_check(*, queue: str, name: str, tasks: list[Mapping[str, Any]] | None = None,
-                   task: Mapping[str, Any] | None = None, replicas: int | None = None, priority: int = 50,
-                   preemptible: bool | None = None, min_available: int | None = None,
-                   node_selector: Mapping[str, str] | None = None, topology_required: str = "",
-                   topology_preferred: str = "", preemption_delay: timedelta | None = None,
-                   staleness_grace_period: timedelta | None = None,
-                   sub_groups: list[Mapping[str, Any]] | None = None, min_sub_groups: int | None = None,
-                   nodes: Any = ()) -> tuple[dict[str, list[str]], int]:
-    """The engine's verdict on one workload as services take it (``tasks`` specs, or ``replicas``
-    copies of one ``task``): ``({api field: [reasons]}, gang size)``; no reasons when the engine
-    accepts it.  The gang size is the engine's: ``min_available`` (default all tasks), or with
-    ``sub_groups`` the fewest tasks that satisfy the tree (scenario-format "SubGroups").
-
-    Task specs may carry ``sub_group`` and ``claims`` (``[{device_class, count}]``, checked against
-    the DeviceClass rows), and ``state`` / ``node`` / ``gpu_groups`` / ``devices`` (imports);
-    ``nodes`` are the nodes such a task may name (names, or Node objects / node rows when tasks
-    pin their ``devices``).  ``min_available`` None: not checked (a Kubernetes gang whose pods
-    are still arriving)."""
-    selector = dict(node_selector or {})
-
-    def one(spec: Mapping[str, Any]) -> dict[str, Any]:
-        out = task_scenario(spec, selector=selector)
-        for k, engine_key in (("state", "state"), ("node", "node"), ("gpu_groups", "gpuGroups"),
-                              ("devices", "devices")):
-            if spec.get(k) not in (None, "", [], {}):
-                out[engine_key] = spec[k]
-        # the states the cycle exports them as (build_engine_input): a bind issued holds its node
-        if out.get("state") == TaskState.BINDING:
-            out["state"] = str(TaskState.RUNNING)
-        elif out.get("state") == TaskState.PIPELINED:
-            out["state"] = str(TaskState.PENDING)
-            out.pop("node", None)
-            out.pop("gpuGroups", None)
-        return out
-
-    job: dict[str, Any] = {"name": name, "queue": queue, "priority": priority,
-                           "stalenessGracePeriod": _seconds(staleness_grace_period),
-                           "preemptionDelay": _seconds(preemption_delay)}
-    if preemptible is not None:
-        job["preemptible"] = bool(preemptible)
-    if min_available is not None:
-        job["minAvailable"] = min_available
-    if topology_required or topology_preferred:
-        job["topology"] = {"required": topology_required or None, "preferred": topology_preferred or None}
-    if sub_groups:
-        job["subGroups"] = [sub_group_scenario(g) if isinstance(g, Mapping) else g for g in sub_groups]
-    if min_sub_groups is not None:
-        job["minSubGroups"] = min_sub_groups
-    specs = list(tasks) if tasks is not None else [task or {}]
-    if tasks is not None:
-        job["tasks"] = [one(t) for t in tasks]
-    else:
-        job["replicas"] = 1 if replicas is None else replicas
-        job["task"] = one(task or {})
-        job["task"].pop("name", None)
-    claims = any(isinstance(t, Mapping) and t.get("claims") for t in specs)
-    classes = device_classes_scenario() if claims else None
-    node_rows = [n if isinstance(n, str) else _node_ref(n) for n in nodes]
-    problems, gang = engine_loader.check_job(job, nodes=node_rows, device_classes=classes)
-    return _extra(problems, lambda p: job_field(p, workload_selector=selector)), gang
-
-
-def _node_ref(n: Any) -> dict[str, Any]:
-    """A node a task names, as much as a job's check needs (its name and devices)."""
-    get = n.get if isinstance(n, Mapping) else lambda k, d=None: getattr(n, k, d)
-    row: dict[str, Any] = {"name": get("name")}
-    devices = get("devices")
-    if devices:
-        row["devices"] = devices
-    return row
-
-
-def queue_problems(*, name: str, priority: int = 100, quotas: Mapping[str, Mapping[str, Any]] | None = None,
-                   reclaim_min_runtime: timedelta | None = None, preempt_min_runtime: timedelta | None = None,
-                   prefix: str = "quotas.") -> dict[str, list[str]]:
-    """The engine's verdict on one queue's own fields; ``quotas`` in QueueResource units and
-    names (``{"memory": {"quota": .., "over_quota_weight": .., "limit": ..}}``, missing = the
-    default).  Keys: ``quotas.memory.quota`` (``prefix`` "": ``quota``, for one resource)."""
-    resources = {}
-    for res, vals in (quotas or {}).items():
-        row = {"quota": Decimal(0), "over_quota_weight": Decimal(1), "limit": Decimal(-1), **dict(vals)}
-        resources[res] = queue_resource_scenario(row)
-    queue = {"name": name, "priority": priority, "resources": resources,
-             "reclaimMinRuntime": _seconds(reclaim_min_runtime), "preemptMinRuntime": _seconds(preempt_min_runtime)}
-    return _extra(engine_loader.validate_queue(queue), lambda p: queue_field(p, prefix=prefix))
-
-
-def node_problems(fields: Mapping[str, Any]) -> dict[str, list[str]]:
-    """The engine's verdict on one node (Node field names and units; ``devices`` against the
-    DeviceClass rows)."""
-    node = node_scenario(fields)
-    classes = device_classes_scenario() if node.get("devices") else None
-    return _extra(engine_loader.validate_node(node, device_classes=classes), node_field)
-
-
-def label_key_problem(key: str) -> str | None:
-    """Why ``key`` is not a Kubernetes label key (the engine's rule), or None."""
-    return engine_loader.label_key_problem(key)
 
 
 # ----------------------------------------------------------------------------- DB -> scenario
@@ -754,42 +593,6 @@ def _device_pins(claims: list[Mapping[str, Any]], held: Mapping[str, Any] | None
     return out or None
 
 
-def sub_group_status(workload: Workload) -> list[dict[str, Any]]:
-    """A workload's subgroup tree with what is placed and what is required, by the engine's rules:
-    ``[{name, parent, depth, required, required_kind, placed, satisfied, topology_required}]`` in tree
-    order (parents before children). Placed = Running, Binding or Pipelined tasks under it."""
-    groups = list(SubGroup.objects.filter(workload=workload).order_by("index", "id").values(
-        "id", "name", "parent_id", "min_available", "min_sub_groups", "topology_required"))
-    if not groups:
-        return []
-    pos = {g["id"]: i for i, g in enumerate(groups)}
-    placed = [0] * len(groups)
-    for sid in Task.objects.filter(workload=workload, sub_group__isnull=False,
-                                   state__in=(TaskState.RUNNING, TaskState.BINDING, TaskState.PIPELINED)
-                                   ).values_list("sub_group_id", flat=True):
-        placed[pos[sid]] += 1
-    parents = [pos.get(g["parent_id"], -1) for g in groups]
-    leaf = [i not in parents for i in range(len(groups))]
-    under, sat, _ = tree_status(parents, [int(g["min_available"] or 0) for g in groups],
-                                [-1 if g["min_sub_groups"] is None else int(g["min_sub_groups"]) for g in groups],
-                                -1 if workload.min_sub_groups is None else int(workload.min_sub_groups), placed)
-    kids = [sum(1 for p in parents if p == i) for i in range(len(groups))]
-    out: list[dict[str, Any]] = []
-
-    def walk(p: int, depth: int) -> None:
-        for i, g in enumerate(groups):
-            if parents[i] == p:
-                required = int(g["min_available"] or 0) if leaf[i] else (
-                    kids[i] if g["min_sub_groups"] is None else int(g["min_sub_groups"]))
-                out.append({"name": g["name"], "parent": groups[p]["name"] if p >= 0 else None, "depth": depth,
-                            "required": required, "required_kind": "tasks" if leaf[i] else "subgroups",
-                            "placed": under[i], "satisfied": sat[i], "topology_required": g["topology_required"]})
-                walk(i, depth + 1)
-
-    walk(-1, 0)
-    return out
-
-
 def build_scenario_dict(**kwargs: Any) -> dict[str, Any]:
     """The live state as a scenario dict (see :func:`build_engine_input` for the arguments)."""
     return build_engine_input(**kwargs).data
@@ -970,86 +773,11 @@ def run_engine(snapshot: Snapshot) -> Any:
     return run_cycle(snapshot)
 
 
-# ----------------------------------------------------------------------------- quantities for callers
-
-
-def _wrap(fn, value: Any, field_name: str, **kw: Any) -> float:
-    try:
-        return fn(value, **kw)
-    except engine_units.UnitError as exc:
-        raise ApplicationError("Invalid quantity.", extra={field_name: [str(exc)]}) from None
-
-
-def parse_cpu_millis(value: Any, *, field: str = "cpu") -> int:
-    """``"500m"`` / ``"2"`` / 1.5 cores -> millicores (int); ApplicationError naming ``field``."""
-    millis = _wrap(engine_units.parse_cpu, value, field)
-    if not float(millis).is_integer():
-        raise ApplicationError("Invalid quantity.", extra={field: ["Must be a whole number of millicores."]})
-    return int(millis)
-
-
-def parse_memory_bytes(value: Any, *, field: str = "memory") -> int:
-    """``"4Gi"`` / ``"512Mi"`` / bytes -> bytes (int)."""
-    return int(math.ceil(_wrap(engine_units.parse_memory, value, field)))
-
-
-def _dec(x: float) -> Decimal:
-    return Decimal(repr(float(x)))
-
-
-def parse_gpu(value: Any, *, field: str = "gpu") -> Decimal:
-    return _dec(_wrap(engine_units.parse_gpu, value, field))
-
-
-def parse_duration(value: Any, *, field: str = "duration", allow_negative: bool = False) -> timedelta:
-    return timedelta(seconds=_wrap(engine_units.parse_duration, value, field, allow_negative=allow_negative))
-
-
-# ----------------------------------------------------------------------------- dry run (tenant API, ?dry_run=1)
-
-
-class _DryRunRollback(Exception):
-    """Raised inside the dry-run transaction so everything the candidate wrote is undone."""
-
-
-def dry_run_workload(*, submit: Any, now: datetime | None = None) -> dict[str, Any]:
-    """Would a workload run now?  One engine cycle on the live state plus the candidate.
-
-    ``submit`` is a zero-argument callable that stores the candidate through
-    ``services.workload_submit`` (so it is validated exactly like a real submission and
-    raises ``ApplicationError`` the same way).  It runs in a transaction that is always rolled
-    back, after reading the engine input; the engine then runs outside the transaction, so no
-    lock is held while it computes and nothing at all is stored.
-
-    Returns ``{"placed", "status", "tasks": [{name, status, node}], "events": [...], "waiting_for",
-    "queue": {"fairShare", "allocated"}, "skipped_actions"}`` where ``status`` is the
-    candidate's engine status: ``Binding`` = would start this cycle, ``Pipelined`` = would
-    start once victims release their resources, ``Pending`` = blocked (the events say why).
-    Actions named in the config whose module is not available are skipped and listed.
-    """
+def run_actions(snapshot: Snapshot) -> tuple[Any, list[str]]:
+    """The configured actions on ``snapshot`` without the cycle's rounds (the dry run): the engine's
+    ``CycleResult`` and the actions named in the config whose module is not available (skipped)."""
     from scheduler_engine.actions import get_action
 
-    holder: dict[str, Any] = {}
-    try:
-        with transaction.atomic():
-            workload = submit()
-            holder["workload_id"] = workload.pk
-            holder["queue"] = workload.queue.name
-            holder["input"] = build_engine_input(now=now)
-            raise _DryRunRollback
-    except _DryRunRollback:
-        pass
-    engine_input: EngineInput = holder["input"]
-    wid = holder["workload_id"]
-    job_name = next((n for n, w in engine_input.index.workload_id.items() if w == wid), None)
-    if job_name is None:  # left out of the input (e.g. its queue's tree is broken)
-        why = engine_input.excluded_workloads.get(wid, "it would not be scheduled")
-        raise ApplicationError("The workload would not be scheduled.", extra={"queue": [why]})
-    # A bad row elsewhere in the live state is quarantined here as in the cycle, never a 500.
-    snapshot, quarantine = load_quarantined(engine_input.data, engine_input.index, source="dry-run")
-    if wid in quarantine.workloads:
-        raise ApplicationError("The scheduling engine refuses this workload.",
-                               extra={"workload": [quarantine.workloads[wid]]})
     state = CycleState(snapshot)
     skipped: list[str] = []
     for action in snapshot.config.actions:
@@ -1059,21 +787,191 @@ def dry_run_workload(*, submit: Any, now: datetime | None = None) -> dict[str, A
             skipped.append(action)
             continue
         run(state)
-    result = build_result(snapshot, state)
-    job = result.jobs[job_name]
-    tasks = [{"name": t["name"].split("/", 1)[-1], "status": t["status"], "node": t["node"]} for t in job["tasks"]]
-    placed = bool(tasks) and all(t["status"] in (TaskState.BINDING, TaskState.RUNNING) for t in tasks)
-    events = [{k: v for k, v in e.items() if k in ("reason", "message", "task")}
-              for e in result.events if e.get("job") == job_name]
-    return {
-        "placed": placed,
-        "status": job["status"],
-        "tasks": tasks,
-        "events": events,
-        "waiting_for": result.pending_categories().get(job_name),
-        "queue": result.queues.get(holder["queue"], {}),
-        "skipped_actions": skipped,
-    }
+    return build_result(snapshot, state), skipped
+
+
+# ----------------------------------------------------------------------------- the engine's input rules
+
+
+def check_job(job: Mapping[str, Any], *, nodes: Any = (), device_classes: Any = None) -> tuple[list[tuple[str, str]], int]:
+    """``scheduler_engine.loader.check_job``: one job's problems (engine paths) and its gang size."""
+    return engine_loader.check_job(job, nodes=nodes, device_classes=device_classes)
+
+
+def validate_queue(queue: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``scheduler_engine.loader.validate_queue``: one queue's problems (engine paths)."""
+    return engine_loader.validate_queue(queue)
+
+
+def validate_node(node: Mapping[str, Any], *, device_classes: Any = None) -> list[tuple[str, str]]:
+    """``scheduler_engine.loader.validate_node``: one node's problems (engine paths)."""
+    return engine_loader.validate_node(node, device_classes=device_classes)
+
+
+def engine_label_key_problem(key: str) -> str | None:
+    """Why ``key`` is not a Kubernetes label key (the engine's rule), or None."""
+    return engine_loader.label_key_problem(key)
+
+
+# ----------------------------------------------------------------------------- engine result -> typed decisions
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDecision:
+    """One task: what the engine was given (``given_*``: after the cluster's confirmations) and what
+    it decided (``status``, ``node``, ``groups``, ``devices``; a task the result leaves out keeps
+    what it was given).  Resources in engine units from the snapshot arrays: ``gpu`` devices
+    (fractional = a share of one device), ``gpu_memory`` MiB on one shared device, ``cpu``
+    millicores, ``memory`` bytes."""
+
+    name: str
+    task_id: int
+    given_state: str
+    given_node: str | None
+    given_groups: tuple[str, ...]
+    held_devices: Mapping[str, list[int]]
+    status: str
+    node: str | None
+    groups: tuple[str, ...]
+    devices: Mapping[str, list[int]]
+    gpu: float
+    gpu_memory: float
+    cpu: float
+    memory: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobDecision:
+    """One workload as the engine saw it: its status and its tasks in snapshot order."""
+
+    name: str
+    workload_id: int
+    queue_id: int
+    status: str
+    tasks: tuple[TaskDecision, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFigures:
+    """A node the engine saw, numeric: ``gpus`` whole devices, ``gpu_memory`` MiB per device, and
+    what is free for this scheduler after other schedulers' pods (``free_gpu``, ``free_cpu``
+    millicores, ``free_memory`` bytes); ``schedulable`` = not cordoned and ready."""
+
+    name: str
+    node_id: int
+    gpus: float
+    gpu_memory: float
+    free_gpu: float
+    free_cpu: float
+    free_memory: float
+    schedulable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEvent:
+    """An engine explanation by database id (``task`` / ``task_id`` for task events such as a
+    victim's ``Reclaimed``; ``workload_id`` None if the job is unknown)."""
+
+    workload_id: int | None
+    task: str | None
+    task_id: int | None
+    reason: str
+    message: str
+    category: str | None
+    victim_of: str | None
+
+    @property
+    def text(self) -> str:
+        """The message as stored and sent to the cluster (``... (for <preemptor>)``)."""
+        return f"{self.message} (for {self.victim_of})" if self.victim_of else self.message
+
+
+@dataclass(frozen=True, slots=True)
+class EngineDecisions:
+    """The engine's result for one cycle, by database id: what ``apply`` checks and writes."""
+
+    jobs: tuple[JobDecision, ...]
+    nodes: Mapping[str, NodeFigures]
+    node_id: Mapping[str, int]
+    #: queue id -> parent queue id (None at the top)
+    queue_parent: Mapping[int, int | None]
+    events: tuple[EngineEvent, ...]
+    #: queue id -> {resource: fair share in scenario units}
+    fair_share: Mapping[int, Mapping[str, float]]
+
+
+#: the device pins of a task without DRA claims (nearly all): one shared empty mapping, not 2 dicts per task
+_NO_PINS: Mapping[str, list[int]] = MappingProxyType({})
+
+
+def _pins(value: Any) -> dict[str, list[int]]:
+    return {str(c): [int(d) for d in ds] for c, ds in (value or {}).items()}
+
+
+def engine_decisions(*, snapshot: Snapshot, data: Mapping[str, Any], index: EngineIndex, result: Any) -> EngineDecisions:
+    """Map the engine's ``CycleResult`` onto database ids, once, at the boundary.
+
+    ``data`` is the engine input as the engine got it (cluster confirmations folded in, refused
+    rows removed): the given state, node, gpuGroups and device pins of each task come from it,
+    numbers from ``snapshot`` (loaded from that same dict, same order).  Nothing is validated
+    here: ``apply.build_plan`` refuses an inconsistent decision set."""
+    nd = snapshot.nodes
+    cap, rsv = nd.capacity.tolist(), nd.reserved.tolist()
+    gpu_mem, unsched, ready = nd.gpu_memory.tolist(), nd.unschedulable.tolist(), nd.ready.tolist()
+    nodes = {}
+    for i, name in enumerate(nd.names):
+        nodes[name] = NodeFigures(name=name, node_id=index.node_id[name], gpus=float(cap[i][0]),
+                                  gpu_memory=float(gpu_mem[i]), free_gpu=cap[i][0] - rsv[i][0],
+                                  free_cpu=cap[i][1] - rsv[i][1], free_memory=cap[i][2] - rsv[i][2],
+                                  schedulable=bool(not unsched[i] and ready[i]))
+    ts = snapshot.tasks
+    row_of = {n: i for i, n in enumerate(ts.names)}
+    request, task_gpu_mem = ts.request.tolist(), ts.gpu_memory.tolist()
+    engine_tasks: dict[str, Mapping[str, Any]] = {}
+    for jres in result.jobs.values():
+        for entry in jres.get("tasks", ()):
+            engine_tasks[entry["name"]] = entry
+    jobs = []
+    for job in data.get("jobs", ()):
+        jname = job["name"]
+        tasks = []
+        for task in job.get("tasks", ()):
+            tname = task["name"]
+            r = row_of[tname]
+            g, d = task.get("gpuGroups"), task.get("devices")
+            groups = tuple(map(str, g)) if g else ()
+            held = _pins(d) if d else _NO_PINS
+            eng = engine_tasks.get(tname)
+            if eng is None:
+                status, node, e_groups, e_devices = task["state"], task.get("node"), groups, held
+            else:
+                status, node = eng["status"], eng.get("node")
+                g, d = eng.get("gpuGroups"), eng.get("devices")
+                e_groups = tuple(map(str, g)) if g else ()
+                e_devices = _pins(d) if d else _NO_PINS
+            req = request[r]
+            tasks.append(TaskDecision(
+                name=tname, task_id=index.task_id[tname], given_state=task["state"], given_node=task.get("node"),
+                given_groups=groups, held_devices=held, status=status, node=node, groups=e_groups,
+                devices=e_devices, gpu=req[GPU], gpu_memory=task_gpu_mem[r], cpu=req[CPU], memory=req[MEM]))
+        jres = result.jobs.get(jname) or {}
+        jobs.append(JobDecision(name=jname, workload_id=index.workload_id[jname],
+                                queue_id=index.queue_id[job["queue"]], status=str(jres.get("status") or ""),
+                                tasks=tuple(tasks)))
+    qs = snapshot.queues
+    parents = qs.parent.tolist()
+    queue_parent = {index.queue_id[q]: (index.queue_id[qs.names[p]] if p >= 0 else None)
+                    for q, p in zip(qs.names, parents)}
+    events = tuple(EngineEvent(
+        workload_id=index.workload_id.get(ev.get("job")),
+        task=ev.get("task") or None,
+        task_id=index.task_id.get(ev.get("task")) if ev.get("task") else None,
+        reason=str(ev.get("reason") or "Event"), message=str(ev.get("message") or ""),
+        category=ev.get("category"), victim_of=ev.get("victimOf") or None) for ev in result.events)
+    fair = {index.queue_id[q]: dict(v.get("fairShare") or {}) for q, v in result.queues.items()
+            if q in index.queue_id}
+    return EngineDecisions(jobs=tuple(jobs), nodes=nodes, node_id=dict(index.node_id), queue_parent=queue_parent,
+                           events=events, fair_share=fair)
 
 
 # ----------------------------------------------------------------------------- usage windows (fairshare_app)

@@ -1,19 +1,22 @@
 """Roll-ups the cycle and the cluster confirmations both need: a workload's status from its tasks,
-and what each queue's subtree holds.
+what each queue's subtree holds, and a workload's subgroup tree by the engine's satisfaction rules
+(``sub_group_status``: the API, the admin and the workload detail read it).
 
 Its own module because both ``apply`` (after writing decisions) and ``cluster`` (after the cluster
 confirmed binds and releases) restate workloads and queues the same way, and ``apply`` already
-depends on ``cluster``.  May import: queues_app models and choices only.
+depends on ``cluster``.  May import: queues_app models and choices, ``engine_io`` (the engine's
+subgroup rules).
 """
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from django.db.models import Sum
 
 from queues_app.choices import TaskState, WorkloadStatus
-from queues_app.models import Task
+from queues_app.cycle.engine_io import subgroup_tree_status
+from queues_app.models import SubGroup, Task, Workload
 
 #: States counted in a queue's allocation (what the engine charges to the queue).
 ALLOCATED = (TaskState.RUNNING, TaskState.BINDING, TaskState.PIPELINED)
@@ -65,3 +68,39 @@ def roll_up(acc: dict[int, list[float]], parents: Mapping[int, int | None], qid:
         for i, v in enumerate(vec):
             row[i] += v
         cur, steps = parents.get(cur), steps + 1
+
+
+def sub_group_status(workload: Workload) -> list[dict[str, Any]]:
+    """A workload's subgroup tree with what is placed and what is required, by the engine's rules:
+    ``[{name, parent, depth, required, required_kind, placed, satisfied, topology_required}]`` in tree
+    order (parents before children). Placed = Running, Binding or Pipelined tasks under it."""
+    groups = list(SubGroup.objects.filter(workload=workload).order_by("index", "id").values(
+        "id", "name", "parent_id", "min_available", "min_sub_groups", "topology_required"))
+    if not groups:
+        return []
+    pos = {g["id"]: i for i, g in enumerate(groups)}
+    placed = [0] * len(groups)
+    for sid in Task.objects.filter(workload=workload, sub_group__isnull=False,
+                                   state__in=(TaskState.RUNNING, TaskState.BINDING, TaskState.PIPELINED)
+                                   ).values_list("sub_group_id", flat=True):
+        placed[pos[sid]] += 1
+    parents = [pos.get(g["parent_id"], -1) for g in groups]
+    leaf = [i not in parents for i in range(len(groups))]
+    under, sat, _ = subgroup_tree_status(parents, [int(g["min_available"] or 0) for g in groups],
+                                [-1 if g["min_sub_groups"] is None else int(g["min_sub_groups"]) for g in groups],
+                                -1 if workload.min_sub_groups is None else int(workload.min_sub_groups), placed)
+    kids = [sum(1 for p in parents if p == i) for i in range(len(groups))]
+    out: list[dict[str, Any]] = []
+
+    def walk(p: int, depth: int) -> None:
+        for i, g in enumerate(groups):
+            if parents[i] == p:
+                required = int(g["min_available"] or 0) if leaf[i] else (
+                    kids[i] if g["min_sub_groups"] is None else int(g["min_sub_groups"]))
+                out.append({"name": g["name"], "parent": groups[p]["name"] if p >= 0 else None, "depth": depth,
+                            "required": required, "required_kind": "tasks" if leaf[i] else "subgroups",
+                            "placed": under[i], "satisfied": sat[i], "topology_required": g["topology_required"]})
+                walk(i, depth + 1)
+
+    walk(-1, 0)
+    return out

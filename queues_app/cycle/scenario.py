@@ -16,12 +16,17 @@ from django.db import transaction
 from django.utils import timezone
 
 from queues_app.choices import Resource
-from queues_app.cycle.engine_io import CPU, GPU, MEM, EngineTaskState, Snapshot, _dec, snapshot_from_dict
+from queues_app.cycle.engine_io import CPU, GPU, MEM, EngineTaskState, Snapshot, snapshot_from_dict
 from queues_app.models import Queue
 from queues_app.services.devices import device_class_upsert
 from queues_app.services.nodes import node_upsert
 from queues_app.services.queues import queue_create
 from queues_app.services.workloads import workload_import
+
+def _dec(x: float) -> Decimal:
+    """A float as the Decimal it prints as (``0.1`` -> ``Decimal("0.1")``, not its binary expansion)."""
+    return Decimal(repr(float(x)))
+
 
 def _queue_value(x: float, res: str) -> Decimal:
     """Engine units -> QueueResource units (cpu millicores -> cores); -1 stays -1."""

@@ -43,11 +43,10 @@ def wanted_conditions(*, plan: Any, final: Mapping[int, str], index: Any,
     cycle left out of the snapshot."""
     by_job: dict[int, conditions.Condition] = {}
     for ev in plan.events:
-        if ev.get("reason") != "Unschedulable" or not ev.get("category") or ev.get("task"):
+        if ev.reason != "Unschedulable" or not ev.category or ev.task:
             continue
-        wid = index.workload_id.get(ev.get("job"))
-        if wid is not None:
-            by_job[wid] = conditions.waiting(str(ev["category"]), str(ev.get("message") or ""))
+        if ev.workload_id is not None:
+            by_job[ev.workload_id] = conditions.waiting(str(ev.category), ev.message)
     wanted: dict[int, conditions.Condition] = {}
     pipelined: set[int] = set()
     for wid, tids in plan.workload_tasks.items():

@@ -45,7 +45,7 @@ from django.utils.dateparse import parse_datetime
 
 from queues_app import constants
 from queues_app.choices import TASK_STATES_TERMINAL, TaskState, WorkloadStatus
-from queues_app.cycle import engine_io
+from queues_app.cycle import contract
 from queues_app.cycle.cluster import cluster_confirm_bound, refresh_workload_statuses, restate_queue_allocation
 from queues_app.errors import ApplicationError
 from queues_app.kube import observed_dra, translate
@@ -259,7 +259,7 @@ def _create_pod(obj: Mapping[str, Any], *, owner: translate.OwnerInfo | None, no
     validate(task, message=f"Invalid pod {info.namespace}/{info.name}.")
     # The engine's own rules on the translated pod (one contract; a pod the cycle would refuse is
     # refused here, with an event on the pod, instead of being quarantined every cycle).
-    problems = engine_io.workload_problems(
+    problems = contract.workload_problems(
         queue=workload.queue.name, name=workload.name, priority=workload.priority, min_available=None,
         tasks=[{**info.task, "name": task.name}])
     if problems:

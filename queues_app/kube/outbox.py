@@ -166,14 +166,10 @@ def kube_outbox_write(*, plan: Any, final: Mapping[int, str], drops: Mapping[int
     victim_events: dict[int, list[dict[str, Any]]] = defaultdict(list)
     job_events: dict[int, list[tuple[str, str]]] = defaultdict(list)
     for ev in plan.events:
-        wid = index.workload_id.get(ev.get("job"))
+        wid = ev.workload_id
         if wid is None:
             continue
-        reason = str(ev.get("reason") or "Event")
-        message = str(ev.get("message") or "")
-        if ev.get("victimOf"):
-            message = f"{message} (for {ev['victimOf']})"
-        tid = index.task_id.get(ev.get("task")) if ev.get("task") else None
+        reason, message, tid = ev.reason, ev.text, ev.task_id
         if tid is not None:
             victim_events[tid].append({"reason": reason, "message": message})
         else:

@@ -2,7 +2,7 @@
 queues and quotas, workloads, nodes, devices, tenants.
 
 Import from the sub-modules (``queues_app.services.queues`` ...) or from here.  May import: models,
-choices, errors, ``queues_app.cycle.engine_io`` (the engine contract every door checks) and
+choices, errors, ``queues_app.cycle.contract`` (the engine contract every door checks) and
 ``queues_app.cycle.config``.  Must not import: the rest of the cycle, ``kube``, ``tasks``, the API.
 """
 from queues_app.services.nodes import node_delete, node_set_schedulable, node_upsert

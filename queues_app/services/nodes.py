@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models import Sum
 
 from queues_app.choices import TASK_STATES_HOLDING, TaskState
-from queues_app.cycle import engine_io
+from queues_app.cycle import contract
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Task
 from queues_app.services.common import validate
@@ -46,7 +46,7 @@ def node_upsert(*, name: str, **fields: Any) -> tuple[Node, bool]:
             v = Decimal(repr(v))
         setattr(node, k, v)
     validate(node, message="Invalid node.")
-    problems = engine_io.node_problems({"name": node.name, **{f: getattr(node, f) for f in NODE_FIELDS}})
+    problems = contract.node_problems({"name": node.name, **{f: getattr(node, f) for f in NODE_FIELDS}})
     if problems:
         raise ApplicationError("Invalid node.", extra=problems)
     if "devices" in fields:

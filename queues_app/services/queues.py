@@ -17,7 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from queues_app import constants
-from queues_app.cycle import engine_io
+from queues_app.cycle import contract
 from queues_app.choices import QuotaField, Resource
 from queues_app.errors import ApplicationError
 from queues_app.models import Queue, QueueResource, QuotaChange, Tenant, Workload
@@ -62,9 +62,9 @@ def _actor_name(actor: AbstractBaseUser | None) -> str:
 
 def _check_engine(queue: Queue, rows: list[QueueResource] | None = None, *, prefix: str = "quotas.") -> None:
     """The engine's rules for the queue's own fields and the given resource rows (one contract,
-    see engine_io): e.g. a memory quota the engine cannot represent is refused here, not by
+    see cycle/contract.py): e.g. a memory quota the engine cannot represent is refused here, not by
     every scheduling cycle after it."""
-    problems = engine_io.queue_problems(
+    problems = contract.queue_problems(
         name=queue.name, priority=queue.priority, reclaim_min_runtime=queue.reclaim_min_runtime,
         preempt_min_runtime=queue.preempt_min_runtime, prefix=prefix,
         quotas={r.resource: {f: getattr(r, f) for f in QUOTA_FIELDS} for r in rows or ()})

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from queues_app import constants
 from queues_app.choices import TASK_STATES_TERMINAL, TaskState, WorkloadStatus
-from queues_app.cycle import engine_io
+from queues_app.cycle import contract
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Queue, SubGroup, Task, Tenant, Workload
 from queues_app.models.workloads import DUPLICATE_NAME_MESSAGE
@@ -231,11 +231,11 @@ def _create(
             errors["tasks"] = ["Task names must be unique within the workload."]
     if errors:
         raise ApplicationError("Invalid workload.", extra=errors)
-    # The engine's own rules on what is about to be stored (one contract; see engine_io).
+    # The engine's own rules on what is about to be stored (one contract; see cycle/contract.py).
     # (the leaf subgroup each task names, by task index)
     leaf_of = ({i: spec.get("sub_group") for i, spec in enumerate(tasks) if isinstance(spec, Mapping)}
                if tasks is not None else {i: task.get("sub_group") for i in range(count)})
-    problems, gang = engine_io.workload_check(
+    problems, gang = contract.workload_check(
         queue=locked.name, name=name, priority=priority, preemptible=bool(preemptible),
         min_available=None if tree else min_available, sub_groups=tree or None,
         min_sub_groups=min_sub_groups if tree else None,
@@ -287,7 +287,7 @@ def _save_workload(workload: Workload) -> None:
 def sub_group_specs(sub_groups: Sequence[Mapping[str, Any]] | None, *, min_available: int | None,
                     min_sub_groups: int | None) -> list[dict[str, Any]]:
     """The ``sub_groups`` of a submission as plain dicts (names, parents, thresholds, topology);
-    the tree's rules are the engine's (``engine_io.workload_check`` in :func:`_create`)."""
+    the tree's rules are the engine's (``contract.workload_check`` in :func:`_create`)."""
     if sub_groups is None or (isinstance(sub_groups, (list, tuple)) and not sub_groups):
         if min_sub_groups is not None:
             raise ApplicationError("Invalid workload.", extra={"min_sub_groups": [
@@ -332,9 +332,9 @@ def sub_group_specs(sub_groups: Sequence[Mapping[str, Any]] | None, *, min_avail
 def check_tree_and_claims(*, queue: str, tree: list[dict[str, Any]], min_sub_groups: int | None,
                           tasks: list[Task], leaf_names: list[Any], nodes: Mapping[str, Node]) -> int:
     """A new tree for an existing workload's tasks (Kubernetes: a PodGroup's subGroups changed),
-    checked by the engine's rules (``engine_io.workload_check``, the one entry every door uses);
+    checked by the engine's rules (``contract.workload_check``, the one entry every door uses);
     errors name the field.  Returns the gang size the engine derives."""
-    problems, gang = engine_io.workload_check(
+    problems, gang = contract.workload_check(
         queue=queue, name="workload", sub_groups=tree or None, min_sub_groups=min_sub_groups if tree else None,
         tasks=[_spec_of(t, t.name, leaf) for t, leaf in zip(tasks, leaf_names)], nodes=list(nodes.values()))
     if problems:

@@ -150,3 +150,34 @@ def test_kai_scheduler_config_reaches_the_engine(settings, queue_tree):
     settings.KAI_SCHEDULER_CONFIG = {"scenarioSearchBudget": -7}
     with pytest.raises(ScenarioError, match="config.scenarioSearchBudget"):
         build_snapshot(now=NOW)
+
+
+class EngineDecisionsTests:
+    """The engine -> DB direction: the result by database id, numbers from the snapshot, so the
+    apply parses nothing (issue #20: cpu was written as "500m" and parsed again downstream)."""
+
+    def test_decisions_are_typed_by_database_id_with_numeric_resources(self, queue_tree):
+        from dataclasses import FrozenInstanceError
+
+        from queues_app.cycle.engine_io import EngineDecisions, engine_decisions, load_quarantined, run_engine
+
+        node = NodeFactory(name="n0", gpus=8, cpu_millis=64_000, memory_bytes=2**39, reserved_cpu_millis=1000)
+        wl = workload_submit(queue=queue_tree["a-train"], name="train", replicas=2,
+                             task={"gpu": 1, "cpu_millis": 500, "memory_bytes": 2**30})
+        engine_input = build_engine_input(now=NOW)
+        snapshot, _ = load_quarantined(engine_input.data, engine_input.index)
+        decided = engine_decisions(snapshot=snapshot, data=engine_input.data, index=engine_input.index,
+                                   result=run_engine(snapshot))
+        assert isinstance(decided, EngineDecisions)
+        (job,) = decided.jobs
+        assert job.workload_id == wl.pk and job.queue_id == queue_tree["a-train"].pk and job.status == "Binding"
+        ids = set(Task.objects.filter(workload=wl).values_list("id", flat=True))
+        assert {t.task_id for t in job.tasks} == ids
+        for t in job.tasks:
+            assert (t.given_state, t.status, t.node) == ("Pending", "Binding", "n0")
+            assert (t.gpu, t.cpu, t.memory) == (1.0, 500.0, float(2**30))
+        n0 = decided.nodes["n0"]
+        assert n0.node_id == node.pk and n0.free_cpu == 63_000 and n0.gpus == 8 and n0.schedulable
+        assert decided.queue_parent[queue_tree["a-train"].pk] == queue_tree["team-a-dept"].pk
+        with pytest.raises(FrozenInstanceError):
+            job.tasks[0].status = "Pending"  # type: ignore[misc]
