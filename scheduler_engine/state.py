@@ -318,13 +318,21 @@ class CycleState:
         """Index of the next journal entry, growing the entry arrays when full."""
         i = len(self._journal)
         if i >= self._ji.shape[0]:
+            self._journal_room_for(i + 1)
+        return i
+
+    def _journal_room_for(self, need: int) -> None:
+        """Grow the entry arrays (doubling) until ``need`` entries fit."""
+        i = len(self._journal)
+        if need > self._ji.shape[0]:
             cap = 2 * self._ji.shape[0]
+            while cap < need:
+                cap *= 2
             ji = np.zeros((cap, self._ji.shape[1]), dtype=np.int64)
             ji[:i] = self._ji[:i]
             jf = np.zeros((cap, self._jf.shape[1]))
             jf[:i] = self._jf[:i]
             self._ji, self._jf = ji, jf
-        return i
 
     # ------------------------------------------------------------------ construction helpers
     def _aggregate_up(self, leaf: np.ndarray) -> np.ndarray:
@@ -1192,6 +1200,57 @@ class CycleState:
             if for_job is not None:
                 ev["victimOf"] = for_job if isinstance(for_job, str) else self.jobs.names[int(for_job)]
             self.events.append(ev)
+
+    def evict_many(self, tasks: Sequence[int]) -> None:
+        """``evict(t)`` for each of ``tasks`` in order (no events): one compiled call for the lot
+        when none of them has DRA claims or was moved (:func:`kernels.journal.evict_many`), else
+        one by one. Same journal entries, same state, same ``node_log``."""
+        ts = list(tasks)
+        if not ts:
+            return
+        st = self.task_state[ts].tolist()
+        nodes = self.task_node[ts].tolist()
+        ok = self.fast_paths and self._journal is not None and len(set(ts)) == len(ts)
+        if ok:
+            cl, inp, inn = self._claims_list, self._input_state, self._input_node
+            for t, s in zip(ts, st):
+                if s not in ACTIVE_STATES or cl[t] or (s == _PIPE and inp[t] == _RUN and inn[t] >= 0):
+                    ok = False
+                    break
+        if not ok:
+            for t in ts:
+                self.evict(t)
+            return
+        td, tdt = self.task_devices, self.task_dev_take
+        devs = [td[t] for t in ts]
+        ptr = [0]
+        flat: list[int] = []
+        takes: list[float] = []
+        for t, s, dv in zip(ts, st, devs):
+            flat += dv
+            if s == _PIPE:
+                takes += tdt[t]
+            else:
+                takes += [0.0] * len(dv)
+            ptr.append(len(flat))
+        k = len(ts)
+        i0 = len(self._journal)
+        self._journal_room_for(i0 + k)
+        a = self._jarrays
+        _journal_k.evict_many(i0, np.asarray(ts, dtype=np.int64), np.asarray(nodes, dtype=np.int64),
+                              np.asarray(flat, dtype=np.int64), np.asarray(ptr, dtype=np.int64),
+                              np.asarray(takes, dtype=np.float64), self.task_is_shared, self.job_preemptible_arr,
+                              a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13],
+                              a[14], self._ji, self._jf)
+        tg = self.task_gpu_groups
+        for t, n, s in zip(ts, nodes, st):
+            self._record_objects(t, n)
+            if s != _RUN:
+                if s == _PIPE:
+                    tdt[t] = []
+                td[t] = []
+                tg[t] = []
+        self.resources_freed += k
 
     def _evict_fast(self, t: int, n: int, s: int) -> None:
         """:meth:`evict` of a task without DRA claims that was not moved: journal entry, node, task

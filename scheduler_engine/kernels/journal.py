@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..snapshot import TaskState
+from ..snapshot import GPU, TaskState
 from . import kernel
 
 _PEND = int(TaskState.PENDING)
@@ -239,3 +239,32 @@ def place(i, t, n, pipelined, preemptible, input_state, task_state, task_node, t
             qab[a, x, 1] += task_alloc[t, 1]
             qab[a, x, 2] += task_alloc[t, 2]
     num_active[j] += 1
+
+
+@kernel
+def evict_many(i0, ts, ns, dev_flat, dev_ptr, take_flat, shared, preempt, input_state, task_state, task_node,
+               task_job, job_queue, path_mat, num_active, job_version, queue_version, node_both, dev_free, dev_rel,
+               task_alloc, task_rel_take, qab, ji, jf):
+    """:func:`evict` of tasks ``ts`` (on nodes ``ns``) one after the other, entries ``i0, i0 + 1, ...``,
+    devices included: task k's devices are ``dev_flat[dev_ptr[k]:dev_ptr[k + 1]]`` and, for a
+    pipelined task, what each took from releasing is ``take_flat`` at the same positions. Running:
+    its share of each device becomes releasing; Binding: returns to free; Pipelined: the taken part
+    to releasing, the rest to free (a shared task's share is its GPU allocation, else 1)."""
+    for k in range(ts.shape[0]):
+        t = ts[k]
+        n = ns[k]
+        s = task_state[t]
+        per = task_alloc[t, GPU] if shared[t] else 1.0
+        evict(i0 + k, t, n, preempt[task_job[t]], input_state, task_state, task_node, task_job, job_queue, path_mat,
+              num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
+              ji, jf)
+        for p in range(dev_ptr[k], dev_ptr[k + 1]):
+            d = dev_flat[p]
+            if s == _RUN:
+                dev_rel[n, d] += per
+            elif s == _BIND:
+                dev_free[n, d] += per
+            else:
+                dt = take_flat[p]
+                dev_rel[n, d] += dt
+                dev_free[n, d] += per - dt

@@ -113,3 +113,32 @@ def test_pipelined_take_of_a_negative_zero_matches_numpy():
             got_max, got_min = journal.np_max(a, b), journal.np_min(a, b)
             assert np.array([got_max]).tobytes() == np.array([want_max]).tobytes(), (a, b)
             assert np.array([got_min]).tobytes() == np.array([want_min]).tobytes(), (a, b)
+
+
+@pytest.mark.parametrize("seed,shape,sg,dra", CASES)
+def test_evict_many_equals_one_by_one(seed, shape, sg, dra):
+    """``evict_many`` (a scenario's victims in one compiled call) leaves the state, the change log
+    and the counters of ``evict`` called task by task with the general Python code; then both roll back."""
+    snap = _snapshot(seed, shape, sg, dra)
+    batch, single = CycleState(snap), CycleState(snap)
+    single.fast_paths = False
+    rng = np.random.default_rng(seed + 100)
+    for s in (batch, single):  # the same placements first (binds and pipelines of this cycle)
+        r = np.random.default_rng(seed)
+        for _ in range(60):
+            _step(s, r)
+    assert _image(batch) == _image(single)
+    for _ in range(8):
+        act = np.flatnonzero(np.isin(batch.task_state, _ACTIVE))
+        victims = rng.permutation(act)[:int(rng.integers(1, 12))].tolist()
+        cps = (batch.checkpoint(), single.checkpoint())
+        before = _image(batch)
+        batch.evict_many(victims)
+        for t in victims:
+            single.evict(t)
+        assert _image(batch) == _image(single)
+        assert batch.node_log == single.node_log and batch.resources_freed == single.resources_freed
+        assert (batch.queue_version == single.queue_version).all()
+        batch.rollback(cps[0])
+        single.rollback(cps[1])
+        assert _image(batch) == _image(single) == before
