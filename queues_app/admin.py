@@ -36,7 +36,7 @@ from queues_app.models import (
     Tenant,
     Workload,
 )
-from queues_app.selectors_api import workload_why
+from queues_app.selectors import workload_why
 from queues_app.services import (
     node_delete,
     node_set_schedulable,

@@ -55,7 +55,7 @@ def _setup(tenants: int, run: str) -> list[dict]:
     from django.core.management import call_command
 
     from queues_app.models import Queue
-    from queues_app.services.api_support import api_token_issue
+    from queues_app.services.tenants import api_token_issue
     from queues_app.services.nodes import node_upsert
     from queues_app.services.queues import queue_create
     from queues_app.services.tenants import tenant_create

@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from queues_app.errors import ApplicationError
-from queues_app.services.api_support import IdempotencyConflict
+from queues_app.services.workloads import IdempotencyConflict
 
 NOT_FOUND = "Not found."
 

@@ -20,7 +20,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from queues_app import selectors, selectors_api, services
+from queues_app import selectors, services
 from queues_app.api import serializers as s
 from queues_app.api.ids import path_id
 from queues_app.api.pagination import PageNumberPagination
@@ -35,7 +35,6 @@ from queues_app.api.throttling import SubmitRateThrottle, TenantRateThrottle
 from queues_app.cycle import dryrun
 from queues_app.errors import ApplicationError
 from queues_app.filters import NodeFilter, QueueFilter, WorkloadFilter
-from queues_app.services import api_support
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -126,7 +125,7 @@ class TokenObtainApi(APIView):
                             password=ser.validated_data["password"])
         if user is None or not user.is_active:
             raise ApplicationError("Invalid credentials.", extra={"password": ["Unknown user or wrong password."]})
-        token = api_support.api_token_issue(user=user)
+        token = services.api_token_issue(user=user)
         return Response({"token": token})
 
 
@@ -172,7 +171,7 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
         if ordering is not None and ordering not in WORKLOAD_ORDERING:
             raise ApplicationError("Invalid ordering.", extra={"ordering": [
                 f"Use one of {', '.join(WORKLOAD_ORDERING)}."]})
-        qs = selectors_api.workload_list_ordered(tenant=self.tenant, filters=_filters_from(request, WorkloadFilter),
+        qs = selectors.workload_list_ordered(tenant=self.tenant, filters=_filters_from(request, WorkloadFilter),
                                                  ordering=ordering)
         paginator = self.paginator
         page = paginator.paginate_queryset(qs, request, view=self)
@@ -210,11 +209,11 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
         if key is None:
             workload = submit()
             return Response(self._detail(workload), status=status.HTTP_201_CREATED)
-        fingerprint = api_support.request_fingerprint({**request.data} if isinstance(request.data, dict) else
+        fingerprint = services.request_fingerprint({**request.data} if isinstance(request.data, dict) else
                                                       request.data)
-        scope = api_support.idempotency_scope(tenant_id=caller.tenant.pk if caller.tenant else None,
+        scope = services.idempotency_scope(tenant_id=caller.tenant.pk if caller.tenant else None,
                                               user_id=request.user.pk)
-        workload, created = api_support.workload_submit_idempotent(
+        workload, created = services.workload_submit_idempotent(
             key=key, scope=scope, fingerprint=fingerprint, submit=submit, user=request.user)
         response = Response(self._detail(workload), status=status.HTTP_201_CREATED)
         if not created:
@@ -251,13 +250,13 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
     def _dry_run_body(self, outcome: dict[str, Any]) -> dict[str, Any]:
         tenant = self.tenant
         events = outcome["events"]
-        names = {m.group(2).split("/")[-1] for e in events for m in selectors_api._NAMED.finditer(e["message"])}
-        allowed = selectors_api.visible_names(tenant=tenant, names=names)
+        names = {m.group(2).split("/")[-1] for e in events for m in selectors._NAMED.finditer(e["message"])}
+        allowed = selectors.visible_names(tenant=tenant, names=names)
         queue = outcome.get("queue") or {}
         return s.DryRunOutputSerializer({
             "dry_run": True, "valid": True, "could_run_now": outcome["placed"], "status": outcome["status"],
             "tasks": outcome["tasks"],
-            "blocked_by": [{**e, "message": selectors_api.redact_message(tenant=tenant, message=e["message"],
+            "blocked_by": [{**e, "message": selectors.redact_message(tenant=tenant, message=e["message"],
                                                                           allowed=allowed)} for e in events],
             "waiting_for": outcome.get("waiting_for"),
             "queue_fair_share": queue.get("fairShare", {}), "queue_allocated": queue.get("allocated", {}),
@@ -277,7 +276,7 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
     def why(self, request, pk=None):
         """Why pending / why evicted: latest events with reasons and numbers, queue position."""
         workload = self._get(pk)
-        return Response(s.WhyOutputSerializer(selectors_api.workload_why(tenant=self.tenant, workload=workload)).data)
+        return Response(s.WhyOutputSerializer(selectors.workload_why(tenant=self.tenant, workload=workload)).data)
 
 
 def _task_kwargs(task: dict[str, Any]) -> dict[str, Any]:
@@ -307,8 +306,8 @@ def _truthy(value: str | None) -> bool:
 
 
 def _queue_statements(queues: list, tenant) -> list[dict[str, Any]]:
-    counts = selectors_api.queue_workload_counts(tenant=tenant, queue_ids=[q.pk for q in queues])
-    usage, source = selectors_api.queue_decayed_usage(tenant=tenant, queues=queues)
+    counts = selectors.queue_workload_counts(tenant=tenant, queue_ids=[q.pk for q in queues])
+    usage, source = selectors.queue_decayed_usage(tenant=tenant, queues=queues)
     overcommit = selectors.quota_overcommit(
         tenant=tenant, parent_ids={q.pk for q in queues} | {q.parent_id for q in queues if q.parent_id})
     out = []
@@ -421,7 +420,7 @@ class QueueViewSet(CallerMixin, viewsets.ViewSet):
         queue = self._get(pk)
         ser = s.QuotasInputSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        api_support.queue_set_quotas(queue=queue, quotas={r: dict(v) for r, v in ser.validated_data.items()},
+        services.queue_set_quotas(queue=queue, quotas={r: dict(v) for r, v in ser.validated_data.items()},
                                      actor=request.user, source="api")
         return Response(self._statement(queue))
 
@@ -527,7 +526,7 @@ class CycleViewSet(CallerMixin, viewsets.ViewSet):
     @action(detail=False, methods=["post"])
     def trigger(self, request):
         """Enqueue a scheduling cycle now (the cycle is single-flight: extra triggers are skipped)."""
-        name = api_support.cycle_trigger(actor=request.user)
+        name = services.cycle_trigger(actor=request.user)
         return Response({"queued": True, "task": name}, status=status.HTTP_202_ACCEPTED)
 
 

@@ -10,27 +10,44 @@ from queues_app.services.queues import (
     queue_create,
     queue_delete,
     queue_set_quota,
+    queue_set_quotas,
     queue_update,
 )
-from queues_app.services.system import heartbeat_record
+from queues_app.services.system import CYCLE_TASK_NAME, cycle_trigger, heartbeat_record
 from queues_app.services.tenants import (
+    api_token_issue,
     tenant_create,
     tenant_grant_queue,
     tenant_revoke_queue,
     tenant_set_members,
     tenant_update,
 )
-from queues_app.services.workloads import workload_cancel, workload_import, workload_submit
+from queues_app.services.workloads import (
+    IdempotencyConflict,
+    idempotency_scope,
+    request_fingerprint,
+    workload_cancel,
+    workload_import,
+    workload_submit,
+    workload_submit_idempotent,
+)
 
 __all__ = [
+    "CYCLE_TASK_NAME",
+    "IdempotencyConflict",
+    "api_token_issue",
+    "cycle_trigger",
     "heartbeat_record",
+    "idempotency_scope",
     "node_delete",
     "node_set_schedulable",
     "node_upsert",
     "queue_create",
     "queue_delete",
     "queue_set_quota",
+    "queue_set_quotas",
     "queue_update",
+    "request_fingerprint",
     "tenant_create",
     "tenant_grant_queue",
     "tenant_revoke_queue",
@@ -39,4 +56,5 @@ __all__ = [
     "workload_cancel",
     "workload_import",
     "workload_submit",
+    "workload_submit_idempotent",
 ]

@@ -258,3 +258,21 @@ def queue_delete(*, queue: Queue, actor: AbstractBaseUser | None = None) -> None
         for row in QueueResource.objects.filter(queue_id=fresh.pk) for k in QUOTA_FIELDS
     ])
     fresh.delete()
+
+
+@transaction.atomic
+def queue_set_quotas(*, queue, quotas: dict[str, dict[str, Any]], actor: AbstractBaseUser | None = None,
+                     source: str = "api") -> None:
+    """Several ``queue_set_quota`` calls as one all-or-nothing edit (a PATCH of gpu and cpu
+    either lands completely, with its audit rows, or not at all).  Errors are keyed
+    ``<resource>.<field>``, the path in the request body ``{"gpu": {"limit": ...}}``."""
+    errors: dict[str, list[str]] = {}
+    for resource, values in quotas.items():
+        try:
+            with transaction.atomic():
+                queue_set_quota(queue=queue, resource=resource, actor=actor, source=source, **values)
+        except ApplicationError as exc:
+            for k, v in exc.extra.items():
+                errors[f"{resource}.{k}"] = v
+    if errors:
+        raise ApplicationError("Invalid quota.", extra=errors)

@@ -1,10 +1,11 @@
-"""Tenant writes: create, rename, members, queue grants (leaf queues only)."""
+"""Tenant writes: create, rename, members, queue grants (leaf queues only); a user's API token."""
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from rest_framework.authtoken.models import Token
 
 from queues_app.errors import ApplicationError
 from queues_app.models import Queue, Tenant
@@ -69,3 +70,10 @@ def tenant_revoke_queue(*, tenant: Tenant, queue: Queue) -> Tenant:
     """Existing workloads stay; only new submissions are refused."""
     tenant.queues.remove(queue)
     return tenant
+
+
+@transaction.atomic
+def api_token_issue(*, user: AbstractBaseUser) -> str:
+    """The user's API token (created on first use; one token per user, as DRF's authtoken)."""
+    token, _ = Token.objects.get_or_create(user=user)
+    return token.key

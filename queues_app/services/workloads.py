@@ -1,10 +1,12 @@
-"""Workload writes: submit (all tasks Pending), import with observed state, cancel."""
+"""Workload writes: submit (all tasks Pending), import with observed state, cancel, and the API's
+idempotent submission (``workload_submit_idempotent``: one workload per Idempotency-Key)."""
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
@@ -16,7 +18,7 @@ from queues_app import constants
 from queues_app.choices import TASK_STATES_TERMINAL, TaskState, WorkloadStatus
 from queues_app.cycle import contract
 from queues_app.errors import ApplicationError
-from queues_app.models import Node, Queue, SubGroup, Task, Tenant, Workload
+from queues_app.models import IdempotencyKey, Node, Queue, SubGroup, Task, Tenant, Workload
 from queues_app.models.workloads import DUPLICATE_NAME_MESSAGE
 from queues_app.services.common import bound_request_locks, bounded_int, validate
 from queues_app.services.devices import claims_gpu_count, gpu_classes
@@ -497,3 +499,74 @@ def workload_cancel(*, workload: Workload, actor: AbstractBaseUser | None = None
     fresh.version += 1
     fresh.save(update_fields=["status", "status_message", "finished_at", "version", "updated_at"])
     return fresh
+
+
+# ----------------------------------------------------------------------------- idempotent submission (API)
+#
+# The idempotency record is the API's retry contract: the domain service above stays the one place
+# that validates and stores a workload; this wrapper only decides whether to call it.
+
+MAX_IDEMPOTENCY_KEY_LENGTH = 255
+IDEMPOTENCY_KEY_FIELD = "Idempotency-Key"
+KEY_REUSED_MESSAGE = "This Idempotency-Key was already used for a different request."
+KEY_ORPHANED_MESSAGE = "The workload created with this Idempotency-Key no longer exists; use a new key."
+
+
+class IdempotencyConflict(ApplicationError):
+    """A key reused with a different body (the API answers 422, not 400: the body itself is valid)."""
+
+
+def request_fingerprint(payload: Any) -> str:
+    """SHA-256 of the canonical JSON of the validated request (key order does not matter)."""
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def idempotency_scope(*, tenant_id: int | None, user_id: int | None) -> str:
+    return f"tenant:{tenant_id}" if tenant_id is not None else f"user:{user_id}"
+
+
+def validate_idempotency_key(key: str) -> str:
+    key = key.strip()
+    if not key or len(key) > MAX_IDEMPOTENCY_KEY_LENGTH or not key.isprintable():
+        raise ApplicationError("Invalid Idempotency-Key.", extra={IDEMPOTENCY_KEY_FIELD: [
+            f"Must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} printable characters."]})
+    return key
+
+
+@transaction.atomic
+def workload_submit_idempotent(
+    *,
+    key: str,
+    scope: str,
+    fingerprint: str,
+    submit: Callable[[], Workload],
+    user: AbstractBaseUser | None = None,
+) -> tuple[Workload, bool]:
+    """Run ``submit`` (a closure over ``services.workload_submit``) at most once per key.
+
+    Returns ``(workload, created)``; ``created`` is False when the key was seen before with the
+    same fingerprint (the first result is returned).  The key row is inserted *before* the
+    workload, inside the same transaction: a concurrent request with the same key blocks on
+    the unique index until this one commits (PostgreSQL; SQLite serializes writers anyway),
+    then sees the row and returns this workload, so two retries never create two workloads.
+    If ``submit`` raises, the key row rolls back with everything else and a retry runs anew.
+    """
+    key = validate_idempotency_key(key)
+    existing = IdempotencyKey.objects.select_related("workload").filter(scope=scope, key=key).first()
+    if existing is None:
+        try:
+            with transaction.atomic():
+                record = IdempotencyKey.objects.create(scope=scope, key=key, fingerprint=fingerprint, user=user)
+        except IntegrityError:
+            existing = IdempotencyKey.objects.select_related("workload").get(scope=scope, key=key)
+        else:
+            workload = submit()
+            record.workload = workload
+            record.save(update_fields=["workload"])
+            return workload, True
+    if existing.fingerprint != fingerprint:
+        raise IdempotencyConflict("Idempotency-Key conflict.", extra={IDEMPOTENCY_KEY_FIELD: [KEY_REUSED_MESSAGE]})
+    if existing.workload is None:
+        raise IdempotencyConflict("Idempotency-Key conflict.", extra={IDEMPOTENCY_KEY_FIELD: [KEY_ORPHANED_MESSAGE]})
+    return existing.workload, False

@@ -23,7 +23,7 @@ def _error_body(response) -> dict:
 
 @pytest.fixture
 def operator_client(operator, client):
-    from queues_app.services.api_support import api_token_issue
+    from queues_app.services.tenants import api_token_issue
 
     client.defaults["HTTP_AUTHORIZATION"] = f"Token {api_token_issue(user=operator)}"
     return client

@@ -116,7 +116,7 @@ def test_the_workload_page_gives_the_api_s_why(op_client, demo):
     resp = op_client.get(reverse("admin:queues_app_workload_change", args=[wl.pk]))
     assert resp.status_code == 200
     html = resp.content.decode()
-    from queues_app.selectors_api import workload_why
+    from queues_app.selectors import workload_why
 
     why = workload_why(tenant=None, workload=wl)
     assert why["summary"].startswith("topology: no domain")  # the allocation verdict, not the last attempt

@@ -18,7 +18,7 @@ def _fresh_throttle_cache():
 
 
 def _client_for(user) -> APIClient:
-    from queues_app.services.api_support import api_token_issue
+    from queues_app.services.tenants import api_token_issue
 
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=user)}")

@@ -40,7 +40,7 @@ class DefaultDenyTests:
         assert set(response.json()) == {"message", "extra"}
 
     def test_user_without_tenant_is_403(self, user_factory):
-        from queues_app.services.api_support import api_token_issue
+        from queues_app.services.tenants import api_token_issue
 
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=user_factory('drifter'))}")
@@ -56,7 +56,7 @@ class DefaultDenyTests:
 
     def test_member_of_two_tenants_picks_one(self, tenants, queue_tree, nodes):
         from queues_app.services import tenant_create
-        from queues_app.services.api_support import api_token_issue
+        from queues_app.services.tenants import api_token_issue
 
         tenant_create(name="team-c", members=[tenants["alice"]], queues=[queue_tree["b-train"]])
         client = APIClient()

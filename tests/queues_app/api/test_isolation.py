@@ -247,7 +247,7 @@ class RouteInventoryTests:
 
 
 def test_redaction_keeps_prose_and_own_names(tenants, queue_tree):
-    from queues_app.selectors_api import redact_message
+    from queues_app.selectors import redact_message
 
     team_a = tenants["team_a"]
     msg = "preemption failed (victims: lower-priority preemptible job queue a-train below priority 50)"

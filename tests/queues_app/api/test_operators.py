@@ -155,7 +155,7 @@ def test_tenants_get_403_on_operator_endpoints(alice_client, queue_tree, nodes, 
 
 
 def test_trigger_names_the_real_cycle_task():
-    from queues_app.services.api_support import CYCLE_TASK_NAME
+    from queues_app.services.system import CYCLE_TASK_NAME
     from queues_app.tasks import CYCLE_TASK
 
     assert CYCLE_TASK_NAME == CYCLE_TASK

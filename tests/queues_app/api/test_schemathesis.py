@@ -89,7 +89,7 @@ def world(settings, tenants, queue_tree, nodes, _keep_test_connection):
 
 
 def _token(user) -> dict[str, str]:
-    from queues_app.services.api_support import api_token_issue
+    from queues_app.services.tenants import api_token_issue
 
     return {"Authorization": f"Token {api_token_issue(user=user)}"}
 

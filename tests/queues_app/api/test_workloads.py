@@ -149,7 +149,7 @@ def test_concurrent_retries_create_one_workload(queue_tree, user_factory, nodes)
     from rest_framework.test import APIClient
 
     from queues_app.services import tenant_create
-    from queues_app.services.api_support import api_token_issue
+    from queues_app.services.tenants import api_token_issue
 
     user = user_factory("racer")
     tenant_create(name="racers", members=[user], queues=[queue_tree["a-train"]])

@@ -67,7 +67,7 @@ def test_gpu_and_gpu_memory_together_is_quarantined(cluster):
 def test_why_pending_names_the_quarantine(tenants, queue_tree):
     from rest_framework.test import APIClient
 
-    from queues_app.services.api_support import api_token_issue
+    from queues_app.services.tenants import api_token_issue
 
     make_cluster(nodes=1, gpus=8)
     w = submit(queue_tree["a-train"], "bad", tenant=tenants["team_a"])
@@ -153,7 +153,7 @@ def test_a_node_the_engine_refuses_is_left_out_with_its_workloads(cluster):
 def test_dry_run_with_a_bad_row_in_the_live_state_answers(tenants, queue_tree):
     from rest_framework.test import APIClient
 
-    from queues_app.services.api_support import api_token_issue
+    from queues_app.services.tenants import api_token_issue
 
     make_cluster(nodes=1, gpus=8)
     bad = submit(queue_tree["b-train"], "bad", tenant=tenants["team_b"])

@@ -15,7 +15,7 @@ from queues_app.cycle import whatif
 from queues_app.cycle.scenario import import_scenario
 from queues_app.choices import CycleStatus, TaskState
 from queues_app.models import Node, QueueStatus, SchedulingCycle, SchedulingEvent, Task, Workload
-from queues_app.selectors_api import EVICTION_REASONS
+from queues_app.selectors import EVICTION_REASONS
 from queues_app.cycle.run import cycle_run
 from queues_app.services.nodes import node_upsert
 from scheduler_engine.bench import generate
@@ -118,7 +118,7 @@ def test_apply_edits_adds_nodes_in_name_order_and_checks_the_edit():
 
 
 def test_operator_api_and_tenants_are_refused(cluster, django_user_model):
-    from queues_app.services.api_support import api_token_issue
+    from queues_app.services.tenants import api_token_issue
 
     op = django_user_model.objects.create_user("op", password="x", is_staff=True)
     client = APIClient()

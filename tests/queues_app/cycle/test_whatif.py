@@ -144,7 +144,7 @@ def test_admin_preview_unknown_queue_is_404(client, operator, cluster):
 
 
 def _client(user) -> APIClient:
-    from queues_app.services.api_support import api_token_issue
+    from queues_app.services.tenants import api_token_issue
 
     c = APIClient()
     c.credentials(HTTP_AUTHORIZATION=f"Token {api_token_issue(user=user)}")
