@@ -387,15 +387,22 @@ def _bind_stale(row: KubeOutbox) -> str:
     return ""
 
 
-def _evict_stale(row: KubeOutbox) -> str:
+def _task_not_in(row: KubeOutbox, states: Iterable[str]) -> str:
+    """Why a row's task no longer calls for it ('' = it still does): the task is gone, or it has
+    left ``states`` (evictions: still releasing; conditions: still waiting)."""
     if row.task_id is None:
         return "task gone"
     state = Task.objects.filter(pk=row.task_id).values_list("state", flat=True).first()
     if state is None:
         return "task gone"
-    if state not in RELEASING_STATES:
+    if state not in states:
         return f"task is {state}"
     return ""
+
+
+def _evict_stale(row: KubeOutbox) -> str:
+    """Why an eviction row no longer applies ('' = it does): the task is gone or not releasing."""
+    return _task_not_in(row, RELEASING_STATES)
 
 
 def _node_check(run: _Run, node: str) -> api.Reply:
@@ -724,13 +731,9 @@ def _event(run: _Run, row: KubeOutbox) -> None:
 def _status_stale(row: KubeOutbox) -> str:
     """Why a condition row no longer applies ('' = it does): the task is gone, no longer waiting
     (bound meanwhile: the binding set PodScheduled=True), or its pod was replaced."""
-    if row.task_id is None:
-        return "task gone"
-    state = Task.objects.filter(pk=row.task_id).values_list("state", flat=True).first()
-    if state is None:
-        return "task gone"
-    if state not in PENDING_STATES:
-        return f"task is {state}"
+    why = _task_not_in(row, PENDING_STATES)
+    if why:
+        return why
     uid = KubePod.objects.filter(task_id=row.task_id).values_list("uid", flat=True).first()
     if row.pod_uid and uid is not None and uid != row.pod_uid:
         return "pod replaced"
