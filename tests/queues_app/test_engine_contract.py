@@ -141,14 +141,14 @@ def test_admin_node_form_refuses_reserved_above_capacity(admin_client_op):  # no
 
 
 def test_a_pod_the_engine_refuses_is_an_event_not_a_task(queue_tree):
-    from queues_app.kube import observed as svc
+    from queues_app.kube import observed
 
     pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "uid-p", "resourceVersion": "1",
                         "labels": {"kai.scheduler/queue": "a-train"}},
            "spec": {"schedulerName": "kai-scheduler", "nodeSelector": {"not a key": "x"},
                     "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
            "status": {"phase": "Pending"}}
-    assert svc.kube_pod_observed(obj=pod) is None
+    assert observed.kube_pod_observed(obj=pod) is None
     assert not Task.objects.exists() and not Workload.objects.exists()
     event = SchedulingEvent.objects.get()
     assert event.reason == "InvalidPod" and "node_selector.not a key" in event.message

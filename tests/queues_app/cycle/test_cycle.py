@@ -14,7 +14,7 @@ from queues_app.cycle.scenario import import_scenario
 from queues_app.choices import CycleStatus, TaskState, WorkloadStatus
 from queues_app.invariants import check_invariants
 from queues_app.models import QueueStatus, SchedulerState, SchedulingCycle, SchedulingEvent, Task, Workload
-from queues_app.cycle import faults as cycle_faults
+from queues_app.cycle import faults
 from queues_app.cycle.run import cycle_run, lease_acquire
 from queues_app.services.nodes import node_upsert
 from queues_app.services.queues import queue_set_quota
@@ -26,9 +26,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(autouse=True)
 def _no_hooks():
-    cycle_faults.clear()
+    faults.clear()
     yield
-    cycle_faults.clear()
+    faults.clear()
 
 
 def assert_invariants(**kw):
@@ -78,7 +78,7 @@ def test_a_workload_cancelled_after_the_snapshot_loses_only_its_decisions():
     qs = make_queues()
     victim = submit(qs["qa"], "cancel-me", replicas=2)
     keep = submit(qs["qb"], "keep", replicas=2)
-    cycle_faults.register("after_compute", lambda: workload_cancel(workload=Workload.objects.get(pk=victim.pk)))
+    faults.register("after_compute", lambda: workload_cancel(workload=Workload.objects.get(pk=victim.pk)))
     out = cycle_run(trigger="test")
     assert out.status == CycleStatus.APPLIED and out.bound == 2 and out.dropped == 2
     assert states(keep) == [TaskState.BINDING] * 2
@@ -93,11 +93,11 @@ def test_a_quota_edit_after_the_snapshot_drops_that_queues_placements_only():
     qs = make_queues()
     a = submit(qs["qa"], "a", replicas=2)
     b = submit(qs["qb"], "b", replicas=2)
-    cycle_faults.register("after_compute", lambda: queue_set_quota(queue=qs["qa"], resource="gpu", quota=1))
+    faults.register("after_compute", lambda: queue_set_quota(queue=qs["qa"], resource="gpu", quota=1))
     out = cycle_run(trigger="test")
     assert out.status == CycleStatus.APPLIED
     assert states(a) == [TaskState.PENDING] * 2 and states(b) == [TaskState.BINDING] * 2
-    cycle_faults.clear()
+    faults.clear()
     cycle_run(trigger="test")  # the next cycle decides under the new quota
     assert TaskState.PENDING not in states(a)
     assert_invariants()
@@ -108,7 +108,7 @@ def test_a_node_edit_after_the_snapshot_drops_the_placements_on_it_and_their_gan
     qs = make_queues({"qa": 8})
     gang = submit(qs["qa"], "gang", replicas=6)  # needs both nodes
     single = submit(qs["qa"], "single", replicas=1, gpu=1)
-    cycle_faults.register("after_compute", lambda: node_upsert(name="n1", labels={"edited": "yes"}))
+    faults.register("after_compute", lambda: node_upsert(name="n1", labels={"edited": "yes"}))
     out = cycle_run(trigger="test")
     assert out.status == CycleStatus.APPLIED
     assert states(gang) == [TaskState.PENDING] * 6  # the whole gang, also its tasks on n0
@@ -122,7 +122,7 @@ def test_a_stale_generation_aborts_the_cycle_with_nothing_written():
     qs = make_queues()
     submit(qs["qa"], "a")
     before = dump()
-    cycle_faults.register("after_compute", lambda: SchedulerState.objects.filter(id=1).update(generation=41))
+    faults.register("after_compute", lambda: SchedulerState.objects.filter(id=1).update(generation=41))
     out = cycle_run(trigger="test")
     assert out.status == CycleStatus.ABORTED
     after = dump()
@@ -228,14 +228,14 @@ def test_a_decision_set_pipelining_where_nothing_is_releasing_is_refused():
 
 
 def test_the_database_refuses_a_double_booking_even_if_the_application_check_is_wrong(monkeypatch):
-    from queues_app.cycle import apply as cycle_apply
+    from queues_app.cycle import apply
 
     make_cluster(nodes=1, gpus=4)
     qs = make_queues({"qa": 8})
     submit(qs["qa"], "fits", replicas=4)
     cycle_run(trigger="test")
     submit(qs["qa"], "extra", replicas=1)
-    monkeypatch.setattr(cycle_apply, "_node_problems", lambda node, tasks: [])
+    monkeypatch.setattr(apply, "_node_problems", lambda node, tasks: [])
     before = dump()
     out = cycle_run(trigger="test", engine=LyingEngine("extra", "n0"))
     assert out.status == CycleStatus.FAILED and "over-committed" in out.reason.lower()

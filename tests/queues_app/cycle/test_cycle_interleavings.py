@@ -13,7 +13,7 @@ from django.db import connection
 from queues_app.choices import CycleStatus
 from queues_app.invariants import check_invariants
 from queues_app.models import SchedulerState
-from queues_app.cycle import faults as cycle_faults
+from queues_app.cycle import faults
 from queues_app.cycle.run import cycle_run
 from queues_app.cycle.config import cycle_config
 from tests.queues_app.cycle_helpers import make_cluster, make_queues, submit
@@ -31,7 +31,7 @@ def _run_paused_cycle(cfg, results: dict, reached: threading.Event, release: thr
             reached.set()
             release.wait(30)
 
-    cycle_faults.register("after_compute", pause)
+    faults.register("after_compute", pause)
     try:
         results["a"] = cycle_run(trigger="thread-a", config=cfg)
     finally:
@@ -61,7 +61,7 @@ def test_two_concurrent_cycles_never_both_apply(lease_seconds, expected_b, expec
     finally:
         release.set()
         thread.join(60)
-        cycle_faults.clear()
+        faults.clear()
     assert results["b"].status == expected_b
     assert results["a"].status == expected_a
     assert SchedulerState.objects.get(id=1).generation == 1

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from queues_app.cycle import engine_io
-from queues_app.cycle import replay as cycle_replay
+from queues_app.cycle import replay
 from queues_app.models import SchedulingCycle
 from queues_app.cycle.run import cycle_run
 from tests.queues_app.cycle_helpers import make_cluster, make_queues, submit
@@ -81,6 +81,6 @@ def test_replay_record_round_trip_without_a_database_cycle():
             "queues": [{"name": "q", "resources": {"gpu": {"quota": 2, "overQuotaWeight": 1, "limit": -1}}}],
             "jobs": [{"name": "j", "queue": "q", "tasks": [{"gpu": 1}]}]}
     result = engine_io.run_engine(engine_io.snapshot_from_dict(data))
-    rec = cycle_replay.cycle_replay_record(data, result)
-    outcome = cycle_replay.replay_recorded_cycle(**rec)
+    rec = replay.cycle_replay_record(data, result)
+    outcome = replay.replay_recorded_cycle(**rec)
     assert outcome.same and outcome.recorded == {"j-0": ["Binding", "n"]}

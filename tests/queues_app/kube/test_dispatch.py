@@ -12,7 +12,7 @@ from django.utils import timezone
 from queues_app.choices import CycleStatus, TaskState
 from queues_app.invariants import check_invariants
 from queues_app.models import KubeOutbox, KubePod, SchedulingEvent, Task, Workload
-from queues_app.cycle import faults as cycle_faults
+from queues_app.cycle import faults
 from queues_app.cycle.run import cycle_run
 from queues_app.kube.outbox import kube_dispatch_due
 from queues_app.kube.observed import kube_relist
@@ -27,16 +27,16 @@ EVICT_PATH = r"/pods/[^/]+/eviction$"
 
 @pytest.fixture(autouse=True)
 def kube_mode(settings, monkeypatch):
-    from queues_app.kube import outbox as kube_dispatch
+    from queues_app.kube import outbox
 
     settings.KAI_CLUSTER_MODE = "kubernetes"
     settings.KAI_KUBE_DISPATCH_SECONDS = 2
     settings.KAI_KUBE_MAX_ATTEMPTS = 4
     settings.KAI_KUBE_REQUEST_TIMEOUT = 2
-    cycle_faults.clear()
-    monkeypatch.setattr(kube_dispatch, "request_dispatch", lambda: None)  # tests call the dispatcher
+    faults.clear()
+    monkeypatch.setattr(outbox, "request_dispatch", lambda: None)  # tests call the dispatcher
     yield
-    cycle_faults.clear()
+    faults.clear()
 
 
 def sync(emu) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from queues_app.choices import CycleStatus, TaskState
 from queues_app.models import KubeOutbox, KubePod, Task
-from queues_app.cycle import faults as cycle_faults
+from queues_app.cycle import faults
 from queues_app.cycle.run import cycle_run
 from tests.queues_app.cycle_helpers import make_cluster, make_queues, states, submit
 
@@ -18,9 +18,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(autouse=True)
 def _no_hooks():
-    cycle_faults.clear()
+    faults.clear()
     yield
-    cycle_faults.clear()
+    faults.clear()
 
 
 @pytest.fixture(autouse=True)
@@ -28,10 +28,10 @@ def enqueued(monkeypatch):
     """Dispatcher triggers are recorded instead of sent to the broker (and only after commit)."""
     from django.db import transaction
 
-    from queues_app.kube import outbox as kube_dispatch
+    from queues_app.kube import outbox
 
     sent: list[int] = []
-    monkeypatch.setattr(kube_dispatch, "request_dispatch", lambda: transaction.on_commit(lambda: sent.append(1)))
+    monkeypatch.setattr(outbox, "request_dispatch", lambda: transaction.on_commit(lambda: sent.append(1)))
     return sent
 
 
@@ -83,7 +83,7 @@ def test_a_crash_before_commit_writes_neither_decisions_nor_outbox_rows(settings
     def boom():
         raise RuntimeError("killed before commit")
 
-    cycle_faults.register("before_commit", boom)
+    faults.register("before_commit", boom)
     out = cycle_run(trigger="test")
     assert out.status == CycleStatus.FAILED
     assert states(w) == [TaskState.PENDING] * 2

@@ -27,7 +27,7 @@ from queues_app.models import (
     Task,
     Workload,
 )
-from queues_app.kube import observed as svc
+from queues_app.kube import observed
 from queues_app.cycle.run import cycle_run
 from queues_app.services.queues import queue_create
 
@@ -171,11 +171,11 @@ def test_owner_resolver_climbs_to_the_top_controller_and_takes_its_replicas():
 
 def test_owner_replicas_set_the_gang_size_when_there_is_no_annotation(kube):
     obj = _pod_obj("w-0", owners=[{"kind": "Job", "name": "w", "uid": "j", "controller": True}])
-    task = svc.kube_pod_observed(obj=obj, owner=translate.OwnerInfo("Job/w", "j", 4))
+    task = observed.kube_pod_observed(obj=obj, owner=translate.OwnerInfo("Job/w", "j", 4))
     assert task.workload.min_available == 4
     annotated = _pod_obj("v-0", annotations={"kai.scheduler/min-available": "2"},
                          owners=[{"kind": "Job", "name": "v", "uid": "k", "controller": True}])
-    assert svc.kube_pod_observed(obj=annotated, owner=translate.OwnerInfo("Job/v", "k", 4)).workload.min_available == 2
+    assert observed.kube_pod_observed(obj=annotated, owner=translate.OwnerInfo("Job/v", "k", 4)).workload.min_available == 2
 
 
 # ----------------------------------------------------------------------------- rejections
@@ -306,13 +306,13 @@ def test_finished_pods_finish_their_tasks_and_a_recreated_pod_reopens_the_worklo
 
 def test_a_pending_pod_deleted_before_binding_never_schedules(kube):
     obj = _pod_obj("d")
-    task = svc.kube_pod_observed(obj=obj)
+    task = observed.kube_pod_observed(obj=obj)
     assert task.state == TaskState.PENDING
     obj["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
     obj["metadata"]["resourceVersion"] = "11"
-    task = svc.kube_pod_observed(obj=obj)
+    task = observed.kube_pod_observed(obj=obj)
     assert task.state == TaskState.FAILED and task.node is None
-    svc.kube_pod_gone(namespace="ns", name="d")
+    observed.kube_pod_gone(namespace="ns", name="d")
     assert not Task.objects.exists() and not Workload.objects.exists()
 
 
@@ -336,79 +336,79 @@ def _node_obj(name, *, gpus="4", rv="1", unschedulable=False, ready="True"):
 
 
 def test_the_same_event_twice_is_a_no_op(kube):
-    svc.kube_node_observed(obj=_node_obj("n1"))
+    observed.kube_node_observed(obj=_node_obj("n1"))
     node_version = Node.objects.get().version
-    svc.kube_node_observed(obj=_node_obj("n1", rv="2"))  # a kubelet heartbeat: nothing changed
+    observed.kube_node_observed(obj=_node_obj("n1", rv="2"))  # a kubelet heartbeat: nothing changed
     assert Node.objects.get().version == node_version
     obj = _pod_obj("p", node="n1", phase="Running")
-    first = svc.kube_pod_observed(obj=obj)
+    first = observed.kube_pod_observed(obj=obj)
     snapshot = (Task.objects.get().version, Workload.objects.get().version, SchedulingEvent.objects.count())
-    again = svc.kube_pod_observed(obj=obj)
+    again = observed.kube_pod_observed(obj=obj)
     assert again.pk == first.pk and again.state == TaskState.RUNNING
     assert (Task.objects.get().version, Workload.objects.get().version, SchedulingEvent.objects.count()) == snapshot
-    svc.kube_pod_gone(uid="uid-p")
-    svc.kube_pod_gone(uid="uid-p")
+    observed.kube_pod_gone(uid="uid-p")
+    observed.kube_pod_gone(uid="uid-p")
     assert not Task.objects.exists()
-    with pytest.raises(svc.ApplicationError):
-        svc.kube_pod_gone()
+    with pytest.raises(observed.ApplicationError):
+        observed.kube_pod_gone()
 
 
 def test_a_stale_copy_of_a_pod_never_undoes_a_newer_observation(kube):
     """The dispatcher's read-back (rv 20, bound) can arrive before the watch event of the bind's
     predecessor (rv 15, unbound): the older copy changes nothing, and a copy without
     spec.nodeName never unbinds a pod (the field is immutable once set)."""
-    svc.kube_node_observed(obj=_node_obj("n1"))
-    svc.kube_pod_observed(obj=_pod_obj("p", rv="10"))
-    svc.kube_pod_observed(obj=_pod_obj("p", rv="20", node="n1", phase="Running"))
+    observed.kube_node_observed(obj=_node_obj("n1"))
+    observed.kube_pod_observed(obj=_pod_obj("p", rv="10"))
+    observed.kube_pod_observed(obj=_pod_obj("p", rv="20", node="n1", phase="Running"))
     version = Task.objects.get().version
-    svc.kube_pod_observed(obj=_pod_obj("p", rv="15"))
+    observed.kube_pod_observed(obj=_pod_obj("p", rv="15"))
     assert tasks()["p"] == (TaskState.RUNNING, "n1") and Task.objects.get().version == version
     assert KubePod.objects.get().resource_version == "20"
-    svc.kube_pod_observed(obj=_pod_obj("p", rv="not-a-number"))
+    observed.kube_pod_observed(obj=_pod_obj("p", rv="not-a-number"))
     assert tasks()["p"] == (TaskState.RUNNING, "n1")
 
 
 def test_a_pod_recreated_under_the_same_name_replaces_the_old_task(kube):
-    svc.kube_pod_observed(obj=_pod_obj("s-0", uid="old", annotations={"pod-group-name": "s"}))
-    svc.kube_pod_observed(obj=_pod_obj("s-1", uid="other", annotations={"pod-group-name": "s"}))
-    svc.kube_pod_observed(obj=_pod_obj("s-0", uid="new", annotations={"pod-group-name": "s"}))
+    observed.kube_pod_observed(obj=_pod_obj("s-0", uid="old", annotations={"pod-group-name": "s"}))
+    observed.kube_pod_observed(obj=_pod_obj("s-1", uid="other", annotations={"pod-group-name": "s"}))
+    observed.kube_pod_observed(obj=_pod_obj("s-0", uid="new", annotations={"pod-group-name": "s"}))
     assert sorted(KubePod.objects.values_list("name", "uid")) == [("s-0", "new"), ("s-1", "other")]
     assert Workload.objects.count() == 1
-    svc.kube_pod_gone(uid="old")  # the late DELETED of the old pod does not touch the new one
+    observed.kube_pod_gone(uid="old")  # the late DELETED of the old pod does not touch the new one
     assert KubePod.objects.filter(uid="new").exists()
 
 
 def test_pods_of_another_scheduler_are_ignored_by_the_service(kube):
     obj = _pod_obj("x")
     obj["spec"]["schedulerName"] = "default-scheduler"
-    assert svc.kube_pod_observed(obj=obj) is None
+    assert observed.kube_pod_observed(obj=obj) is None
     assert not Task.objects.exists() and not SchedulingEvent.objects.exists()
 
 
 def test_node_flags_follow_cordon_taints_and_readiness(kube):
-    svc.kube_node_observed(obj=_node_obj("n1", unschedulable=True))
+    observed.kube_node_observed(obj=_node_obj("n1", unschedulable=True))
     assert Node.objects.get().unschedulable
     obj = _node_obj("n1", rv="3", ready="False")
     obj["spec"]["taints"] = [{"key": "gpu", "effect": "NoSchedule"}]
-    svc.kube_node_observed(obj=obj)
+    observed.kube_node_observed(obj=obj)
     node = Node.objects.get()
     assert node.unschedulable and not node.ready and KubeNode.objects.get().taints == obj["spec"]["taints"]
 
 
 def test_a_node_cannot_shrink_below_what_its_tasks_hold(kube):
-    svc.kube_node_observed(obj=_node_obj("n1", gpus="2"))
-    svc.kube_pod_observed(obj=_pod_obj("a", node="n1", phase="Running"))
-    svc.kube_pod_observed(obj=_pod_obj("b", node="n1", phase="Running"))
-    assert svc.kube_node_observed_safe(obj=_node_obj("n1", gpus="1", rv="5")) is None
+    observed.kube_node_observed(obj=_node_obj("n1", gpus="2"))
+    observed.kube_pod_observed(obj=_pod_obj("a", node="n1", phase="Running"))
+    observed.kube_pod_observed(obj=_pod_obj("b", node="n1", phase="Running"))
+    assert observed.kube_node_observed_safe(obj=_node_obj("n1", gpus="1", rv="5")) is None
     assert Node.objects.get().gpus == 2
     assert "hold 2" in SchedulingEvent.objects.get(reason="InvalidNode").message
     assert_invariants()
 
 
 def test_a_pod_bound_to_a_node_not_yet_known_is_adopted_when_the_node_arrives(kube):
-    task = svc.kube_pod_observed(obj=_pod_obj("early", node="late-node", phase="Running"))
+    task = observed.kube_pod_observed(obj=_pod_obj("early", node="late-node", phase="Running"))
     assert (task.state, task.node) == (TaskState.PENDING, None)
-    svc.kube_node_observed(obj=_node_obj("late-node"))
+    observed.kube_node_observed(obj=_node_obj("late-node"))
     assert tasks()["early"] == (TaskState.RUNNING, "late-node")
     assert_invariants()
 
@@ -513,7 +513,7 @@ def test_node_removal_with_pods_on_it_leaks_nothing(kube_emulator, kube_client, 
     cycle_run(trigger="test")
     assert tasks()["pending"] == (TaskState.PENDING, None)  # no node has 8 GPUs
     # a bind in flight to n1 when n1 goes: make one by hand (the cycle would, on a freer node)
-    svc.kube_pod_observed(obj=_pod_obj("binding-n1", uid="b1", labels=QUEUE))
+    observed.kube_pod_observed(obj=_pod_obj("binding-n1", uid="b1", labels=QUEUE))
     Task.objects.filter(name="binding-n1").update(state=TaskState.BINDING, node=Node.objects.get(name="n1"))
     em.delete("nodes", None, "n1")
     sync.nodes.watch_once()
@@ -568,7 +568,7 @@ def test_the_run_loop_stops_watching_when_the_lease_is_lost(kube_emulator, kube_
     stop = threading.Event()
     # the loop's threads use their own database connections; the test transaction is invisible
     # to them, so drive the leader part in this thread: steal the lease, then watch run() give up
-    svc.kube_lease_acquire(name="kube-sync", holder="other", ttl_seconds=60)
+    observed.kube_lease_acquire(name="kube-sync", holder="other", ttl_seconds=60)
     threading.Timer(0.8, stop.set).start()
     a.run(stop, poll=0.2)
     assert not a.leader and not Node.objects.exists() and a.nodes.relists == 0
@@ -642,7 +642,7 @@ def test_a_database_error_on_the_lease_does_not_end_the_loop(kube_emulator, kube
     em = kube_emulator
     em.add_node("n1", gpus=4)
     a = KubeSync(api_client=kube_client, holder="a", lease_ttl=30, watch_timeout=1)
-    real = svc.kube_lease_acquire
+    real = observed.kube_lease_acquire
     failures = {"left": 2}
 
     def flaky(**kw):
@@ -651,10 +651,10 @@ def test_a_database_error_on_the_lease_does_not_end_the_loop(kube_emulator, kube
             raise OperationalError("server closed the connection unexpectedly")
         return False  # then: another replica holds it (the loop keeps waiting, no sync)
 
-    monkeypatch.setattr(svc, "kube_lease_acquire", flaky)
+    monkeypatch.setattr(observed, "kube_lease_acquire", flaky)
     stop = threading.Event()
     threading.Timer(1.0, stop.set).start()
     a.run(stop, poll=0.1)  # returns when stopped, instead of raising the first OperationalError
     assert failures["left"] == 0 and not a.leader and a.nodes.relists == 0
-    monkeypatch.setattr(svc, "kube_lease_acquire", real)
+    monkeypatch.setattr(observed, "kube_lease_acquire", real)
     assert a.sync_once() and Node.objects.filter(name="n1").exists()
