@@ -130,7 +130,7 @@ def test_evict_many_equals_one_by_one(seed, shape, sg, dra):
     assert _image(batch) == _image(single)
     for _ in range(8):
         act = np.flatnonzero(np.isin(batch.task_state, _ACTIVE))
-        victims = rng.permutation(act)[:int(rng.integers(1, 12))].tolist()
+        victims = rng.permutation(act)[:int(rng.integers(1, 16))].tolist()
         cps = (batch.checkpoint(), single.checkpoint())
         before = _image(batch)
         batch.evict_many(victims)
