@@ -8,10 +8,11 @@ with exactly one active task and no subgroups; the victim is either passed over 
 or is under a queue the validator refused: ``skip_leaf``; its task was recorded by the previous
 prefix) or accumulated (per-node GPU sums, the single-task GPU-count filter, the best node). While
 no node could hold the beneficiary's single task yet, the loop goes on; after that, for a single
-GPU task (``fast``), the loop also decides the victim's scenarios when none of them can be
-simulated: the node-local set of its node (every accumulated, not dropped victim of the jobs on
-that node) fails the GPU-count filter and the all-accumulated set is the same or no node passes
-the incremental filter. Such a node-local set is one Python would have added to its tried sets: it
+GPU task (``fast``) or several tasks with GPUs (``multi``: the best-fit packing of
+:func:`.gpu_fit.pack_best_fit` on the nodes that could hold the smallest task), the loop also
+decides the victim's scenarios when none of them can be simulated: the node-local set of its node
+(every accumulated, not dropped victim of the jobs on that node) fails the GPU-count filter and
+the all-accumulated set is the same or fails it too. Such a node-local set is one Python would have added to its tried sets: it
 is logged (node, accumulated count, dropped count, set size) and Python rebuilds it when a set of
 that size is looked up (:meth:`~scheduler_engine.solvers.accumulation.PrefixSearch._tried_logged`).
 It returns:
@@ -36,7 +37,9 @@ Accumulation: ``is_rec`` (T) recorded tasks; ``task_node`` / ``task_gpu`` (T); p
 ``pot`` / ``pot_job`` / ``pot_node`` with ``pot_next`` (the job's next one) and ``drop_seq`` (when it was dropped,
 -1: kept); per job ``job_first`` / ``job_last``; the jobs on each node as linked entries
 ``node_head`` (N) / ``ent_job`` / ``ent_next``; scratch ``tsum`` / ``tstamp`` (N) and ``loc``;
-``log`` (rows node, accumulated, dropped, size); ``emptied`` (leaves that ran out); ``ist`` =
+``log`` (rows node, accumulated, dropped, size); for ``multi`` the beneficiary's requests as
+:func:`scheduler_engine.solvers.idle_gpus.demand` gives them (``need``, ``sel``, ``masks``), its
+smallest GPU request less 1e-9 (``mthr``) and scratch ``idxbuf`` / ``capbuf`` (N); ``emptied`` (leaves that ran out); ``ist`` =
 [next leaf, steps, search budget, victim jobs, victim-job budget, accumulated, good nodes, emptied,
 dropped, node entries, logged, stamp, recorded, accumulated before the call], ``fst`` = [best
 node capacity].
@@ -52,6 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernel
+from .gpu_fit import pack_best_fit
 from .victim_keys import rekey_path
 
 EMIT = 0
@@ -92,6 +96,8 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
                 ctask: np.ndarray, skip_leaf: np.ndarray, is_rec: np.ndarray, task_node: np.ndarray,
                 task_gpu: np.ndarray, all_gpu: np.ndarray, cap: np.ndarray, base: np.ndarray, good: np.ndarray,
                 rec_gpu: np.ndarray, fast: bool, thr: float, single: bool, need_lo: float, local_filter: bool,
+                multi: bool, mthr: float, need: np.ndarray, sel: np.ndarray, masks: np.ndarray, idxbuf: np.ndarray,
+                capbuf: np.ndarray,
                 pot: np.ndarray, pot_job: np.ndarray, pot_node: np.ndarray, pot_next: np.ndarray,
                 drop_seq: np.ndarray, job_first: np.ndarray, job_last: np.ndarray, node_head: np.ndarray, ent_job: np.ndarray,
                 ent_next: np.ndarray, tsum: np.ndarray, tstamp: np.ndarray, loc: np.ndarray, log: np.ndarray,
@@ -180,16 +186,17 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
                 best_all = c
         if single and best_all < need_lo:
             continue
-        if not fast or n < 0:
+        if not (fast or multi) or n < 0:
             code = EMIT
             break
         # the scenarios of this victim: its node's node-local set, then all accumulated victims
         cnt = _node_local(n, pot, pot_next, drop_seq, job_first, node_head, ent_job, ent_next, loc)
         live = n_pot - n_drop
         if cnt > 0:
-            if not local_filter:
+            if fast and not local_filter:
                 code = EMIT  # the recorded victims alone already pass: every set passes the filter
                 break
+            # per node: recorded victims plus the set's victims there, in accumulation order
             stamp += 1
             for k in range(cnt):
                 tk = pot[loc[k]]
@@ -200,17 +207,40 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
                         tsum[tn] = rec_gpu[tn]
                     tsum[tn] = tsum[tn] + task_gpu[tk]
             passes = False
-            for k in range(cnt):
-                tn = task_node[pot[loc[k]]]
-                if tn >= 0 and base[tn] + tsum[tn] >= thr:
-                    passes = True
-                    break
+            if fast:
+                for k in range(cnt):
+                    tn = task_node[pot[loc[k]]]
+                    if tn >= 0 and base[tn] + tsum[tn] >= thr:
+                        passes = True
+                        break
+            else:  # idle_gpus.may_fit: pack on the nodes that could hold the smallest GPU task
+                m = 0
+                for v in range(base.shape[0]):
+                    c = base[v] + (tsum[v] if tstamp[v] == stamp else rec_gpu[v])
+                    if c >= mthr:
+                        idxbuf[m] = v
+                        capbuf[m] = c
+                        m += 1
+                passes = m > 0 and pack_best_fit(need, sel, masks, idxbuf[:m], capbuf[:m])
             if passes:
                 code = EMIT
                 break
-        if cnt != live and live > 0 and n_good > 0:
-            code = EMIT  # the all-accumulated set passes its filter
-            break
+        if cnt != live and live > 0:
+            if fast:
+                if n_good > 0:
+                    code = EMIT  # the all-accumulated set passes its filter
+                    break
+            else:
+                m = 0
+                for v in range(base.shape[0]):
+                    c = base[v] + all_gpu[v]
+                    if c >= mthr:
+                        idxbuf[m] = v
+                        capbuf[m] = c
+                        m += 1
+                if m > 0 and pack_best_fit(need, sel, masks, idxbuf[:m], capbuf[:m]):
+                    code = EMIT
+                    break
         if cnt > 0:
             log[n_log, 0] = n
             log[n_log, 1] = n_pot

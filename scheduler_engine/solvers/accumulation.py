@@ -190,7 +190,7 @@ class PrefixSearch:
         self.tried_sets = tried  # (tests read it; sets the kernel logged are added when looked up)
         track = self.track
 
-        use_kernel = USE_KERNEL and not multi
+        use_kernel = USE_KERNEL
         kst = None  # the compiled loop's arrays (built at its first use)
         while vq:
             if solver.tried >= solver.max_scenarios:
@@ -202,7 +202,8 @@ class PrefixSearch:
                     if not vq.run_ready():
                         use_kernel = False
                     else:
-                        kst = self._kernel_arrays(vq, cands, task_gpu, base, rec_gpu, need1, rec_best < thr if fast else False)
+                        kst = self._kernel_arrays(vq, cands, task_gpu, base, rec_gpu, need1,
+                                                  rec_best < thr if fast else False, dem)
                 if kst is not None:
                     code, got = self._kernel_step(vq, kst, cap, best_all)
                     best_all = float(kst["fst"][0])
@@ -333,7 +334,7 @@ class PrefixSearch:
 
     # ---------------------------------------------------------------- the compiled loop
     def _kernel_arrays(self, vq: VictimQueue, cands: np.ndarray, task_gpu: np.ndarray, base: np.ndarray,
-                       rec_gpu: np.ndarray, need1: float, local_filter: bool) -> dict:
+                       rec_gpu: np.ndarray, need1: float, local_filter: bool, dem: tuple | None) -> dict:
         """The inputs of :func:`~scheduler_engine.kernels.victim_run.run_victims` that live for the
         whole prefix search (the victim order's arrays are shared with ``vq`` and updated in place;
         the accumulated victims are mirrored from here on by :meth:`_mirror` and :meth:`drop`)."""
@@ -356,7 +357,11 @@ class PrefixSearch:
              "node_head": np.full(s.N, -1, dtype=np.int64), "ent_job": np.empty(cap_t, dtype=np.int64),
              "ent_next": np.empty(cap_t, dtype=np.int64), "tsum": np.zeros(s.N), "tstamp": np.full(s.N, -1, dtype=np.int64),
              "loc": np.empty(cap_t, dtype=np.int64), "log": np.empty((max(int(cands.size), 1), 4), dtype=np.int64),
-             "emptied": np.empty(s.Q, dtype=np.int64), "ist": ist, "fst": np.zeros(1)}
+             "emptied": np.empty(s.Q, dtype=np.int64), "ist": ist, "fst": np.zeros(1),
+             "mthr": float(self.mthr), "idxbuf": np.empty(s.N, dtype=np.int64), "capbuf": np.empty(s.N)}
+        if dem is None:  # (only read for several GPU tasks)
+            dem = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, s.N), dtype=np.bool_))
+        k["need"], k["sel"], k["masks"] = dem
         self.kst = k
         self.drop_seq = k["drop_seq"]
         # victims accumulated before the kernel's first use (none today: it starts with the search)
@@ -447,6 +452,7 @@ class PrefixSearch:
             vq.popped, vq.has_popped, vq.heap_live, k["calloc"], k["ctask"], self._skip_leaf(vq), k["is_rec"],
             s.task_node, k["task_gpu"], self.all_gpu, cap, k["base"], k["good"], k["rec_gpu"], self.fast, k["thr"],
             len(self.partial) == 1 and not s.task_selector_key[self.partial[0]], k["need_lo"], k["local_filter"],
+            self.multi, k["mthr"], k["need"], k["sel"], k["masks"], k["idxbuf"], k["capbuf"],
             k["pot"], k["pot_job"], k["pot_node"], k["pot_next"], k["drop_seq"], k["job_first"], k["job_last"], k["node_head"],
             k["ent_job"], k["ent_next"], k["tsum"], k["tstamp"], k["loc"], k["log"], k["emptied"], ist, fst)
         solver.steps = int(ist[1])
@@ -457,6 +463,7 @@ class PrefixSearch:
         if p1 > p0:
             potential, pos, job_potential, jobs_on_node = self.potential, self.pos, self.job_potential, self.jobs_on_node
             node = s.task_node
+            multi = self.multi
             for t, vj in zip(k["pot"][p0:p1].tolist(), k["pot_job"][p0:p1].tolist()):
                 pos[t] = len(potential)
                 potential.append(t)
@@ -464,6 +471,8 @@ class PrefixSearch:
                 n = int(node[t])
                 if n >= 0:
                     jobs_on_node.setdefault(n, set()).add(vj)
+                    if multi:  # the candidate-node set of the multi-task filter follows all_gpu
+                        self.track(n)
             if code == victim_run.EMIT:
                 n = int(node[t])
                 got = (vj, [n] if n >= 0 else [])

@@ -87,7 +87,9 @@ def _kernel_drain(state: CycleState, cands, skip: set[int], rec: set[int]) -> tu
         code = victim_run.run_victims(path, kid_ptr, kids, stat, tot, prio, tb, state.queue_alloc, leaf_live, req,
                                       key, vrep, vq.cj, vq.hi, vq.ptr, vq.popped, vq.has_popped, vq.heap_live, calloc,
                                       ctask, skip_leaf, is_rec, state.task_node, state.task_alloc[:, GPU], gpu, cap,
-                                      np.zeros(N), good, np.zeros(N), False, 0.0, True, np.inf, False, pot, pot_job,
+                                      np.zeros(N), good, np.zeros(N), False, 0.0, True, np.inf, False, False, 0.0, np.zeros(0),
+                                      np.zeros(0, np.int64), np.zeros((0, N), np.bool_), np.zeros(N, np.int64),
+                                      np.zeros(N), pot, pot_job,
                                       pot_node, pot_next, drop_seq, job_first, job_last, node_head, ent_job, ent_next,
                                       np.zeros(N), np.full(N, -1, np.int64), np.zeros(T + 1, np.int64), log, emptied,
                                       ist, fst)
@@ -199,7 +201,8 @@ def _searches(monkeypatch, snap, use_kernel: bool) -> list:
     return out
 
 
-@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [(60, 400, 20, "mixed", 3), (150, 1000, 40, "mixed", 2)])
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [(60, 400, 20, "mixed", 3), (150, 1000, 40, "mixed", 2),
+                                                          (80, 600, 20, "mixed", 5)])
 def test_kernel_tries_the_sets_python_tries(monkeypatch, nodes, jobs, queues, shape, seed):
     """The node-local sets the kernel rules out by GPU count (logged, not built) are exactly the
     ones Python adds to its tried sets: so a later set is skipped as already tried just the same."""
