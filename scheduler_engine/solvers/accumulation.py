@@ -461,19 +461,26 @@ class PrefixSearch:
         p0, p1 = int(ist[13]), int(ist[5])
         got = None
         if p1 > p0:
-            potential, pos, job_potential, jobs_on_node = self.potential, self.pos, self.job_potential, self.jobs_on_node
-            node = s.task_node
-            multi = self.multi
-            for t, vj in zip(k["pot"][p0:p1].tolist(), k["pot_job"][p0:p1].tolist()):
-                pos[t] = len(potential)
-                potential.append(t)
-                job_potential[vj] = [t]
-                n = int(node[t])
+            potential, jobs_on_node = self.potential, self.jobs_on_node
+            ts = k["pot"][p0:p1].tolist()
+            js = k["pot_job"][p0:p1].tolist()
+            ns = k["pot_node"][p0:p1].tolist()
+            self.pos.update(zip(ts, range(len(potential), len(potential) + len(ts))))
+            potential.extend(ts)
+            self.job_potential.update(zip(js, ([t] for t in ts)))
+            for vj, n in zip(js, ns):
                 if n >= 0:
-                    jobs_on_node.setdefault(n, set()).add(vj)
-                    if multi:  # the candidate-node set of the multi-task filter follows all_gpu
-                        self.track(n)
+                    hit = jobs_on_node.get(n)
+                    if hit is None:
+                        jobs_on_node[n] = {vj}
+                    else:
+                        hit.add(vj)
+            if self.multi:  # the candidate-node set of the multi-task filter follows all_gpu
+                track = self.track
+                for n in set(ns):
+                    if n >= 0:
+                        track(n)
             if code == victim_run.EMIT:
-                n = int(node[t])
-                got = (vj, [n] if n >= 0 else [])
+                n = ns[-1]
+                got = (js[-1], [n] if n >= 0 else [])
         return code, got

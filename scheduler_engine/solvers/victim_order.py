@@ -18,6 +18,10 @@ from .. import subgroups
 from ..state import ACTIVE_STATES, CycleState
 
 
+_ACTIVE_LUT = np.zeros(max(ACTIVE_STATES) + 1, dtype=np.bool_)
+_ACTIVE_LUT[list(ACTIVE_STATES)] = True
+
+
 def _active_tasks(state: CycleState, j: int) -> list[int]:
     """Active tasks of job j (small jobs: a plain loop beats numpy's per-call overhead)."""
     st = state.task_state
@@ -484,7 +488,7 @@ class VictimQueue:
         if not self._live:
             return False
         if self._k is None:
-            self._heap_build()
+            self._heap_build(fresh=not self.heaps and not self.has_popped.any())
         return True
 
     def heads(self) -> tuple[np.ndarray, np.ndarray]:
@@ -505,7 +509,20 @@ class VictimQueue:
         cj = self.cj
         ver = s.job_version
         sg = s._sg_list
-        for j in np.unique(cj[wv[cj] != ver[cj]]).tolist():
+        stale = np.unique(cj[wv[cj] != ver[cj]])
+        # one-task jobs at once: the task and its allocation if active, else nothing (what a
+        # representative of its active tasks holds)
+        one = s.job_count[stale] == 1
+        if s.any_sg:
+            one &= ~s.job_has_sg[stale]
+        jo = stale[one]
+        t = s.job_start[jo].astype(np.int64)
+        act = _ACTIVE_LUT[s.task_state[t]]
+        wa[jo] = 0.0
+        wa[jo[act]] = s.task_alloc[t[act]]
+        wt[jo] = np.where(act, t, -1)
+        wv[jo] = ver[jo]
+        for j in stale[~one].tolist():
             rep = self._whole_rep(j)
             wa[j] = rep.alloc
             wt[j] = rep.tasks[0] if len(rep.tasks) == 1 and not sg[j] else -1
@@ -524,19 +541,25 @@ class VictimQueue:
                 self._live.discard(q)
 
     # ---------------------------------------------------------------- total-order mode
-    def _heap_build(self) -> None:
+    def _heap_build(self, fresh: bool = False) -> None:
         """Key every queue above a live leaf (compiled, :func:`.victim_keys.build`): a queue is
         represented by the leaf of its best live child, its key is its rules-1..6 victim key when
-        that leaf gives up its victims."""
+        that leaf gives up its victims. ``fresh`` (nothing popped or pushed back yet): what a leaf
+        gives up is its first candidate's whole allocation, taken from :meth:`heads` at once."""
         s = self.state
         by_depth, path, kid_ptr, kids, stat, tot, prio = kernel_static(s)
         tb = queue_tiebreaks(s, True)
         Q = s.Q
         leaf_live = np.zeros(Q, dtype=np.bool_)
         req = np.zeros((Q, 3))
-        for lq in self._live:
-            leaf_live[lq] = True
-            req[lq] = self._leaf_victims(lq)
+        if fresh:
+            live = np.fromiter(self._live, dtype=np.int64, count=len(self._live))
+            leaf_live[live] = True
+            req[live] = self.heads()[0][self.ptr[live]]
+        else:
+            for lq in self._live:
+                leaf_live[lq] = True
+                req[lq] = self._leaf_victims(lq)
         key = np.zeros((Q, 6))
         vrep = np.full(Q, -1, dtype=np.int64)
         self._knext = victim_keys.build(True, by_depth, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, leaf_live,

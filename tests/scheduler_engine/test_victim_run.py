@@ -217,3 +217,26 @@ def test_kernel_tries_the_sets_python_tries(monkeypatch, nodes, jobs, queues, sh
     plain = _searches(monkeypatch, snap, False)
     assert sum(logged) > 0  # the kernel did decide some victims' sets itself
     assert compiled == plain
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_heads_are_the_whole_representatives(seed):
+    """The per-candidate arrays the kernel pops from hold what Python's first representative of
+    each job holds (its active tasks' allocation, its single active task), also after tasks of the
+    candidates changed state (job versions moved on: the cache is refreshed)."""
+    rng = random.Random(seed)
+    state = CycleState(load_dict(_random_cluster(rng, chain=True)))
+    cands = [j for j in range(state.J) if state.job_num_active(j) > 0]
+    for round_ in range(2):
+        vq = victim_order.VictimQueue(state, cands)
+        calloc, ctask = vq.heads()
+        assert len(calloc) == len(vq.cj) == len(cands)
+        for i, j in enumerate(vq.cj.tolist()):
+            rep = vq._whole_rep(j)
+            assert tuple(calloc[i].tolist()) == rep.alloc
+            assert ctask[i] == (rep.tasks[0] if len(rep.tasks) == 1 and not state._sg_list[j] else -1)
+        # evict one task of a few candidates: their versions move, their heads change
+        for j in rng.sample(cands, min(3, len(cands))):
+            t = int(state.job_start[j])
+            if state.task_state[t] in (1, 6, 7):
+                state.evict(t)
