@@ -16,6 +16,8 @@ instead of reductions whose order numba may change, int64 indices, no out-of-ran
 * :mod:`.node_index`: the per-shape node index (fit + placement key of changed nodes, lazy heap).
 * :mod:`.journal`: the state's undo journal as arrays (record, backward replay) and the compiled
   evict / place of tasks without DRA claims.
+* :mod:`.victim_run`: the victim search's pop-and-accumulate loop (victim order over per-leaf candidate
+  arrays, per-node sums, GPU-count filters, node-local sets) up to the next scenario to simulate.
 * :mod:`.warm`: compile (or load) every kernel ahead of the first cycle.
 
 Layout for what is still Python: per-node arrays are (N, ...) with devices in (N, G) rows (DRA

@@ -11,6 +11,11 @@ Identical victim sets are simulated once; sets that cannot fit by GPU count
 (:mod:`.idle_gpus`) are skipped, and a prefix for which even evicting every candidate could not
 fit fails at once.
 
+The loop runs compiled (:mod:`~scheduler_engine.kernels.victim_run`) for as long as Python has
+nothing to decide: plain victims (one active task, no subgroups) are popped and accumulated there,
+and a victim whose scenarios all fail the GPU-count filter is settled there too; Python takes over
+for a scenario to simulate, an elastic or multi-task victim, and the explanations.
+
 Pruning (reclaim and preempt; see :mod:`.job_solver`): after a failed scenario, victims the
 simulation served before the beneficiary, and victims under a queue the validator refused to take
 from, leave the accumulated set, and later candidates of those leaves / queues are passed over.
