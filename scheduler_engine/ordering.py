@@ -141,6 +141,46 @@ def _ranks(state) -> np.ndarray:
     return r
 
 
+def queue_kids(state) -> dict[int, list[int]]:
+    """Children of every queue with children (-1: the top level), in queue order; cached on the state."""
+    hit = getattr(state, "_victims_queue_kids", None)
+    if hit is None:
+        hit = {}
+        for q, p in enumerate(state.queues.parent):
+            hit.setdefault(int(p) if int(p) >= 0 else -1, []).append(q)
+        state._victims_queue_kids = hit
+    return hit
+
+
+def kernel_static(state) -> tuple:
+    """The queue tree and the static per-queue values as :mod:`~scheduler_engine.kernels.victim_keys`
+    takes them: queues deepest first, paths padded with -1, children in CSR form with the top level
+    as parent Q, fair share / deserved / allocatable (Q, 9), total, priority; cached on the state."""
+    hit = getattr(state, "_victims_kernel_static", None)
+    if hit is None:
+        Q = state.Q
+        kids = queue_kids(state)
+        counts = np.zeros(Q + 2, dtype=np.int64)
+        flat: list[int] = []
+        for par in list(range(Q)) + [-1]:
+            ks = kids.get(par, [])
+            counts[(par if par >= 0 else Q) + 1] = len(ks)
+            flat.extend(ks)
+        kid_ptr = np.cumsum(counts)
+        paths = state.queue_path_list
+        depth = max((len(p) for p in paths), default=1)
+        path = np.full((Q, depth), -1, dtype=np.int64)
+        for q, p in enumerate(paths):
+            path[q, :len(p)] = p
+        by_depth = np.array(sorted(range(Q), key=lambda q: -len(paths[q])), dtype=np.int64)
+        stat = np.hstack([np.asarray(state.fair_share, dtype=np.float64), np.asarray(state.queue_deserved, dtype=np.float64),
+                          np.asarray(_alloc_rows(state), dtype=np.float64).reshape(Q, 3)])
+        hit = state._victims_kernel_static = (
+            by_depth, path, kid_ptr, np.asarray(flat, dtype=np.int64), np.ascontiguousarray(stat),
+            np.asarray(state.total, dtype=np.float64), np.asarray(state.queues.priority, dtype=np.int64).reshape(Q))
+    return hit
+
+
 def _weaker(a, b) -> bool:
     """Allocatable ``a <= b`` in every resource and ``<`` in one (``-1`` is +infinity)."""
     def le(x, y):
@@ -379,8 +419,6 @@ class JobQueue:
         self.refresh_all()
 
     def _init_kernel(self) -> None:
-        from .solvers.victim_order import kernel_static  # (the solvers import this module)
-
         st = self.state
         Q = st.Q
         by_depth, path, kid_ptr, kids, stat, tot, prio = kernel_static(st)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..kernels import victim_keys
 from ..ordering import _QueueProfile, _alloc_rows, _dom, _profile_less, _static, chain_tiebreaks
+from ..ordering import kernel_static, queue_kids as _queue_kids  # (re-exported: the solvers import them from here)
 from .. import subgroups
 from ..state import ACTIVE_STATES, CycleState
 
@@ -59,17 +60,6 @@ def _name_rank(state: CycleState) -> np.ndarray:
     return r
 
 
-def _queue_kids(state: CycleState) -> dict[int, list[int]]:
-    """Children of every queue with children (-1: the top level), in queue order; cached on the state."""
-    hit = getattr(state, "_victims_queue_kids", None)
-    if hit is None:
-        hit = {}
-        for q, p in enumerate(state.queues.parent):
-            hit.setdefault(int(p) if int(p) >= 0 else -1, []).append(q)
-        state._victims_queue_kids = hit
-    return hit
-
-
 def _victim_tiebreaks(state: CycleState) -> list[int] | None:
     """Rules 7-8 of the victim order as one integer per queue, or ``None`` if they are no total order.
 
@@ -113,35 +103,6 @@ def _victim_static_ranks(state: CycleState) -> tuple[np.ndarray, np.ndarray]:
         group = np.empty(s.J, dtype=np.int64)
         group[pairs] = np.cumsum(new) - 1
         hit = state._victims_static_ranks = (group, rank)
-    return hit
-
-
-def kernel_static(state: CycleState) -> tuple:
-    """The queue tree and the static per-queue values as :mod:`~scheduler_engine.kernels.victim_keys`
-    takes them: queues deepest first, paths padded with -1, children in CSR form with the top level
-    as parent Q, fair share / deserved / allocatable (Q, 9), total, priority; cached on the state."""
-    hit = getattr(state, "_victims_kernel_static", None)
-    if hit is None:
-        Q = state.Q
-        kids = _queue_kids(state)
-        counts = np.zeros(Q + 2, dtype=np.int64)
-        flat: list[int] = []
-        for par in list(range(Q)) + [-1]:
-            ks = kids.get(par, [])
-            counts[(par if par >= 0 else Q) + 1] = len(ks)
-            flat.extend(ks)
-        kid_ptr = np.cumsum(counts)
-        paths = state.queue_path_list
-        depth = max((len(p) for p in paths), default=1)
-        path = np.full((Q, depth), -1, dtype=np.int64)
-        for q, p in enumerate(paths):
-            path[q, :len(p)] = p
-        by_depth = np.array(sorted(range(Q), key=lambda q: -len(paths[q])), dtype=np.int64)
-        stat = np.hstack([np.asarray(state.fair_share, dtype=np.float64), np.asarray(state.queue_deserved, dtype=np.float64),
-                          np.asarray(_alloc_rows(state), dtype=np.float64).reshape(Q, 3)])
-        hit = state._victims_kernel_static = (
-            by_depth, path, kid_ptr, np.asarray(flat, dtype=np.int64), np.ascontiguousarray(stat),
-            np.asarray(state.total, dtype=np.float64), np.asarray(state.queues.priority, dtype=np.int64).reshape(Q))
     return hit
 
 
