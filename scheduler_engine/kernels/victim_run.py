@@ -114,6 +114,9 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
     n_drop = ist[8]
     n_ent = ist[9]
     n_log = ist[10]
+    # the victim order's flag as a computed bool: a literal True would make numba compile a second
+    # specialisation of rekey_path (and queue_key) beside the one Python callers use (cold cache)
+    victim_mode = ist.shape[0] > 0
     stamp = ist[11]
     n_rec = ist[12]
     ist[13] = n_pot
@@ -150,7 +153,7 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
             leaf_live[leaf] = False
             emptied[n_empt] = leaf
             n_empt += 1
-        knext = rekey_path(True, leaf, path, kid_ptr, kids, stat, tot, prio, tb, alloc, leaf_live, req, key, vrep)
+        knext = rekey_path(victim_mode, leaf, path, kid_ptr, kids, stat, tot, prio, tb, alloc, leaf_live, req, key, vrep)
         # accumulate it (a job popped whole from its leaf's run is new to the accumulated set)
         if skip_leaf[leaf] or is_rec[t]:
             continue
