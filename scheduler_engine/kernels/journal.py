@@ -128,6 +128,22 @@ def undo(lo, hi, task_state, task_node, task_job, job_queue, path_mat, num_activ
 
 
 @kernel
+def add_to_path(qab, path_mat, q, preemptible, a0, a1, a2):
+    """Add (a0, a1, a2) to the allocation of every queue on leaf q's path: row 0 only for a
+    preemptible job, rows 0 and 1 (non-preemptible allocation) otherwise. Eviction passes the
+    negated amounts: ``x + (-a)`` is ``x - a`` bit for bit (IEEE subtraction is defined so)."""
+    rows = 1 if preemptible else 2
+    for k in range(path_mat.shape[1]):
+        a = path_mat[q, k]
+        if a < 0:
+            break
+        for x in range(rows):
+            qab[a, x, 0] += a0
+            qab[a, x, 1] += a1
+            qab[a, x, 2] += a2
+
+
+@kernel
 def evict(i, t, n, preemptible, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active,
           job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, ji, jf):
     """Record entry ``i``, then give up active task t on its node n (numeric part of
@@ -170,16 +186,7 @@ def evict(i, t, n, preemptible, input_state, task_state, task_node, task_job, jo
         task_alloc[t, 1] = 0.0
         task_alloc[t, 2] = 0.0
     j = task_job[t]
-    q = job_queue[j]
-    rows = 1 if preemptible else 2
-    for k in range(path_mat.shape[1]):
-        a = path_mat[q, k]
-        if a < 0:
-            break
-        for x in range(rows):
-            qab[a, x, 0] -= a0
-            qab[a, x, 1] -= a1
-            qab[a, x, 2] -= a2
+    add_to_path(qab, path_mat, job_queue[j], preemptible, -a0, -a1, -a2)
     num_active[j] -= 1
 
 
@@ -228,16 +235,7 @@ def place(i, t, n, pipelined, preemptible, input_state, task_state, task_node, t
     task_state[t] = _PIPE if pipelined else _BIND
     task_node[t] = n
     j = task_job[t]
-    q = job_queue[j]
-    rows = 1 if preemptible else 2
-    for k in range(path_mat.shape[1]):
-        a = path_mat[q, k]
-        if a < 0:
-            break
-        for x in range(rows):
-            qab[a, x, 0] += task_alloc[t, 0]
-            qab[a, x, 1] += task_alloc[t, 1]
-            qab[a, x, 2] += task_alloc[t, 2]
+    add_to_path(qab, path_mat, job_queue[j], preemptible, task_alloc[t, 0], task_alloc[t, 1], task_alloc[t, 2])
     num_active[j] += 1
 
 
