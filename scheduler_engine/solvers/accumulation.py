@@ -31,8 +31,9 @@ from ..plugins.elastic import tasks_to_evict
 from ..snapshot import GPU, TaskState
 from ..state import EPS, CycleState
 from ..kernels import victim_run
+from ..ordering import kernel_static
 from .idle_gpus import demand, fit_base, may_fit, pack
-from .victim_order import VictimQueue, kernel_static
+from .victim_order import VictimQueue
 
 if TYPE_CHECKING:  # the solver drives the search; annotations only
     from .job_solver import VictimSolver

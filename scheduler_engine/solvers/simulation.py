@@ -29,12 +29,12 @@ import numpy as np
 
 from .. import subgroups
 from ..kernels import victim_keys
-from ..ordering import _QueueProfile, _profile_less, job_order_key, task_order
+from ..ordering import _QueueProfile, _profile_less, job_order_key, kernel_static, task_order
 from ..plugins.nodeplacement import ShapeIndex, node_key_one, node_keys, placement_strategy
 from ..plugins.topology import allocation_domains, preferred_tiers
 from ..snapshot import GPU, NRES, TaskState
 from ..state import EPS, CycleState
-from .victim_order import kernel_static, queue_tiebreaks
+from .victim_order import queue_tiebreaks
 
 _PEND = int(TaskState.PENDING)
 _RUN = int(TaskState.RUNNING)

@@ -13,8 +13,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..kernels import victim_keys
-from ..ordering import _QueueProfile, _alloc_rows, _dom, _profile_less, _static, chain_tiebreaks
-from ..ordering import kernel_static, queue_kids as _queue_kids  # (re-exported: the solvers import them from here)
+from ..ordering import (_QueueProfile, _alloc_rows, _dom, _profile_less, _static, chain_tiebreaks, kernel_static,
+                        queue_kids)
 from .. import subgroups
 from ..state import ACTIVE_STATES, CycleState
 
@@ -72,7 +72,7 @@ def _victim_tiebreaks(state: CycleState) -> list[int] | None:
         return hit
     static = _static(state)
     tb: list[int] | None = [0] * state.Q
-    for ks in _queue_kids(state).values():
+    for ks in queue_kids(state).values():
         part = chain_tiebreaks(static, ks, True, state.Q)
         if part is None:
             tb = None
@@ -117,7 +117,7 @@ def queue_tiebreaks(state: CycleState, victim: bool) -> np.ndarray | None:
         else:
             static = _static(state)
             tb = [0] * state.Q
-            for ks in _queue_kids(state).values():
+            for ks in queue_kids(state).values():
                 part = chain_tiebreaks(static, ks, False, state.Q)
                 if part is None:
                     tb = None
@@ -181,7 +181,7 @@ class VictimQueue:
         # the first pop that has to choose between leaves)
         self._k: tuple | None = None
         self._knext = -1  # the leaf whose victim comes next (total-order mode)
-        self._kids = _queue_kids(state)
+        self._kids = queue_kids(state)
         self._heads: tuple | None = None  # per candidate position: whole allocation, single task (run_arrays)
         reps = getattr(state, "_victims_whole_reps", None)
         if reps is None:
