@@ -28,9 +28,30 @@ from tests.scheduler_engine.test_victim_order import _random_cluster
 ACTIONS = ["allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"]
 
 
+def _python_step(state: CycleState, vq, vj: int, vtasks, skip: set[int], rec: set[int], out: list,
+                 gpu: np.ndarray) -> None:
+    """What Python's loop does with one popped victim (no scenarios): pass over skipped leaves and
+    recorded tasks, push back elastic remainders, add the evicted tasks' GPUs per node."""
+    if int(state.job_queue_arr[vj]) in skip:
+        return
+    evict, more = tasks_to_evict(state, vtasks, int(state.job_min_available[vj]))
+    if not evict:
+        return
+    if any(t in rec for t in evict):
+        rest = [t for t in vtasks if t not in rec]
+        if rest:
+            vq.push(vj, rest)
+        return
+    if more:
+        vq.push(vj, [t for t in vtasks if t not in set(evict)])
+    out.append((vj, tuple(evict)))
+    for t in evict:
+        if state.task_node[t] >= 0:
+            gpu[int(state.task_node[t])] += state.task_alloc[t, GPU]
+
+
 def _python_drain(state: CycleState, cands, skip: set[int], rec: set[int]) -> tuple[list, np.ndarray]:
-    """Python's loop (no scenarios): pop, pass over skipped leaves and recorded tasks, push back
-    elastic remainders, add the evicted tasks' GPUs per node."""
+    """Python's loop (no scenarios): pop and take each victim's step."""
     vq = victim_order.VictimQueue(state, cands)
     gpu = np.zeros(state.N)
     out = []
@@ -38,23 +59,7 @@ def _python_drain(state: CycleState, cands, skip: set[int], rec: set[int]) -> tu
         popped = vq.pop()
         if popped is None:
             break
-        vj, vtasks = popped
-        if int(state.job_queue_arr[vj]) in skip:
-            continue
-        evict, more = tasks_to_evict(state, vtasks, int(state.job_min_available[vj]))
-        if not evict:
-            continue
-        if any(t in rec for t in evict):
-            rest = [t for t in vtasks if t not in rec]
-            if rest:
-                vq.push(vj, rest)
-            continue
-        if more:
-            vq.push(vj, [t for t in vtasks if t not in set(evict)])
-        out.append((vj, tuple(evict)))
-        for t in evict:
-            if state.task_node[t] >= 0:
-                gpu[int(state.task_node[t])] += state.task_alloc[t, GPU]
+        _python_step(state, vq, *popped, skip, rec, out, gpu)
     return out, gpu
 
 
@@ -100,23 +105,7 @@ def _kernel_drain(state: CycleState, cands, skip: set[int], rec: set[int]) -> tu
         if code == victim_run.END:
             break
         assert code == victim_run.PY
-        vj, vtasks = vq.pop()
-        if int(state.job_queue_arr[vj]) in skip:
-            continue
-        evict, more = tasks_to_evict(state, vtasks, int(state.job_min_available[vj]))
-        if not evict:
-            continue
-        if any(t in rec for t in evict):
-            rest = [t for t in vtasks if t not in rec]
-            if rest:
-                vq.push(vj, rest)
-            continue
-        if more:
-            vq.push(vj, [t for t in vtasks if t not in set(evict)])
-        out.append((vj, tuple(evict)))
-        for t in evict:
-            if state.task_node[t] >= 0:
-                gpu[int(state.task_node[t])] += state.task_alloc[t, GPU]
+        _python_step(state, vq, *vq.pop(), skip, rec, out, gpu)
     return out, gpu, in_kernel
 
 
