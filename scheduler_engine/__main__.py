@@ -1,7 +1,24 @@
 """``python -m scheduler_engine``: see :mod:`scheduler_engine.cli`."""
+import os
 import sys
 
 from .cli import main
 
+
+def _run() -> int:
+    """Run the CLI; a reader that goes away early (``... | head``) ends it quietly.
+
+    Python ignores SIGPIPE, so writing to a closed pipe raises BrokenPipeError; the rest of the output
+    has no reader, so the process points stdout at /dev/null (the interpreter's final flush would
+    otherwise fail again) and exits 1 without a traceback.
+    """
+    try:
+        return main()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

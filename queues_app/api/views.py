@@ -172,7 +172,7 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
             raise ApplicationError("Invalid ordering.", extra={"ordering": [
                 f"Use one of {', '.join(WORKLOAD_ORDERING)}."]})
         qs = selectors.workload_list_ordered(tenant=self.tenant, filters=_filters_from(request, WorkloadFilter),
-                                                 ordering=ordering)
+                                             ordering=ordering)
         paginator = self.paginator
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(s.WorkloadOutputSerializer(page, many=True).data)
@@ -210,9 +210,9 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
             workload = submit()
             return Response(self._detail(workload), status=status.HTTP_201_CREATED)
         fingerprint = services.request_fingerprint({**request.data} if isinstance(request.data, dict) else
-                                                      request.data)
+                                                   request.data)
         scope = services.idempotency_scope(tenant_id=caller.tenant.pk if caller.tenant else None,
-                                              user_id=request.user.pk)
+                                           user_id=request.user.pk)
         workload, created = services.workload_submit_idempotent(
             key=key, scope=scope, fingerprint=fingerprint, submit=submit, user=request.user)
         response = Response(self._detail(workload), status=status.HTTP_201_CREATED)
@@ -257,7 +257,7 @@ class WorkloadViewSet(CallerMixin, viewsets.ViewSet):
             "dry_run": True, "valid": True, "could_run_now": outcome["placed"], "status": outcome["status"],
             "tasks": outcome["tasks"],
             "blocked_by": [{**e, "message": selectors.redact_message(tenant=tenant, message=e["message"],
-                                                                          allowed=allowed)} for e in events],
+                                                                     allowed=allowed)} for e in events],
             "waiting_for": outcome.get("waiting_for"),
             "queue_fair_share": queue.get("fairShare", {}), "queue_allocated": queue.get("allocated", {}),
             "skipped_actions": outcome["skipped_actions"],
@@ -421,7 +421,7 @@ class QueueViewSet(CallerMixin, viewsets.ViewSet):
         ser = s.QuotasInputSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         services.queue_set_quotas(queue=queue, quotas={r: dict(v) for r, v in ser.validated_data.items()},
-                                     actor=request.user, source="api")
+                                  actor=request.user, source="api")
         return Response(self._statement(queue))
 
     @extend_schema(parameters=[ID_PARAM, TENANT_PARAM, *PAGE_PARAMS],

@@ -193,8 +193,6 @@ def seconds_or_none(d: timedelta | None) -> float | None:
     return None if d is None else _num(d.total_seconds())
 
 
-_seconds = seconds_or_none
-
 
 def _minutes_ago(now: datetime, then: datetime | None) -> int | float | None:
     if then is None:
@@ -408,8 +406,8 @@ def build_engine_input(
             "priority": int(q["priority"]),
             "createdMinutesAgo": _minutes_ago(now, q["created_at"]),
             "resources": {r: dict(res.get(r, default_res)) for r in Resource.values},
-            "reclaimMinRuntime": _seconds(q["reclaim_min_runtime"]),
-            "preemptMinRuntime": _seconds(q["preempt_min_runtime"]),
+            "reclaimMinRuntime": seconds_or_none(q["reclaim_min_runtime"]),
+            "preemptMinRuntime": seconds_or_none(q["preempt_min_runtime"]),
         })
 
     holding = Task.objects.filter(workload=OuterRef("pk"), state__in=TASK_STATES_HOLDING)
@@ -508,8 +506,8 @@ def build_engine_input(
             "createdMinutesAgo": _minutes_ago(now, w["created_at"]),
             "startedMinutesAgo": _minutes_ago(now, w["started_at"]),
             "staleFor": stale_for,
-            "stalenessGracePeriod": _seconds(w["staleness_grace_period"]),
-            "preemptionDelay": _seconds(w["preemption_delay"]),
+            "stalenessGracePeriod": seconds_or_none(w["staleness_grace_period"]),
+            "preemptionDelay": seconds_or_none(w["preemption_delay"]),
             "tasks": tasks,
         }
         if w["topology_required"] or w["topology_preferred"]:

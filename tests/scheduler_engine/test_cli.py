@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import types
@@ -182,6 +183,20 @@ def test_subprocess_cycle_json(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["file"] == str(f)
+
+
+def test_subprocess_closed_stdout_ends_quietly(tmp_path):
+    """`python -m scheduler_engine cycle FILE | head` must not print a BrokenPipeError traceback."""
+    f = write(tmp_path / "a.yaml", scenario())
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write: every write hits EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "scheduler_engine", "cycle", str(f)],
+                              cwd=REPO, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("status", ["Pending", "Binding"])
