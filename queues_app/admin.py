@@ -50,7 +50,7 @@ from queues_app.services import (
     tenant_revoke_queue,
     tenant_set_members,
     tenant_update,
-    workload_cancel,
+    workloads_cancel,
 )
 from queues_app.services.nodes import NODE_FIELDS
 from queues_app.services.queues import QUEUE_UPDATE_FIELDS
@@ -733,9 +733,12 @@ class WorkloadAdmin(ServiceErrorsMixin, admin.ModelAdmin):
 
     @admin.action(description="Cancel selected workloads", permissions=("view",))
     def cancel(self, request: HttpRequest, queryset: QuerySet[Workload]) -> None:
-        for w in queryset:
-            workload_cancel(workload=w, actor=request.user)
-        self.message_user(request, f"Cancelled {len(queryset)} workload(s).")
+        try:
+            n = workloads_cancel(workload_ids=queryset.values_list("pk", flat=True), actor=request.user)
+        except ApplicationError as exc:  # nothing written: the error names the finished workloads
+            self.message_user(request, str(exc), level=messages.ERROR)
+            return
+        self.message_user(request, f"Cancelled {n} workload(s).")
 
 
 @admin.register(Task)

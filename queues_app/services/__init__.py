@@ -30,6 +30,7 @@ from queues_app.services.workloads import (
     workload_import,
     workload_submit,
     workload_submit_idempotent,
+    workloads_cancel,
 )
 
 __all__ = [
@@ -57,4 +58,5 @@ __all__ = [
     "workload_import",
     "workload_submit",
     "workload_submit_idempotent",
+    "workloads_cancel",
 ]

@@ -186,6 +186,18 @@ class OtherAdminPagesTests:
         assert resp.status_code == 302
         assert Workload.objects.get(pk=w.pk).status == "Cancelled"
 
+    def test_cancelling_a_selection_with_a_finished_workload_changes_nothing(self, admin_client_op, queue_tree,
+                                                                             tenants):
+        w = WorkloadFactory(queue=queue_tree["a-train"], tenant=tenants["team_a"], name="alpha")
+        done = WorkloadFactory(queue=queue_tree["a-train"], tenant=tenants["team_a"], name="omega")
+        Workload.objects.filter(pk=done.pk).update(status="Succeeded")
+        url = reverse("admin:queues_app_workload_changelist")
+        resp = admin_client_op.post(url, {"action": "cancel", "_selected_action": [str(w.pk), str(done.pk)]},
+                                    follow=True)
+        assert resp.status_code == 200
+        assert "omega (succeeded)" in resp.content.decode()
+        assert Workload.objects.get(pk=w.pk).status != "Cancelled"
+
     def test_tenant_admin_grants_only_leaves(self, admin_client_op, queue_tree, tenants):
         url = reverse("admin:queues_app_tenant_change", args=[tenants["team_a"].pk])
         data = form_data(admin_client_op.get(url))

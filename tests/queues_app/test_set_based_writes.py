@@ -24,7 +24,9 @@ from django.test.utils import CaptureQueriesContext
 from queues_app.choices import CycleStatus, TaskState, WorkloadStatus
 from queues_app.models import Task, Workload
 from queues_app.cycle.run import cycle_run
-from queues_app.services.workloads import workload_cancel, workload_import, workload_submit
+from queues_app.errors import ApplicationError
+from queues_app.services import workloads as workload_services
+from queues_app.services.workloads import workload_cancel, workload_import, workload_submit, workloads_cancel
 from tests.queues_app.cycle_helpers import make_cluster, make_queues
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +67,52 @@ def test_cancel_of_running_and_pending_tasks_in_two_statements():
     assert list(Task.objects.filter(workload=w).order_by("index").values_list("state", "node__name")) == [
         (TaskState.RELEASING, nodes[0].name), (TaskState.RELEASING, nodes[0].name), (TaskState.FAILED, None),
         (TaskState.FAILED, None)]
+
+
+def _workload_writes(ctx) -> list[str]:
+    return [q["sql"] for q in ctx.captured_queries
+            if q["sql"].lstrip().upper().startswith("UPDATE") and "queues_app_workload" in q["sql"].split("SET")[0]]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("count", [3, 40])
+def test_bulk_cancel_is_three_updates_whatever_the_selection(count):
+    """The admin's "Cancel selected workloads" was one workload_cancel per row (3 statements each)."""
+    nodes = make_cluster(nodes=1, gpus=8)
+    qs = make_queues()
+    ws = [workload_import(queue=qs["qa"], name=f"w{i}", tasks=[{"gpu": 0, "state": "Running", "node": nodes[0].name},
+                                                               {"gpu": 0}]) for i in range(count)]
+    with CaptureQueriesContext(connection) as ctx:
+        assert workloads_cancel(workload_ids=[w.pk for w in ws]) == count
+    assert len(_task_writes(ctx)) == 2 and len(_workload_writes(ctx)) == 1
+    assert len(ctx.captured_queries) <= 8
+    assert set(Workload.objects.values_list("status", flat=True)) == {WorkloadStatus.CANCELLED}
+    assert set(Task.objects.values_list("state", flat=True)) == {TaskState.FAILED, TaskState.RELEASING}
+    assert workloads_cancel(workload_ids=[w.pk for w in ws]) == 0  # cancelled ones are skipped
+
+
+@pytest.mark.django_db
+def test_bulk_cancel_goes_in_chunks(monkeypatch):
+    monkeypatch.setattr(workload_services, "CANCEL_CHUNK", 2)
+    qs = make_queues()
+    ws = [workload_submit(queue=qs["qa"], name=f"w{i}", replicas=2, task={"gpu": 0}) for i in range(5)]
+    with CaptureQueriesContext(connection) as ctx:
+        assert workloads_cancel(workload_ids=[w.pk for w in ws] + [ws[0].pk]) == 5
+    assert len(_task_writes(ctx)) == 6 and len(_workload_writes(ctx)) == 3  # 3 chunks of <= 2 workloads
+    assert Workload.objects.filter(status=WorkloadStatus.CANCELLED).count() == 5
+
+
+@pytest.mark.django_db
+def test_bulk_cancel_with_a_finished_workload_writes_nothing_and_names_it():
+    qs = make_queues()
+    a = workload_submit(queue=qs["qa"], name="pending-one", replicas=2, task={"gpu": 0})
+    done = workload_submit(queue=qs["qa"], name="done-one", replicas=1, task={"gpu": 0})
+    Workload.objects.filter(pk=done.pk).update(status=WorkloadStatus.SUCCEEDED)
+    with pytest.raises(ApplicationError) as exc:
+        workloads_cancel(workload_ids=[a.pk, done.pk])
+    assert "done-one (succeeded)" in exc.value.extra["workloads"][0]
+    assert Workload.objects.get(pk=a.pk).status != WorkloadStatus.CANCELLED
+    assert set(Task.objects.filter(workload=a).values_list("state", flat=True)) == {TaskState.PENDING}
 
 
 @pytest.mark.django_db
