@@ -39,7 +39,8 @@ from queues_app.models import (
 from queues_app.selectors import workload_why
 from queues_app.services import (
     node_delete,
-    node_set_schedulable,
+    nodes_delete,
+    nodes_set_schedulable,
     node_upsert,
     queue_create,
     queue_delete,
@@ -518,26 +519,19 @@ class NodeAdmin(ScaleUpAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
 
     @admin.action(description="Cordon (mark unschedulable)")
     def cordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        names = []
-        for n in queryset:
-            node_set_schedulable(node=n, schedulable=False)
-            names.append(n.name)
+        names = nodes_set_schedulable(node_ids=queryset.values_list("pk", flat=True), schedulable=False)
         self.message_user(request, f"Cordoned {_count_names(names, 'node')}: the next cycles place nothing new "
                                    "there; tasks already running stay until they end or are evicted.",
                           level=messages.SUCCESS)
 
     @admin.action(description="Uncordon (mark schedulable)")
     def uncordon(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        names = []
-        for n in queryset:
-            node_set_schedulable(node=n, schedulable=True)
-            names.append(n.name)
+        names = nodes_set_schedulable(node_ids=queryset.values_list("pk", flat=True), schedulable=True)
         self.message_user(request, f"Uncordoned {_count_names(names, 'node')}: the next cycle may place tasks "
                                    "there again.", level=messages.SUCCESS)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
-        for n in queryset:
-            node_delete(node=n)
+        nodes_delete(node_ids=queryset.values_list("pk", flat=True))
 
 
 # ----------------------------------------------------------------------------- workloads

@@ -5,7 +5,7 @@ Import from the sub-modules (``queues_app.services.queues`` ...) or from here.  
 choices, errors, ``queues_app.cycle.contract`` (the engine contract every door checks) and
 ``queues_app.cycle.config``.  Must not import: the rest of the cycle, ``kube``, ``tasks``, the API.
 """
-from queues_app.services.nodes import node_delete, node_set_schedulable, node_upsert
+from queues_app.services.nodes import node_delete, node_set_schedulable, node_upsert, nodes_delete, nodes_set_schedulable
 from queues_app.services.queues import (
     queue_create,
     queue_delete,
@@ -43,6 +43,8 @@ __all__ = [
     "node_delete",
     "node_set_schedulable",
     "node_upsert",
+    "nodes_delete",
+    "nodes_set_schedulable",
     "queue_create",
     "queue_delete",
     "queue_set_quota",

@@ -304,6 +304,20 @@ class UnitsAndMessagesTests:
         resp = admin_client_op.post(url, {"action": "uncordon", "_selected_action": [str(node.pk)]}, follow=True)
         assert any(str(m).startswith("Uncordoned 1 node (dgx-1)") for m in resp.context["messages"])
 
+    def test_deleting_selected_nodes_goes_through_the_bulk_service(self, admin_client_op, queue_tree):
+        a, b, busy = (NodeFactory(name=n, gpus=8) for n in ("idle-1", "idle-2", "busy-1"))
+        workload_import(queue=queue_tree["a-train"], name="w", tasks=[{"gpu": 1, "state": "Running",
+                                                                        "node": "busy-1"}])
+        url = reverse("admin:queues_app_node_changelist")
+        resp = admin_client_op.post(url, {"action": "delete_selected", "post": "yes",
+                                          "_selected_action": [str(a.pk), str(busy.pk)]}, follow=True)
+        assert resp.status_code == 200 and "Cannot delete nodes" in resp.content.decode()  # a task is bound
+        assert Node.objects.filter(name__in=["idle-1", "busy-1"]).count() == 2
+        resp = admin_client_op.post(url, {"action": "delete_selected", "post": "yes",
+                                          "_selected_action": [str(a.pk), str(b.pk)]}, follow=True)
+        assert any(str(m) == "Successfully deleted 2 nodes." for m in resp.context["messages"])
+        assert list(Node.objects.values_list("name", flat=True)) == ["busy-1"]
+
     def test_nodes_and_tasks_show_cores_and_gib(self, admin_client_op, queue_tree):
         node_upsert(name="n1", gpus=8, cpu_millis=128_000, memory_bytes=1024 * 2**30, gpu_memory_mib=81920)
         w = workload_import(queue=queue_tree["a-train"], name="w", tasks=[

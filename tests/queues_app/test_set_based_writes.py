@@ -22,10 +22,11 @@ from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 
 from queues_app.choices import CycleStatus, TaskState, WorkloadStatus
-from queues_app.models import Task, Workload
+from queues_app.models import Node, Task, Workload
 from queues_app.cycle.run import cycle_run
 from queues_app.errors import ApplicationError
 from queues_app.services import workloads as workload_services
+from queues_app.services.nodes import nodes_delete, nodes_set_schedulable
 from queues_app.services.workloads import workload_cancel, workload_import, workload_submit, workloads_cancel
 from tests.queues_app.cycle_helpers import make_cluster, make_queues
 
@@ -113,6 +114,38 @@ def test_bulk_cancel_with_a_finished_workload_writes_nothing_and_names_it():
     assert "done-one (succeeded)" in exc.value.extra["workloads"][0]
     assert Workload.objects.get(pk=a.pk).status != WorkloadStatus.CANCELLED
     assert set(Task.objects.filter(workload=a).values_list("state", flat=True)) == {TaskState.PENDING}
+
+
+@pytest.mark.django_db
+def test_cordon_of_many_nodes_is_one_update_and_bumps_only_changed_rows():
+    nodes = make_cluster(nodes=30, gpus=8)
+    Node.objects.filter(pk=nodes[0].pk).update(unschedulable=True)
+    before = dict(Node.objects.values_list("pk", "version"))
+    with CaptureQueriesContext(connection) as ctx:
+        names = nodes_set_schedulable(node_ids=[n.pk for n in nodes], schedulable=False)
+    assert names == sorted(n.name for n in nodes)
+    assert len([q for q in ctx.captured_queries if q["sql"].lstrip().upper().startswith("UPDATE")]) == 1
+    after = dict(Node.objects.values_list("pk", "version"))
+    assert after[nodes[0].pk] == before[nodes[0].pk]  # already cordoned: untouched
+    assert all(after[n.pk] == before[n.pk] + 1 for n in nodes[1:])
+    assert Node.objects.filter(unschedulable=False).count() == 0
+
+
+@pytest.mark.django_db
+def test_deleting_nodes_is_all_or_nothing_and_names_the_busy_ones():
+    nodes = make_cluster(nodes=4, gpus=8)
+    qs = make_queues()
+    workload_import(queue=qs["qa"], name="on-two", tasks=[{"gpu": 1, "state": "Running", "node": nodes[2].name}])
+    done = workload_import(queue=qs["qa"], name="done", tasks=[{"gpu": 1, "state": "Succeeded", "node": nodes[0].name}])
+    with pytest.raises(ApplicationError) as exc:
+        nodes_delete(node_ids=[n.pk for n in nodes])
+    assert f"{nodes[2].name} (1)" in exc.value.extra["tasks"][0]
+    assert Node.objects.count() == 4
+    with CaptureQueriesContext(connection) as ctx:
+        assert nodes_delete(node_ids=[nodes[0].pk, nodes[1].pk, nodes[3].pk]) == 3
+    assert len(ctx.captured_queries) <= 12  # lock, count, history UPDATE, DELETE (+ cascade collection)
+    assert list(Node.objects.values_list("name", flat=True)) == [nodes[2].name]
+    assert Task.objects.get(workload=done).node_id is None  # history keeps the task, forgets the node
 
 
 @pytest.mark.django_db
