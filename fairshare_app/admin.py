@@ -17,6 +17,7 @@ from fairshare_app import charts, selectors
 from fairshare_app.models import AccountingInterval, FairshareSettings, GpuBudget, NormalizedUsage
 from fairshare_app.services import budget_create, budget_delete, budget_update, fairshare_settings_get
 from fairshare_app.services.settings import EDITABLE_FIELDS, fairshare_settings_update
+from queues_app.admin_mixins import ViewOnlyMixin
 from queues_app.errors import ApplicationError
 from queues_app.models import Queue
 
@@ -88,7 +89,7 @@ class FairshareSettingsAdmin(admin.ModelAdmin):
 
         budgets = selectors.budget_statuses(tenant=None, active_only=True, with_burn_down=True)
         burn = {f"{b.budget.queue.name} ({b.budget.period.lower()})": ([t for t, _ in b.burn_down],
-                                                                        [r for _, r in b.burn_down])
+                                                                       [r for _, r in b.burn_down])
                 for b in budgets}
         context = {
             **self.admin_site.each_context(request),
@@ -181,7 +182,7 @@ class GpuBudgetAdmin(admin.ModelAdmin):
 
 
 @admin.register(AccountingInterval)
-class AccountingIntervalAdmin(admin.ModelAdmin):
+class AccountingIntervalAdmin(ViewOnlyMixin, admin.ModelAdmin):
     """Read-only: history is written by the accounting task only."""
 
     list_display = ("start", "end", "resolution", "samples", "capacity_gpu_hours")
@@ -193,27 +194,9 @@ class AccountingIntervalAdmin(admin.ModelAdmin):
     def capacity_gpu_hours(self, obj):
         return f"{obj.capacity_gpu / 3600:.2f}"
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(NormalizedUsage)
-class NormalizedUsageAdmin(admin.ModelAdmin):
+class NormalizedUsageAdmin(ViewOnlyMixin, admin.ModelAdmin):
     list_display = ("queue", "gpu", "cpu", "memory", "computed_at", "window_start")
     list_select_related = ("queue",)
     ordering = ("queue__path",)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from queues_app import admin_devices, quantities, selectors  # admin_devices also registers DeviceClassAdmin
-from queues_app.admin_mixins import ServiceErrorsMixin
+from queues_app.admin_mixins import NoAddOrChangeMixin, ServiceErrorsMixin, ViewOnlyMixin
 from queues_app.admin_whatif import ScaleUpAdminMixin, WhatIfAdminMixin
 from queues_app.choices import TASK_STATES_HOLDING
 from queues_app.cycle import contract
@@ -103,7 +103,7 @@ class QueueResourceForm(forms.ModelForm):
         if not self.errors and row.queue_id is not None:
             values = {f: getattr(row, f) for f in ("quota", "over_quota_weight", "limit")}
             _add_engine_errors(self, contract.queue_problems(name=row.queue.name, quotas={row.resource: values},
-                                                              prefix=""))
+                                                             prefix=""))
 
 
 class QuotaFormSet(forms.BaseInlineFormSet):
@@ -140,7 +140,7 @@ class QueueResourceInline(admin.TabularInline):
         return False
 
 
-class QuotaChangeInline(admin.TabularInline):
+class QuotaChangeInline(NoAddOrChangeMixin, admin.TabularInline):
     """Audit history on the queue page: who changed which quota when, old -> new."""
 
     model = QuotaChange
@@ -152,12 +152,6 @@ class QuotaChangeInline(admin.TabularInline):
     verbose_name = "quota change"
     verbose_name_plural = "quota history"
     ordering = ("-changed_at", "-id")
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[QuotaChange]:
         return super().get_queryset(request).order_by("-changed_at", "-id")
@@ -360,7 +354,7 @@ class QueueAdmin(WhatIfAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
 
 
 @admin.register(QuotaChange)
-class QuotaChangeAdmin(admin.ModelAdmin):
+class QuotaChangeAdmin(ViewOnlyMixin, admin.ModelAdmin):
     """Read-only audit trail of every quota edit (admin, API, commands)."""
 
     list_display = ("changed_at", "queue_name", "resource", "field", "old_value", "new_value", "changed_by_name",
@@ -369,30 +363,15 @@ class QuotaChangeAdmin(admin.ModelAdmin):
     search_fields = ("queue_name", "changed_by_name")
     date_hierarchy = "changed_at"
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
 
 @admin.register(QueueStatus)
-class QueueStatusAdmin(admin.ModelAdmin):
+class QueueStatusAdmin(NoAddOrChangeMixin, admin.ModelAdmin):
     """Written by the scheduling cycle; read-only here."""
 
     list_display = ("queue", "gpus_allocated", "gpu_fair_share", "cpu_allocated", "cpu_fair_share",
                     "memory_allocated", "memory_fair_share", "pending_workloads", "running_workloads", "updated_at")
     list_select_related = ("queue",)
     ordering = ("queue__path",)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="GPUs allocated", ordering="allocated_gpu")
     def gpus_allocated(self, obj: QueueStatus) -> str:
@@ -452,7 +431,7 @@ class NodeAdminForm(forms.ModelForm):
         if not self.errors:
             node = self.instance
             _add_engine_errors(self, contract.node_problems({"name": node.name,
-                                                               **{f: getattr(node, f) for f in NODE_FIELDS}}))
+                                                             **{f: getattr(node, f) for f in NODE_FIELDS}}))
 
 
 @admin.register(Node)
@@ -537,7 +516,7 @@ class NodeAdmin(ScaleUpAdminMixin, ServiceErrorsMixin, admin.ModelAdmin):
 # ----------------------------------------------------------------------------- workloads
 
 
-class TaskInline(admin.TabularInline):
+class TaskInline(NoAddOrChangeMixin, admin.TabularInline):
     """A workload's tasks: state, node (a link) and the GPU devices they hold."""
 
     model = Task
@@ -547,12 +526,6 @@ class TaskInline(admin.TabularInline):
     extra = 0
     can_delete = False
     template = "admin/queues_app/readonly_inline.html"
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
         return super().get_queryset(request).select_related("node", "sub_group")
@@ -604,7 +577,7 @@ def _count_names(names: list[str], noun: str) -> str:
 
 
 @admin.register(Workload)
-class WorkloadAdmin(ServiceErrorsMixin, admin.ModelAdmin):
+class WorkloadAdmin(ViewOnlyMixin, ServiceErrorsMixin, admin.ModelAdmin):
     """Workloads are submitted through the tenant API; operators browse and cancel them here."""
 
     list_display = ("name", "queue", "tenant", "status", "priority", "preemptible", "min_available", "n_tasks",
@@ -716,15 +689,6 @@ class WorkloadAdmin(ServiceErrorsMixin, admin.ModelAdmin):
     def n_tasks(self, obj: Workload) -> int:
         return getattr(obj, "task_total", None) or 0
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     @admin.action(description="Cancel selected workloads", permissions=("view",))
     def cancel(self, request: HttpRequest, queryset: QuerySet[Workload]) -> None:
         try:
@@ -736,20 +700,11 @@ class WorkloadAdmin(ServiceErrorsMixin, admin.ModelAdmin):
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(ViewOnlyMixin, admin.ModelAdmin):
     list_display = ("name", "workload", "state", "node", "gpus", "cpu", "memory", "updated_at")
     list_filter = ("state",)  # by node: the "tasks on this node" link of a node page (?node__id__exact=)
     list_select_related = ("workload", "node")
     search_fields = ("name", "workload__name")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="GPUs", ordering="gpu")
     def gpus(self, obj: Task) -> str:
@@ -828,12 +783,8 @@ class TenantAdmin(ServiceErrorsMixin, admin.ModelAdmin):
 # ----------------------------------------------------------------------------- cycles
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+class ReadOnlyAdmin(NoAddOrChangeMixin, admin.ModelAdmin):
+    """Cycle records, events, autoscale state, heartbeats: written by the cycle and the workers."""
 
 
 @admin.register(SchedulingCycle)
@@ -869,7 +820,7 @@ class SchedulingEventAdmin(ReadOnlyAdmin):
         if obj.cycle_id is None:
             return "—"
         return format_html('<a href="{}">#{}</a>', reverse("admin:queues_app_schedulingcycle_change",
-                                                            args=[obj.cycle_id]), obj.cycle_id)
+                                                           args=[obj.cycle_id]), obj.cycle_id)
 
 
 @admin.register(KubeAutoscaleState)

@@ -1,4 +1,4 @@
-"""What every ModelAdmin of queues_app shares: service errors shown as messages, not 500s.
+"""What the ModelAdmins share: service errors shown as messages, not 500s; read-only pages.
 
 Its own module so that the admin modules (``admin``, ``admin_devices``) can all use it without
 importing each other.
@@ -39,3 +39,21 @@ class ServiceErrorsMixin:
         except ApplicationError as exc:
             self.message_user(request, str(exc), level=messages.ERROR)  # type: ignore[attr-defined]
             return HttpResponseRedirect(request.get_full_path())
+
+
+class NoAddOrChangeMixin:
+    """Rows written only by services, the cycle or the accounting task: operators read them here
+    (admin pages and inlines alike: ``obj`` is the inline's parent)."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ViewOnlyMixin(NoAddOrChangeMixin):
+    """Audit trails and history: not even deletable from the admin."""
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
