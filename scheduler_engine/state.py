@@ -101,6 +101,7 @@ import numpy as np
 from .fairshare import compute_fair_share
 from .result import PENDING_LIMIT, PENDING_QUOTA, Reason
 from .snapshot import CPU, GPU, MEM, NRES, UNLIMITED, Snapshot, TaskState
+from .kernels import devices as _devices_k
 from .kernels import journal as _journal_k
 
 EPS = 1e-9
@@ -887,42 +888,36 @@ class CycleState:
         nd = int(self.node_devices[n])
         if nd == 0:
             return [] if (not self.task_is_shared[t] and self.task_whole[t] == 0) else None
+        if not self._shared_list[t]:
+            k = int(self.task_whole[t])
+            if k == 0:
+                return []
+            # whole devices: the kernel compiled callers use too (fully free first when pipelined)
+            out = np.empty(min(k, nd), dtype=np.int64)
+            if _devices_k.choose_whole(self.dev_free, self.dev_rel, int(n), nd, k, bool(pipelined), out) < 0:
+                return None
+            return out.tolist()
         # plain Python on the node's few devices (same sums and comparisons as numpy, elementwise)
         free = self.dev_free[n, :nd].tolist()
         if spread is None:
             spread = self.config.placement.get("gpu", "binpack") == "spread"
-        if self.task_is_shared[t]:
-            f = self._shared_fraction(t, n)
-            if not math.isfinite(f) or f > 1 + EPS:
-                return None
-            lo = f - EPS
-            if pipelined:
-                rel = self.dev_rel[n, :nd].tolist()
-                ok = [d for d in range(nd) if free[d] + rel[d] >= lo]
-            else:
-                ok = [d for d in range(nd) if free[d] >= lo]
-            if not ok:
-                return None
-            # releasing load counts as occupied (occupied = 1 - free); the first in
-            # (occupied, device) order for spread, (-occupied, device) for binpack. The device
-            # choice precedes the bind/pipeline decision in pipelined mode too.
-            if spread:
-                return [min(ok, key=lambda d: (1.0 - free[d], d))]
-            return [min(ok, key=lambda d: (-(1.0 - free[d]), d))]
-        k = int(self.task_whole[t])
-        if k == 0:
-            return []
-        one = 1 - EPS
+        f = self._shared_fraction(t, n)
+        if not math.isfinite(f) or f > 1 + EPS:
+            return None
+        lo = f - EPS
         if pipelined:
             rel = self.dev_rel[n, :nd].tolist()
-            ok = [d for d in range(nd) if free[d] + rel[d] >= one]
-            # prefer fully free devices, then those being released
-            ok = [d for d in ok if not free[d] < one] + [d for d in ok if free[d] < one]
+            ok = [d for d in range(nd) if free[d] + rel[d] >= lo]
         else:
-            ok = [d for d, x in enumerate(free) if x >= one]
-        if len(ok) < k:
+            ok = [d for d in range(nd) if free[d] >= lo]
+        if not ok:
             return None
-        return ok[:k]
+        # releasing load counts as occupied (occupied = 1 - free); the first in
+        # (occupied, device) order for spread, (-occupied, device) for binpack. The device
+        # choice precedes the bind/pipeline decision in pipelined mode too.
+        if spread:
+            return [min(ok, key=lambda d: (1.0 - free[d], d))]
+        return [min(ok, key=lambda d: (-(1.0 - free[d]), d))]
 
     # ------------------------------------------------------------------ journal
     def checkpoint(self) -> tuple[int, int]:

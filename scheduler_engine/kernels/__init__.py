@@ -13,7 +13,9 @@ instead of reductions whose order numba may change, int64 indices, no out-of-ran
 
 * :mod:`.gpu_fit`: the idle-GPU filter's best-fit packing of a beneficiary's GPU tasks.
 * :mod:`.victim_keys`: rules 1-6 of the victim order per queue and the per-parent winner search.
-* :mod:`.node_index`: the per-shape node index (fit + placement key of changed nodes, lazy heap).
+* :mod:`.node_index`: the per-shape node index (fit + placement key of changed nodes, lazy heap);
+  its query (``query_whole`` / ``query_shared``) is callable from other kernels.
+* :mod:`.devices`: the whole-device choice of a placement (``CycleState.choose_devices``).
 * :mod:`.journal`: the state's undo journal as arrays (record, backward replay) and the compiled
   evict / place of tasks without DRA claims.
 * :mod:`.victim_run`: the victim search's pop-and-accumulate loop (victim order over per-leaf candidate

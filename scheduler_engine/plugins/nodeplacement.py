@@ -206,18 +206,21 @@ class ShapeIndex:
             for n in nodes.tolist():
                 self._update_generic(n)
             return
+        self._query_fast(nodes)
+
+    def _query_fast(self, nodes: np.ndarray) -> int:
+        """One compiled query (:func:`node_index.query_whole` / :func:`node_index.query_shared`):
+        re-evaluate ``nodes`` (int64, repeats allowed; many: every node) and return the best node."""
         s = self.state
-        self._room(nodes.shape[0])
         if self._shared:
             sched, sel, rc, rm, frac, ndev, top, fgpu = self._fast
-            node_index.update_shared(nodes, sched, sel, rc, rm, frac, fgpu, ndev, top, self.spread, s._node_both,
-                                     s.dev_free, s.dev_rel, s.dev_shared, self.idle_ok, self.any_ok, self.key,
-                                     self.hk, self.hn, self.hs)
-        else:
-            sched, sel, rc, rm, k, ndev, top, cap = self._fast
-            node_index.update_whole(nodes, sched, sel, rc, rm, k, ndev, top, cap, self.col, self.spread,
-                                    s._node_both, s.dev_free, s.dev_rel, self.idle_ok, self.any_ok, self.key,
-                                    self.hk, self.hn, self.hs)
+            return node_index.query_shared(nodes, 0, nodes.shape[0], sched, sel, rc, rm, frac, fgpu, ndev, top,
+                                           self.spread, s._node_both, s.dev_free, s.dev_rel, s.dev_shared,
+                                           self.idle_ok, self.any_ok, self.key, self.hk, self.hn, self.hs)
+        sched, sel, rc, rm, k, ndev, top, cap = self._fast
+        return node_index.query_whole(nodes, 0, nodes.shape[0], sched, sel, rc, rm, k, ndev, top, cap, self.col,
+                                      self.spread, s._node_both, s.dev_free, s.dev_rel, self.idle_ok, self.any_ok,
+                                      self.key, self.hk, self.hn, self.hs)
 
     def _update_generic(self, n: int) -> None:
         s = self.state
@@ -243,6 +246,14 @@ class ShapeIndex:
         placement order (smallest key, then smallest index)."""
         s = self.state
         log = s.node_log
+        if self._fast is not None:
+            # one compiled call: the changed nodes' updates and the heap's top
+            hi = len(log)
+            if hi == self.pos:
+                return int(node_index.best(self.any_ok, self.key, self.hk, self.hn, self.hs))
+            delta = np.array(log[self.pos:hi], dtype=np.int64)
+            self.pos = hi
+            return int(self._query_fast(delta))
         if len(log) != self.pos:
             delta = log[self.pos:]
             self.pos = len(log)
