@@ -4,51 +4,50 @@
 
 One call runs the loop for as long as every step is a plain array update: the next leaf's head is
 a whole candidate job from the leaf's sorted run (no pushed-back elastic remainder in that leaf)
-with exactly one active task and no subgroups; the victim is either passed over (its leaf retook
-or is under a queue the validator refused: ``skip_leaf``; its task was recorded by the previous
-prefix) or accumulated (per-node GPU sums, the single-task GPU-count filter, the best node). While
-no node could hold the beneficiary's single task yet, the loop goes on; after that, for a single
-GPU task (``fast``) or several tasks with GPUs (``multi``: the best-fit packing of
-:func:`.gpu_fit.pack_best_fit` on the nodes that could hold the smallest task), the loop also
-decides the victim's scenarios when none of them can be simulated: the node-local set of its node
-(every accumulated, not dropped victim of the jobs on that node) fails the GPU-count filter and
-the all-accumulated set is the same or fails it too. Such a node-local set is one Python would have added to its tried sets: it
-is logged (node, accumulated count, dropped count, set size) and Python rebuilds it when a set of
-that size is looked up (:meth:`~scheduler_engine.solvers.accumulation.PrefixSearch._tried_logged`).
-It returns:
+that Python would evict whole: its single active task, or a gang at or below ``minAvailable``
+(all its active tasks, in reversed task order), without subgroups; the victim is either passed
+over (its leaf retook or is under a queue the validator refused: ``skip_leaf``; its single task
+was recorded by the previous prefix) or accumulated (per-node GPU sums, the single-task GPU-count
+filter, the best node). While no node could hold the beneficiary's single task yet, the loop goes
+on; after that, for a single GPU task (``fast``) or several tasks with GPUs (``multi``: the
+best-fit packing of :func:`.gpu_fit.pack_best_fit` on the nodes that could hold the smallest
+task), the loop also decides the victim's scenarios when none of them can be simulated: the
+node-local set of each node it ran on (every accumulated, not dropped victim of the jobs on that
+node) fails the GPU-count filter and the all-accumulated set is one of them or fails too. Such a
+node-local set is one Python would have added to its tried sets: it is logged (node, accumulated
+count, dropped count, set size) and Python rebuilds it when a set of that size is looked up
+(:meth:`~scheduler_engine.solvers.accumulation.PrefixSearch._tried_logged`). It returns:
 
 * :data:`EMIT`: a victim was accumulated and the scenarios it opens must be considered by Python
-  (which keeps the tried sets and simulates);
-* :data:`PY`: the next head is not plain (elastic remainder, several active tasks, subgroups, no
-  active task): Python pops that victim itself (nothing of it was consumed, not even a step);
+  (which keeps the tried sets and simulates); its nodes are ``ni[NI_HOSTS, :ist[IS_HOSTS]]``;
+* :data:`PY`: the next head is not plain (elastic remainder or surplus, subgroups, no active task,
+  a gang holding a recorded task): Python pops that victim itself (nothing of it was consumed, not
+  even a step);
 * :data:`END`: no live leaf is left;
 * :data:`BUDGET`: the search budget (steps) is exhausted (the step was counted);
 * :data:`JOBS`: the victim-job budget is spent (the victim was popped, not accumulated).
 
-Arrays of the victim order (besides :mod:`.victim_keys`' tree arrays): ``cj`` the candidate jobs,
-all leaves' sorted runs concatenated; ``hi`` (Q) the end of each leaf's run; ``ptr`` (Q) the next
-position in it; ``popped`` (Q, 3) / ``has_popped`` (Q) what each leaf gave up so far; ``heap_live``
-(Q) a leaf holds pushed-back remainders; per candidate position ``calloc`` (C, 3) its whole
-allocation and ``ctask`` its single active task (-1: not plain).
+Few arguments (the call is made once per stretch, thousands of times per cycle, and each array
+argument costs the dispatcher): besides :mod:`.victim_keys`' tree arrays, same-length arrays come
+packed as rows of one 2-D array, their rows named by the constants below. The victim order:
+``qi`` (per leaf: end and next position of its run in ``cj``, gave up something, holds pushed-back
+remainders; the search's skip flag; leaves emptied by this call), ``popped`` (Q, 3) what each leaf
+gave up so far, ``cj`` all leaves' sorted runs concatenated, ``calloc`` (C, 3) the whole allocation
+per run position; per job the tasks Python evicts when it pops the job whole: ``glen`` of them at
+``gt[gstart[j]:]`` (0: not plain). The accumulation: ``ti`` (per task: recorded, position among
+the accumulated victims), ``nf`` / ``ni`` (per node: recorded + accumulated GPUs, best capacity,
+filter base, recorded GPUs, scratch; good nodes of the single-task filter, scratch, the head of
+the node's job entries, the victim's nodes), ``pi`` (per accumulated victim: task, job, node, the
+job's next one, when it was dropped (-1: kept), the node entries' job and next entry, scratch),
+``ji`` (per job: first and last accumulated victim), ``need`` / ``sel`` / ``masks`` the
+beneficiary's GPU requests as :func:`scheduler_engine.solvers.idle_gpus.demand` gives them,
+``log`` (rows node, accumulated, dropped, size), ``ist`` / ``fst`` counters, flags and thresholds.
+These arrays are also Python's own record of the accumulated victims (its emissions read them),
+so nothing is copied back after a call.
 
-Accumulation: ``is_rec`` (T) recorded tasks; ``task_node`` / ``task_gpu`` (T); per node
-``all_gpu`` (recorded + accumulated, not dropped), ``cap`` (base + recorded + accumulated),
-``base``, ``good`` (passes the single-task filter), ``rec_gpu``; the accumulated victims in order
-``pot`` / ``pot_job`` / ``pot_node`` with ``pot_next`` (the job's next one) and ``drop_seq`` (when it was dropped,
--1: kept); per job ``job_first`` / ``job_last``; the jobs on each node as linked entries
-``node_head`` (N) / ``ent_job`` / ``ent_next``; scratch ``tsum`` / ``tstamp`` (N) and ``loc``;
-``log`` (rows node, accumulated, dropped, size); for ``multi`` the beneficiary's requests as
-:func:`scheduler_engine.solvers.idle_gpus.demand` gives them (``need``, ``sel``, ``masks``), its
-smallest GPU request less 1e-9 (``mthr``) and scratch ``idxbuf`` / ``capbuf`` (N); ``emptied`` (leaves that ran out); ``ist`` =
-[next leaf, steps, search budget, victim jobs, victim-job budget, accumulated, good nodes, emptied,
-dropped, node entries, logged, stamp, recorded, accumulated before the call], ``fst`` = [best
-node capacity].
-
-Room for what stays in Python: subgroup jobs and jobs with several active tasks (their task order,
-elastic push-backs) and DRA devices are ``ctask = -1`` heads, decided by the Python path (which
-keeps the same accumulated-victim arrays); the arrays are per candidate position and per
-accumulated task, so a per-task layout of the heads (a CSR of tasks instead of ``ctask``) fits
-without changing the victim-order part.
+Room for what stays in Python: subgroup jobs and elastic surpluses (one task per step, the rest
+pushed back into a per-leaf heap by key) are popped by the Python path, which writes the same
+arrays; a compiled heap of remainders per leaf would bring elastic victims in.
 """
 from __future__ import annotations
 
@@ -65,11 +64,33 @@ BUDGET = 3
 JOBS = 4
 
 
+#: rows of ``qi`` (Q columns, int64): the victim order's per-leaf run (shared with
+#: :class:`~scheduler_engine.solvers.victim_order.VictimQueue`) and the search's per-leaf state
+QI_HI, QI_PTR, QI_HAS_POPPED, QI_HEAP_LIVE, QI_SKIP, QI_EMPTIED = range(6)
+#: rows of ``nf`` (N columns, float64)
+NF_ALL_GPU, NF_CAP, NF_BASE, NF_REC_GPU, NF_TSUM, NF_CAPBUF = range(6)
+#: rows of ``ni`` (N columns, int64)
+NI_GOOD, NI_TSTAMP, NI_IDXBUF, NI_NODE_HEAD, NI_HOSTS = range(5)
+#: rows of ``pi`` (one column per accumulated victim task, int64)
+PI_POT, PI_JOB, PI_NODE, PI_NEXT, PI_DROP, PI_ENT_JOB, PI_ENT_NEXT, PI_LOC = range(8)
+#: rows of ``ji`` (J columns, int64)
+JI_FIRST, JI_LAST = range(2)
+#: rows of ``ti`` (T columns, int64): recorded by the previous prefix (1), position among the
+#: accumulated victims (-1: not accumulated)
+TI_REC, TI_POS = range(2)
+#: ``ist`` fields
+(IS_NEXT, IS_STEPS, IS_BUDGET, IS_JOBS, IS_MAX_JOBS, IS_POT, IS_GOOD, IS_EMPTIED, IS_DROPPED, IS_ENTRIES, IS_LOG,
+ IS_STAMP, IS_REC, IS_POT0, IS_FAST, IS_SINGLE, IS_LOCAL_FILTER, IS_MULTI, IS_HOSTS) = range(19)
+#: ``fst`` fields
+FS_BEST, FS_THR, FS_NEED_LO, FS_MTHR = range(4)
+
+
 @kernel
-def _node_local(n: int, pot: np.ndarray, pot_next: np.ndarray, drop_seq: np.ndarray, job_first: np.ndarray,
-                node_head: np.ndarray, ent_job: np.ndarray, ent_next: np.ndarray, loc: np.ndarray) -> int:
+def node_local(n: int, pi: np.ndarray, ji: np.ndarray, node_head: np.ndarray) -> int:
     """The positions of the node-local set of node n (accumulated, not dropped victims of every job
-    with a victim on n) into ``loc``, ascending; returns how many."""
+    with a victim on n) into ``pi[PI_LOC]``, ascending; returns how many."""
+    pot_next, drop_seq, ent_job, ent_next, loc = pi[PI_NEXT], pi[PI_DROP], pi[PI_ENT_JOB], pi[PI_ENT_NEXT], pi[PI_LOC]
+    job_first = ji[JI_FIRST]
     cnt = 0
     e = node_head[n]
     while e >= 0:
@@ -89,38 +110,83 @@ def _node_local(n: int, pot: np.ndarray, pot_next: np.ndarray, drop_seq: np.ndar
 
 
 @kernel
+def _gpu_filter(n_cand: int, pi: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray, nf: np.ndarray,
+                ni: np.ndarray, fast: bool, thr: float, mthr: float, need: np.ndarray, sel: np.ndarray,
+                masks: np.ndarray, stamp: int) -> bool:
+    """Does the node-local set in ``pi[PI_LOC][:n_cand]`` pass the GPU-count filter (recorded victims
+    plus the set's victims per node, summed in accumulation order; ``stamp`` marks this set's nodes)?"""
+    pot, loc = pi[PI_POT], pi[PI_LOC]
+    base, rec_gpu, tsum = nf[NF_BASE], nf[NF_REC_GPU], nf[NF_TSUM]
+    tstamp = ni[NI_TSTAMP]
+    for k in range(n_cand):
+        tk = pot[loc[k]]
+        tn = task_node[tk]
+        if tn >= 0:
+            if tstamp[tn] != stamp:
+                tstamp[tn] = stamp
+                tsum[tn] = rec_gpu[tn]
+            tsum[tn] = tsum[tn] + task_gpu[tk]
+    if fast:
+        for k in range(n_cand):
+            tn = task_node[pot[loc[k]]]
+            if tn >= 0 and base[tn] + tsum[tn] >= thr:
+                return True
+        return False
+    # idle_gpus.may_fit: pack on the nodes that could hold the smallest GPU task
+    idxbuf, capbuf = ni[NI_IDXBUF], nf[NF_CAPBUF]
+    m = 0
+    for v in range(base.shape[0]):
+        c = base[v] + (tsum[v] if tstamp[v] == stamp else rec_gpu[v])
+        if c >= mthr:
+            idxbuf[m] = v
+            capbuf[m] = c
+            m += 1
+    return m > 0 and pack_best_fit(need, sel, masks, idxbuf[:m], capbuf[:m])
+
+
+@kernel
 def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray, tot: np.ndarray,
                 prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, leaf_live: np.ndarray, req: np.ndarray,
-                key: np.ndarray, vrep: np.ndarray, cj: np.ndarray, hi: np.ndarray, ptr: np.ndarray,
-                popped: np.ndarray, has_popped: np.ndarray, heap_live: np.ndarray, calloc: np.ndarray,
-                ctask: np.ndarray, skip_leaf: np.ndarray, is_rec: np.ndarray, task_node: np.ndarray,
-                task_gpu: np.ndarray, all_gpu: np.ndarray, cap: np.ndarray, base: np.ndarray, good: np.ndarray,
-                rec_gpu: np.ndarray, fast: bool, thr: float, single: bool, need_lo: float, local_filter: bool,
-                multi: bool, mthr: float, need: np.ndarray, sel: np.ndarray, masks: np.ndarray, idxbuf: np.ndarray,
-                capbuf: np.ndarray,
-                pot: np.ndarray, pot_job: np.ndarray, pot_node: np.ndarray, pot_next: np.ndarray,
-                drop_seq: np.ndarray, job_first: np.ndarray, job_last: np.ndarray, node_head: np.ndarray, ent_job: np.ndarray,
-                ent_next: np.ndarray, tsum: np.ndarray, tstamp: np.ndarray, loc: np.ndarray, log: np.ndarray,
-                emptied: np.ndarray, ist: np.ndarray, fst: np.ndarray) -> int:
+                key: np.ndarray, vrep: np.ndarray, qi: np.ndarray, popped: np.ndarray, cj: np.ndarray,
+                calloc: np.ndarray, glen: np.ndarray, gstart: np.ndarray, gt: np.ndarray, ti: np.ndarray,
+                task_node: np.ndarray,
+                task_gpu: np.ndarray, nf: np.ndarray, ni: np.ndarray, pi: np.ndarray, ji: np.ndarray,
+                need: np.ndarray, sel: np.ndarray, masks: np.ndarray, log: np.ndarray, ist: np.ndarray,
+                fst: np.ndarray) -> int:
     """The accumulation loop (module docstring); returns the code of the point where it stopped."""
-    knext = ist[0]
-    steps = ist[1]
-    budget = ist[2]
-    n_jobs = ist[3]
-    max_jobs = ist[4]
-    n_pot = ist[5]
-    n_good = ist[6]
-    n_empt = ist[7]
-    n_drop = ist[8]
-    n_ent = ist[9]
-    n_log = ist[10]
+    hi, ptr, has_popped, heap_live = qi[QI_HI], qi[QI_PTR], qi[QI_HAS_POPPED], qi[QI_HEAP_LIVE]
+    skip_leaf, emptied = qi[QI_SKIP], qi[QI_EMPTIED]
+    all_gpu, cap, base = nf[NF_ALL_GPU], nf[NF_CAP], nf[NF_BASE]
+    good, node_head, hosts = ni[NI_GOOD], ni[NI_NODE_HEAD], ni[NI_HOSTS]
+    pot, pot_job, pot_node, pot_next, drop_seq = pi[PI_POT], pi[PI_JOB], pi[PI_NODE], pi[PI_NEXT], pi[PI_DROP]
+    ent_job, ent_next = pi[PI_ENT_JOB], pi[PI_ENT_NEXT]
+    job_first, job_last = ji[JI_FIRST], ji[JI_LAST]
+    is_rec, tpos = ti[TI_REC], ti[TI_POS]
+    knext = ist[IS_NEXT]
+    steps = ist[IS_STEPS]
+    budget = ist[IS_BUDGET]
+    n_jobs = ist[IS_JOBS]
+    max_jobs = ist[IS_MAX_JOBS]
+    n_pot = ist[IS_POT]
+    n_good = ist[IS_GOOD]
+    n_empt = ist[IS_EMPTIED]
+    n_drop = ist[IS_DROPPED]
+    n_ent = ist[IS_ENTRIES]
+    n_log = ist[IS_LOG]
+    stamp = ist[IS_STAMP]
+    n_rec = ist[IS_REC]
+    fast = ist[IS_FAST] != 0
+    single = ist[IS_SINGLE] != 0
+    local_filter = ist[IS_LOCAL_FILTER] != 0
+    multi = ist[IS_MULTI] != 0
     # the victim order's flag as a computed bool: a literal True would make numba compile a second
     # specialisation of rekey_path (and queue_key) beside the one Python callers use (cold cache)
     victim_mode = ist.shape[0] > 0
-    stamp = ist[11]
-    n_rec = ist[12]
-    ist[13] = n_pot
-    best_all = fst[0]
+    ist[IS_POT0] = n_pot
+    best_all = fst[FS_BEST]
+    thr = fst[FS_THR]
+    need_lo = fst[FS_NEED_LO]
+    mthr = fst[FS_MTHR]
     code = END
     while True:
         leaf = knext
@@ -128,16 +194,29 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
             code = END
             break
         i = ptr[leaf]
-        if heap_live[leaf] or i >= hi[leaf] or ctask[i] < 0:
+        if heap_live[leaf] or i >= hi[leaf]:
             code = PY
             break
+        vj = cj[i]
+        c0 = gstart[vj]
+        c1 = c0 + glen[vj]
+        if c0 == c1:  # not a plain victim
+            code = PY
+            break
+        if c1 - c0 > 1 and not skip_leaf[leaf]:
+            # a gang with a recorded task: Python pushes the rest back
+            rec_in = False
+            for k in range(c0, c1):
+                if is_rec[gt[k]]:
+                    rec_in = True
+            if rec_in:
+                code = PY
+                break
         steps += 1
         if 0 <= budget < steps:
             code = BUDGET
             break
         # pop the leaf's head: what the leaf gave up grows by its whole allocation
-        t = ctask[i]
-        vj = cj[i]
         ptr[leaf] = i + 1
         if has_popped[leaf]:
             for r in range(3):
@@ -145,7 +224,7 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
         else:
             for r in range(3):
                 popped[leaf, r] = calloc[i, r]
-            has_popped[leaf] = True
+            has_popped[leaf] = 1
         if i + 1 < hi[leaf]:
             for r in range(3):
                 req[leaf, r] = popped[leaf, r] + calloc[i + 1, r]
@@ -155,85 +234,90 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
             n_empt += 1
         knext = rekey_path(victim_mode, leaf, path, kid_ptr, kids, stat, tot, prio, tb, alloc, leaf_live, req, key, vrep)
         # accumulate it (a job popped whole from its leaf's run is new to the accumulated set)
-        if skip_leaf[leaf] or is_rec[t]:
+        if skip_leaf[leaf] or (c1 - c0 == 1 and is_rec[gt[c0]]):
             continue
         if 0 <= max_jobs <= n_jobs:
             code = JOBS
             break
-        u = n_pot
-        pot[u] = t
-        pot_job[u] = vj
-        pot_next[u] = -1
-        drop_seq[u] = -1
-        job_first[vj] = u
-        job_last[vj] = u
-        n_pot += 1
         n_jobs += 1
-        n = task_node[t]
-        pot_node[u] = n
-        if n >= 0:
-            ent_job[n_ent] = vj
-            ent_next[n_ent] = node_head[n]
-            node_head[n] = n_ent
-            n_ent += 1
-            g = task_gpu[t]
-            all_gpu[n] = all_gpu[n] + g
-            if fast:
-                ok = base[n] + all_gpu[n] >= thr
-                if ok != good[n]:
-                    good[n] = ok
-                    n_good += 1 if ok else -1
-            c = cap[n] + g
-            cap[n] = c
-            if c > best_all:
-                best_all = c
+        n_hosts = 0
+        for k in range(c0, c1):
+            t = gt[k]
+            u = n_pot
+            pot[u] = t
+            tpos[t] = u
+            pot_job[u] = vj
+            pot_next[u] = -1
+            drop_seq[u] = -1
+            if k == c0:
+                job_first[vj] = u
+            else:
+                pot_next[job_last[vj]] = u
+            job_last[vj] = u
+            n_pot += 1
+            n = task_node[t]
+            pot_node[u] = n
+            if n >= 0:
+                # the job's entry on n (once per node), n among the victim's hosts (ascending)
+                h = n_hosts
+                while h > 0 and hosts[h - 1] > n:
+                    h -= 1
+                if h == 0 or hosts[h - 1] != n:
+                    for x in range(n_hosts, h, -1):
+                        hosts[x] = hosts[x - 1]
+                    hosts[h] = n
+                    n_hosts += 1
+                    ent_job[n_ent] = vj
+                    ent_next[n_ent] = node_head[n]
+                    node_head[n] = n_ent
+                    n_ent += 1
+                g = task_gpu[t]
+                all_gpu[n] = all_gpu[n] + g
+                if fast:
+                    ok = base[n] + all_gpu[n] >= thr
+                    if ok != (good[n] != 0):
+                        good[n] = 1 if ok else 0
+                        n_good += 1 if ok else -1
+                c = cap[n] + g
+                cap[n] = c
+                if c > best_all:
+                    best_all = c
         if single and best_all < need_lo:
             continue
-        if not (fast or multi) or n < 0:
+        ist[IS_HOSTS] = n_hosts
+        if not (fast or multi) or n_hosts == 0:
             code = EMIT
             break
-        # the scenarios of this victim: its node's node-local set, then all accumulated victims
-        cnt = _node_local(n, pot, pot_next, drop_seq, job_first, node_head, ent_job, ent_next, loc)
+        # the scenarios of this victim: each host's node-local set (ascending), then all
+        # accumulated victims; a set that passes its filter goes to Python with the whole victim
         live = n_pot - n_drop
-        if cnt > 0:
+        same_as_all = False
+        passes = False
+        log0 = n_log
+        for h in range(n_hosts):
+            n = hosts[h]
+            cnt = node_local(n, pi, ji, node_head)
+            if cnt == 0:
+                continue
+            if cnt == live:
+                same_as_all = True
             if fast and not local_filter:
-                code = EMIT  # the recorded victims alone already pass: every set passes the filter
+                passes = True  # the recorded victims alone already pass: every set passes the filter
                 break
-            # per node: recorded victims plus the set's victims there, in accumulation order
             stamp += 1
-            for k in range(cnt):
-                tk = pot[loc[k]]
-                tn = task_node[tk]
-                if tn >= 0:
-                    if tstamp[tn] != stamp:
-                        tstamp[tn] = stamp
-                        tsum[tn] = rec_gpu[tn]
-                    tsum[tn] = tsum[tn] + task_gpu[tk]
-            passes = False
-            if fast:
-                for k in range(cnt):
-                    tn = task_node[pot[loc[k]]]
-                    if tn >= 0 and base[tn] + tsum[tn] >= thr:
-                        passes = True
-                        break
-            else:  # idle_gpus.may_fit: pack on the nodes that could hold the smallest GPU task
-                m = 0
-                for v in range(base.shape[0]):
-                    c = base[v] + (tsum[v] if tstamp[v] == stamp else rec_gpu[v])
-                    if c >= mthr:
-                        idxbuf[m] = v
-                        capbuf[m] = c
-                        m += 1
-                passes = m > 0 and pack_best_fit(need, sel, masks, idxbuf[:m], capbuf[:m])
-            if passes:
-                code = EMIT
+            if _gpu_filter(cnt, pi, task_node, task_gpu, nf, ni, fast, thr, mthr, need, sel, masks, stamp):
+                passes = True
                 break
-        if cnt != live and live > 0:
+            log[n_log, 0] = n
+            log[n_log, 1] = n_pot
+            log[n_log, 2] = n_drop
+            log[n_log, 3] = cnt + n_rec
+            n_log += 1
+        if not passes and not same_as_all and live > 0:
             if fast:
-                if n_good > 0:
-                    code = EMIT  # the all-accumulated set passes its filter
-                    break
+                passes = n_good > 0  # the all-accumulated set passes its filter
             else:
+                idxbuf, capbuf = ni[NI_IDXBUF], nf[NF_CAPBUF]
                 m = 0
                 for v in range(base.shape[0]):
                     c = base[v] + all_gpu[v]
@@ -241,23 +325,19 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
                         idxbuf[m] = v
                         capbuf[m] = c
                         m += 1
-                if m > 0 and pack_best_fit(need, sel, masks, idxbuf[:m], capbuf[:m]):
-                    code = EMIT
-                    break
-        if cnt > 0:
-            log[n_log, 0] = n
-            log[n_log, 1] = n_pot
-            log[n_log, 2] = n_drop
-            log[n_log, 3] = cnt + n_rec
-            n_log += 1
-    ist[0] = knext
-    ist[1] = steps
-    ist[3] = n_jobs
-    ist[5] = n_pot
-    ist[6] = n_good
-    ist[7] = n_empt
-    ist[9] = n_ent
-    ist[10] = n_log
-    ist[11] = stamp
-    fst[0] = best_all
+                passes = m > 0 and pack_best_fit(need, sel, masks, idxbuf[:m], capbuf[:m])
+        if passes:
+            n_log = log0  # Python considers every set of this victim itself
+            code = EMIT
+            break
+    ist[IS_NEXT] = knext
+    ist[IS_STEPS] = steps
+    ist[IS_JOBS] = n_jobs
+    ist[IS_POT] = n_pot
+    ist[IS_GOOD] = n_good
+    ist[IS_EMPTIED] = n_empt
+    ist[IS_ENTRIES] = n_ent
+    ist[IS_LOG] = n_log
+    ist[IS_STAMP] = stamp
+    fst[FS_BEST] = best_all
     return code

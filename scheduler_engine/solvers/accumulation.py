@@ -12,9 +12,11 @@ Identical victim sets are simulated once; sets that cannot fit by GPU count
 fit fails at once.
 
 The loop runs compiled (:mod:`~scheduler_engine.kernels.victim_run`) for as long as Python has
-nothing to decide: plain victims (one active task, no subgroups) are popped and accumulated there,
-and a victim whose scenarios all fail the GPU-count filter is settled there too; Python takes over
-for a scenario to simulate, an elastic or multi-task victim, and the explanations.
+nothing to decide: plain victims (evicted whole: one active task, or a gang at or below
+minAvailable; no subgroups) are popped and accumulated there, and a victim whose scenarios all
+fail the GPU-count filter is settled there too; Python takes over for a scenario to simulate, an
+elastic surplus, a subgroup job, and the explanations. The accumulated victims are kept once, in
+the kernel's arrays (:meth:`PrefixSearch._arrays`), which Python's loop writes and reads too.
 
 Pruning (reclaim and preempt; see :mod:`.job_solver`): after a failed scenario, victims the
 simulation served before the beneficiary, and victims under a queue the validator refused to take
@@ -32,7 +34,7 @@ from ..snapshot import GPU, TaskState
 from ..state import EPS, CycleState
 from ..kernels import victim_run
 from ..ordering import kernel_static
-from .idle_gpus import demand, fit_base, may_fit, pack
+from .idle_gpus import demand, fit_base, may_fit
 from .victim_order import VictimQueue
 
 if TYPE_CHECKING:  # the solver drives the search; annotations only
@@ -54,8 +56,8 @@ class PrefixSearch:
     * ``fast`` (a single whole task without a node selector): "some node has free + releasing +
       victims >= need", kept as the set of such nodes (``good``/``n_good``) instead of an O(nodes)
       pass per victim; adding victims' GPUs never lowers a node's sum (rounding is monotone).
-    * ``multi`` (several tasks with GPUs): the nodes that could hold the smallest GPU task
-      (``mgood``), packed on directly while they are few.
+    * ``multi`` (several tasks with GPUs): the best-fit packing of :func:`.idle_gpus.may_fit` on the
+      nodes that could hold the smallest GPU task (in the compiled loop for every victim it settles).
     """
 
     def __init__(self, solver: VictimSolver, j: int, partial: list[int], recorded: list[int]) -> None:
@@ -66,8 +68,6 @@ class PrefixSearch:
         self.recorded = recorded
         self.recorded_set = set(recorded)
         self.own = int(self.state.job_queue_arr[j])
-        self.potential: list[int] = []  # accumulated potential victim tasks, in order
-        self.pos: dict[int, int] = {}  # potential victim task -> its index in ``potential``
         self.dropped: set[int] = set()  # pruned potential victims (solver.prune)
         self.blocked: set[int] = set()  # queues whose subtree gives no more victims (solver.prune)
         self.retook: set[int] = set()  # leaves whose victims were served before the beneficiary (solver.prune)
@@ -77,10 +77,9 @@ class PrefixSearch:
         self.base_l: list[float] = []
         self.good_l: np.ndarray = np.zeros(0, dtype=np.bool_)
         self.n_good = 0
-        self.mgood: set[int] = set()
-        self.skip_leaf: np.ndarray | None = None  # per queue: retook or under a blocked queue (kernel input)
-        # the compiled loop's arrays (:meth:`_kernel_arrays`); ``drop_seq``: per accumulated victim
-        # when it was dropped (-1: kept), shared with them
+        self._skip_stale = True  # the kernel's per-leaf skip row lags behind retook / blocked
+        # the accumulated victims as arrays (:meth:`_arrays`, the compiled loop's layout); ``drop_seq``:
+        # per accumulated victim when it was dropped (-1: kept)
         self.kst: dict | None = None
         self.tried_sets: set[frozenset] = set()
         self.drop_seq: np.ndarray | None = None
@@ -88,31 +87,25 @@ class PrefixSearch:
     # ---------------------------------------------------------------- incremental filter
     def track(self, n: int) -> None:
         """Node n's accumulated victims changed: update the incremental GPU-count filter."""
-        v = self.base_l[n] + float(self.all_gpu[n])
-        if self.fast:
-            ok = v >= self.thr
-            if ok != self.good_l[n]:
-                self.good_l[n] = ok
-                self.n_good += 1 if ok else -1
-        elif v >= self.mthr:
-            self.mgood.add(n)
-        else:
-            self.mgood.discard(n)
+        ok = self.base_l[n] + float(self.all_gpu[n]) >= self.thr
+        if ok != self.good_l[n]:
+            self.good_l[n] = ok
+            self.n_good += 1 if ok else -1
 
     def drop(self, ts: Iterable[int]) -> None:
         """Take potential victims ``ts`` out of the accumulated set."""
         s = self.state
-        pos, dropped, all_gpu, task_gpu = self.pos, self.dropped, self.all_gpu, s.task_alloc[:, GPU]
-        seq = self.drop_seq
+        dropped, all_gpu, task_gpu = self.dropped, self.all_gpu, s.task_alloc[:, GPU]
+        seq, tpos = self.drop_seq, self.kst["ti"][victim_run.TI_POS]
         for t in ts:
-            if t in pos and t not in dropped:
-                if seq is not None:
-                    seq[pos[t]] = len(dropped)
+            u = int(tpos[t])
+            if u >= 0 and seq[u] < 0:
+                seq[u] = len(dropped)
                 dropped.add(t)
                 n = int(s.task_node[t])
                 if n >= 0:
                     all_gpu[n] -= task_gpu[t]
-                    if self.fast or self.multi:
+                    if self.fast:
                         self.track(n)
 
     def prune(self) -> None:
@@ -124,11 +117,12 @@ class PrefixSearch:
         # would take their own resources back just the same
         own = self.own
         self.retook.update(q for q in (int(s.job_queue_arr[int(s.task_job[t])]) for t in kept) if q != own)
-        self.skip_leaf = None  # recomputed at the next compiled run
+        self._skip_stale = True  # the kernel's row is brought up to date at its next run
         b = self.solver._blocked_fail
         if b >= 0:
             self.blocked.add(b)
-            self.drop([t for t in self.potential
+            p = int(self.kst["ist"][victim_run.IS_POT])
+            self.drop([t for t in self.kst["pi"][victim_run.PI_POT, :p].tolist()
                        if b in s.queue_path_list[int(s.job_queue_arr[int(s.task_job[t])])]])
 
     # ---------------------------------------------------------------- the search
@@ -179,47 +173,39 @@ class PrefixSearch:
         multi = self.multi = not fast and len(partial) > 1 and bool(np.any(gneed > EPS)) and s.N > 0
         if multi:
             self.mthr = float(gneed[gneed > EPS].min()) - 1e-9
-            self.base_l = base.tolist()
-            mgood = self.mgood = set(np.flatnonzero(cap_all >= self.mthr).tolist())
-        # per-node sums updated once per victim: Python floats (the same IEEE additions as numpy's
-        # scalars, without their per-element overhead)
-        cap = cap_all.copy()
-        task_gpu = s.task_alloc[:, GPU]
         vq = VictimQueue(s, cands)
-        potential, pos, dropped = self.potential, self.pos, self.dropped
-        retook, blocked = self.retook, self.blocked
-        all_gpu = self.all_gpu = rec_gpu.copy()
-        jobs_on_node: dict[int, set[int]] = {}
-        job_potential: dict[int, list[int]] = {}
-        self.jobs_on_node, self.job_potential = jobs_on_node, job_potential
+        # the accumulated victims live in the compiled loop's arrays, whoever pops them
+        # (:meth:`_arrays`): Python's loop below writes them too and its emissions read them
+        self._arrays(cands, base, rec_gpu, cap_all, need1, rec_best < thr if fast else False, dem)
+        vr = victim_run
+        k = self.kst
+        nf, ni, pi, ji, ist = k["nf"], k["ni"], k["pi"], k["ji"], k["ist"]
+        all_gpu, cap = self.all_gpu, nf[vr.NF_CAP]
+        pot, drop_seq, loc = pi[vr.PI_POT], pi[vr.PI_DROP], pi[vr.PI_LOC]
+        job_first, node_head = ji[vr.JI_FIRST], ni[vr.NI_NODE_HEAD]
+        task_gpu = s.task_alloc[:, GPU]
+        dropped, retook, blocked = self.dropped, self.retook, self.blocked
         tried: set[frozenset] = {frozenset(recorded)} if recorded else set()
         self.tried_sets = tried  # (tests read it; sets the kernel logged are added when looked up)
         track = self.track
-
-        use_kernel = USE_KERNEL
-        kst = None  # the compiled loop's arrays (built at its first use)
+        use_kernel = USE_KERNEL and bool(vq) and vq.run_ready()
+        if use_kernel:
+            self._kernel_args(vq)
         while vq:
             if solver.tried >= solver.max_scenarios:
                 solver.last_reason = f"gave up after {solver.tried} scenarios"
                 return None
             got = None
             if use_kernel:
-                if kst is None:
-                    if not vq.run_ready():
-                        use_kernel = False
-                    else:
-                        kst = self._kernel_arrays(vq, cands, task_gpu, base, rec_gpu, need1,
-                                                  rec_best < thr if fast else False, dem)
-                if kst is not None:
-                    code, got = self._kernel_step(vq, kst, cap, best_all)
-                    best_all = float(kst["fst"][0])
-                    if code == victim_run.BUDGET:
-                        solver.last_reason = (f"search budget exhausted after {solver.tried} scenarios (victims "
-                                              f"examined plus victims simulated > scenarioSearchBudget "
-                                              f"{solver.search_budget})")
-                        return None
-                    if code == victim_run.END or code == victim_run.JOBS:
-                        break
+                code, got = self._kernel_step(vq, best_all)
+                best_all = float(k["fst"][vr.FS_BEST])
+                if code == vr.BUDGET:
+                    solver.last_reason = (f"search budget exhausted after {solver.tried} scenarios (victims "
+                                          f"examined plus victims simulated > scenarioSearchBudget "
+                                          f"{solver.search_budget})")
+                    return None
+                if code == vr.END or code == vr.JOBS:
+                    break
             if got is not None:
                 vj, hosts = got
             else:
@@ -247,29 +233,23 @@ class PrefixSearch:
                     if rest:
                         vq.push(vj, rest)
                     continue
-                if vj not in job_potential and 0 <= solver.max_victim_jobs <= len(job_potential):
+                if job_first[vj] < 0 and 0 <= solver.max_victim_jobs <= int(ist[vr.IS_JOBS]):
                     break  # the victim-job budget is spent
                 if more:
                     ev = set(evict)
                     vq.push(vj, [t for t in vtasks if t not in ev])
-                if kst is not None:
-                    self._mirror(vj, evict, jobs_on_node)
-                for t in evict:
-                    pos[t] = len(potential)
-                    potential.append(t)
-                job_potential.setdefault(vj, []).extend(evict)
+                self._accumulate(vj, evict)
                 hosts = []
                 for t in evict:
                     n = int(s.task_node[t])
                     if n >= 0:
                         g = float(task_gpu[t])
                         all_gpu[n] += g
-                        if fast or multi:
+                        if fast:
                             track(n)
                         c = cap[n] = cap[n] + g
                         if c > best_all:
                             best_all = c
-                        jobs_on_node.setdefault(n, set()).add(vj)
                         if n not in hosts:
                             hosts.append(n)
                 if single and best_all < need1 - 1e-9:
@@ -277,14 +257,14 @@ class PrefixSearch:
             # node-local emissions (small), then all accumulated victims; the latter is only
             # listed (O(accumulated)) once it passes the GPU-count filter, so a long run of
             # victims that cannot help costs O(1) each, not O(accumulated) time and memory
-            live = len(potential) - len(dropped)
+            live = int(ist[vr.IS_POT]) - len(dropped)
             same_as_all = False
             for n in sorted(hosts):
-                local = sorted((t for x in jobs_on_node[n] for t in job_potential[x] if t not in dropped),
-                               key=pos.__getitem__)
-                if not local:
+                cnt = vr.node_local(n, pi, ji, node_head)
+                if not cnt:
                     continue
-                if len(local) == live:
+                local = pot[loc[:cnt]].tolist()  # in accumulation order
+                if cnt == live:
                     same_as_all = True
                 key = frozenset(local) | frozenset(recorded)
                 if key in tried:
@@ -312,21 +292,18 @@ class PrefixSearch:
                     return res
                 if solver.prune:
                     self.prune()
-                    live = len(potential) - len(dropped)
+                    live = int(ist[vr.IS_POT]) - len(dropped)
             if same_as_all or live <= 0:
                 continue
             if fast:
                 if self.n_good == 0:
                     continue
-            elif multi and len(mgood) <= 64:  # few candidate nodes: pack on them only
-                idx = np.fromiter(sorted(mgood), dtype=np.int64, count=len(mgood))
-                if not pack(s, partial, idx, base[idx] + all_gpu[idx], dem):
-                    continue
-            elif not may_fit(s, partial, base, all_gpu, dem):  # (many: one vectorised pass finds them)
+            elif not may_fit(s, partial, base, all_gpu, dem):
                 continue
-            extra = [t for t in potential if t not in dropped] if dropped else list(potential)
+            p = int(ist[vr.IS_POT])
+            extra = pot[:p][drop_seq[:p] < 0].tolist() if dropped else pot[:p].tolist()
             key = frozenset(extra) | frozenset(recorded)
-            if kst is not None and kst["ist"][10]:
+            if ist[vr.IS_LOG]:
                 self._tried_logged(len(key), tried)
             if key in tried:
                 continue
@@ -338,53 +315,85 @@ class PrefixSearch:
                 self.prune()
         return None
 
-    # ---------------------------------------------------------------- the compiled loop
-    def _kernel_arrays(self, vq: VictimQueue, cands: np.ndarray, task_gpu: np.ndarray, base: np.ndarray,
-                       rec_gpu: np.ndarray, need1: float, local_filter: bool, dem: tuple | None) -> dict:
-        """The inputs of :func:`~scheduler_engine.kernels.victim_run.run_victims` that live for the
-        whole prefix search (the victim order's arrays are shared with ``vq`` and updated in place;
-        the accumulated victims are mirrored from here on by :meth:`_mirror` and :meth:`drop`)."""
-        s, solver = self.state, self.solver
-        calloc, ctask = vq.heads()
-        is_rec = np.zeros(s.T, dtype=np.bool_)
+    # ---------------------------------------------------------------- the accumulated victims as arrays
+    def _arrays(self, cands: np.ndarray, base: np.ndarray, rec_gpu: np.ndarray, cap: np.ndarray, need1: float,
+                local_filter: bool, dem: tuple | None) -> None:
+        """The accumulated victims and the per-node sums of the prefix search, laid out as
+        :func:`~scheduler_engine.kernels.victim_run.run_victims` takes them (``self.kst``): per
+        accumulated victim task (``pi``: task, job, node, the job's next one, when dropped, the
+        per-node job entries), per job its first and last (``ji``), per task recorded / position
+        (``ti``), per node the sums (``nf``: recorded + accumulated GPUs ``all_gpu``, best
+        capacity ``cap``, filter base, recorded GPUs) and the filter's good nodes (``ni``)."""
+        s, solver, vr = self.state, self.solver, victim_run
+        N = s.N
+        nf = np.zeros((6, N))
+        nf[vr.NF_ALL_GPU] = rec_gpu
+        nf[vr.NF_CAP] = cap
+        nf[vr.NF_BASE] = base
+        nf[vr.NF_REC_GPU] = rec_gpu
+        ni = np.empty((5, N), dtype=np.int64)
+        ni[vr.NI_GOOD] = self.good_l if self.fast else 0
+        ni[vr.NI_TSTAMP] = -1
+        ni[vr.NI_NODE_HEAD] = -1
+        self.all_gpu, self.good_l = nf[vr.NF_ALL_GPU], ni[vr.NI_GOOD]
+        cap_t = int(s.job_count[cands].sum()) + 1  # every task accumulated at most once
+        pi = np.empty((8, cap_t), dtype=np.int64)
+        pi[vr.PI_DROP] = -1
+        ji = np.full((2, s.J), -1, dtype=np.int64)
+        ti = np.empty((2, s.T), dtype=np.int64)
+        ti[vr.TI_REC] = 0
         if self.recorded:
-            is_rec[self.recorded] = True
-        good = self.good_l if self.fast else np.zeros(s.N, dtype=np.bool_)
-        cap_t = int(s.job_count[cands].sum()) + len(self.potential) + 1  # every task accumulated at most once
-        ist = np.array([vq._knext, 0, solver.search_budget, 0, solver.max_victim_jobs, 0, 0, 0, 0, 0, 0, 0,
-                        len(self.recorded_set), 0], dtype=np.int64)
-        k = {"calloc": calloc, "ctask": ctask, "is_rec": is_rec, "task_gpu": task_gpu, "good": good,
-             "base": np.ascontiguousarray(base, dtype=np.float64), "rec_gpu": rec_gpu, "thr": float(self.thr),
-             "need_lo": float(need1) - 1e-9, "local_filter": bool(local_filter),
-             "pot": np.empty(cap_t, dtype=np.int64), "pot_job": np.empty(cap_t, dtype=np.int64),
-             "pot_node": np.empty(cap_t, dtype=np.int64),
-             "pot_next": np.empty(cap_t, dtype=np.int64), "drop_seq": np.full(cap_t, -1, dtype=np.int64),
-             "job_first": np.full(s.J, -1, dtype=np.int64), "job_last": np.full(s.J, -1, dtype=np.int64),
-             "node_head": np.full(s.N, -1, dtype=np.int64), "ent_job": np.empty(cap_t, dtype=np.int64),
-             "ent_next": np.empty(cap_t, dtype=np.int64), "tsum": np.zeros(s.N), "tstamp": np.full(s.N, -1, dtype=np.int64),
-             "loc": np.empty(cap_t, dtype=np.int64), "log": np.empty((max(int(cands.size), 1), 4), dtype=np.int64),
-             "emptied": np.empty(s.Q, dtype=np.int64), "ist": ist, "fst": np.zeros(1),
-             "mthr": float(self.mthr), "idxbuf": np.empty(s.N, dtype=np.int64), "capbuf": np.empty(s.N)}
+            ti[vr.TI_REC, self.recorded] = 1
+        ti[vr.TI_POS] = -1
+        ist = np.zeros(19, dtype=np.int64)
+        ist[vr.IS_BUDGET] = solver.search_budget
+        ist[vr.IS_MAX_JOBS] = solver.max_victim_jobs
+        ist[vr.IS_REC] = len(self.recorded_set)
+        ist[vr.IS_FAST] = self.fast
+        ist[vr.IS_SINGLE] = len(self.partial) == 1 and not s.task_selector_key[self.partial[0]]
+        ist[vr.IS_LOCAL_FILTER] = local_filter
+        ist[vr.IS_MULTI] = self.multi
+        fst = np.array([0.0, self.thr, float(need1) - 1e-9, self.mthr])
+        log = np.empty((cap_t, 4), dtype=np.int64)
         if dem is None:  # (only read for several GPU tasks)
-            dem = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, s.N), dtype=np.bool_))
-        k["need"], k["sel"], k["masks"] = dem
-        self.kst = k
-        self.drop_seq = k["drop_seq"]
-        # victims accumulated before the kernel's first use (none today: it starts with the search)
-        assert not self.potential  # built at the search's first step
-        return k
+            dem = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, N), dtype=np.bool_))
+        self.kst = {"nf": nf, "ni": ni, "pi": pi, "ji": ji, "ti": ti, "log": log, "ist": ist, "fst": fst, "dem": dem}
+        self.drop_seq = pi[vr.PI_DROP]
 
-    def _mirror(self, vj: int, evict: list[int], jobs_on_node: dict[int, set[int]]) -> None:
-        """Victims the Python loop accumulates, into the kernel's arrays (before ``jobs_on_node`` has them)."""
-        k, s = self.kst, self.state
-        pot, pot_job, pot_node, pot_next, ist = k["pot"], k["pot_job"], k["pot_node"], k["pot_next"], k["ist"]
-        job_first, job_last = k["job_first"], k["job_last"]
-        u = int(ist[5])
-        added: set[int] = set()  # nodes given an entry for vj by this call
+    def _kernel_args(self, vq: VictimQueue) -> None:
+        """The arguments of :func:`~scheduler_engine.kernels.victim_run.run_victims` for this search,
+        one tuple passed as is on every call (the victim order's arrays are ``vq``'s, updated in place)."""
+        s, k = self.state, self.kst
+        calloc, glen, gt = vq.heads()
+        path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep = vq._k
+        k["args"] = ((path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, leaf_live, req, key, vrep, vq.qi,
+                      vq.popped, vq.cj, calloc, glen, s.job_start, gt, k["ti"], s.task_node, s.task_alloc[:, GPU],
+                      k["nf"], k["ni"], k["pi"], k["ji"]) + tuple(k["dem"]) + (k["log"], k["ist"], k["fst"]))
+        k["ist"][victim_run.IS_NEXT] = vq._knext
+
+    def _accumulate(self, vj: int, evict: list[int]) -> None:
+        """Victims the Python loop accumulates, into the arrays (as the kernel writes them)."""
+        k, s, vr = self.kst, self.state, victim_run
+        pi, ist = k["pi"], k["ist"]
+        pot, pot_job, pot_node, pot_next = pi[vr.PI_POT], pi[vr.PI_JOB], pi[vr.PI_NODE], pi[vr.PI_NEXT]
+        job_first, job_last = k["ji"][vr.JI_FIRST], k["ji"][vr.JI_LAST]
+        tpos = k["ti"][vr.TI_POS]
+        node_head = k["ni"][vr.NI_NODE_HEAD]
+        u = int(ist[vr.IS_POT])
+        u0 = u
+        # nodes where job vj already has an entry (its earlier victims, dropped ones included)
+        seen: set[int] = set()
+        x = int(job_first[vj])
+        if x < 0:
+            ist[vr.IS_JOBS] += 1
+        while x >= 0:
+            seen.add(int(pot_node[x]))
+            x = int(pot_next[x])
         for t in evict:
             pot[u] = t
             pot_job[u] = vj
             pot_next[u] = -1
+            tpos[t] = u
             last = int(job_last[vj])
             if last >= 0:
                 pot_next[last] = u
@@ -393,15 +402,16 @@ class PrefixSearch:
             job_last[vj] = u
             n = int(s.task_node[t])
             pot_node[u] = n
-            if n >= 0 and n not in added and vj not in jobs_on_node.get(n, ()):
-                added.add(n)
-                e = int(ist[9])
-                k["ent_job"][e] = vj
-                k["ent_next"][e] = k["node_head"][n]
-                k["node_head"][n] = e
-                ist[9] = e + 1
+            if n >= 0 and n not in seen:
+                seen.add(n)
+                e = int(ist[vr.IS_ENTRIES])
+                pi[vr.PI_ENT_JOB, e] = vj
+                pi[vr.PI_ENT_NEXT, e] = node_head[n]
+                node_head[n] = e
+                ist[vr.IS_ENTRIES] = e + 1
             u += 1
-        ist[5] = u
+        ist[vr.IS_POT] = u
+        assert u > u0
 
     def _tried_logged(self, size: int | None, tried: set) -> None:
         """Add to ``tried`` the node-local sets of this size (``None``: all) the kernel decided
@@ -410,11 +420,13 @@ class PrefixSearch:
         k = self.kst
         if k is None:
             return
-        log, n_log = k["log"], int(k["ist"][10])
+        vr = victim_run
+        log, n_log = k["log"], int(k["ist"][vr.IS_LOG])
         rows = np.flatnonzero(log[:n_log, 3] == size if size is not None else log[:n_log, 3] >= 0)
         if rows.size == 0:
             return
-        pot, pot_job, pot_node, seq = k["pot"], k["pot_job"], k["pot_node"], k["drop_seq"]
+        pi = k["pi"]
+        pot, pot_job, pot_node, seq = pi[vr.PI_POT], pi[vr.PI_JOB], pi[vr.PI_NODE], pi[vr.PI_DROP]
         rec = frozenset(self.recorded)
         for r in rows.tolist():
             n, p, d = (int(x) for x in log[r, :3])
@@ -425,68 +437,42 @@ class PrefixSearch:
             tried.add(frozenset(local) | rec)
             log[r, 3] = -1
 
-    def _skip_leaf(self, vq: VictimQueue) -> np.ndarray:
-        """Per queue: its victims are passed over (a leaf that retook, or under a blocked queue)."""
-        if self.skip_leaf is None:
-            s = self.state
-            skip = np.zeros(s.Q, dtype=np.bool_)
-            if self.retook:
-                skip[list(self.retook)] = True
-            if self.blocked:
-                path = kernel_static(s)[1]
-                skip |= np.isin(path, list(self.blocked)).any(axis=1)
-            self.skip_leaf = skip
-        return self.skip_leaf
+    def _update_skip(self, vq: VictimQueue) -> None:
+        """Per queue: its victims are passed over (a leaf that retook, or under a blocked queue);
+        the kernel's row ``QI_SKIP`` of ``vq.qi``, brought up to date after :meth:`prune`."""
+        s = self.state
+        skip = vq.qi[victim_run.QI_SKIP]
+        if self.retook:
+            skip[list(self.retook)] = 1
+        if self.blocked:
+            path = kernel_static(s)[1]
+            for b in self.blocked:
+                skip[(path == b).any(axis=1)] = 1
 
-    def _kernel_step(self, vq: VictimQueue, kst: dict, cap: np.ndarray, best_all: float):
-        """Run the compiled loop from the current state; bring Python's view (accumulated victims,
-        per-node job lists, steps, live leaves) up to date. Returns ``(code, (job, hosts) or None)``:
-        the victim to emit scenarios for after :data:`~scheduler_engine.kernels.victim_run.EMIT`."""
-        s, solver, k = self.state, self.solver, kst
-        path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep = vq._k
-        ist, fst = k["ist"], k["fst"]
-        ist[0] = vq._knext
-        ist[1] = solver.steps
-        ist[3] = len(self.job_potential)
-        ist[6] = self.n_good
-        ist[7] = 0
-        ist[8] = len(self.dropped)
-        fst[0] = best_all
+    def _kernel_step(self, vq: VictimQueue, best_all: float):
+        """Run the compiled loop from the current state and bring the victim order's Python side
+        up to date (steps, live leaves; the accumulated victims are the arrays both share).
+        Returns ``(code, (job, hosts) or None)``: the victim to emit scenarios for after
+        :data:`~scheduler_engine.kernels.victim_run.EMIT`."""
+        solver, k, vr = self.solver, self.kst, victim_run
+        ist = k["ist"]
+        if self._skip_stale:
+            self._update_skip(vq)
+            self._skip_stale = False
+        ist[vr.IS_NEXT] = vq._knext
         steps0 = solver.steps
-        code = victim_run.run_victims(
-            path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, leaf_live, req, key, vrep, vq.cj, vq.hi, vq.ptr,
-            vq.popped, vq.has_popped, vq.heap_live, k["calloc"], k["ctask"], self._skip_leaf(vq), k["is_rec"],
-            s.task_node, k["task_gpu"], self.all_gpu, cap, k["base"], k["good"], k["rec_gpu"], self.fast, k["thr"],
-            len(self.partial) == 1 and not s.task_selector_key[self.partial[0]], k["need_lo"], k["local_filter"],
-            self.multi, k["mthr"], k["need"], k["sel"], k["masks"], k["idxbuf"], k["capbuf"],
-            k["pot"], k["pot_job"], k["pot_node"], k["pot_next"], k["drop_seq"], k["job_first"], k["job_last"], k["node_head"],
-            k["ent_job"], k["ent_next"], k["tsum"], k["tstamp"], k["loc"], k["log"], k["emptied"], ist, fst)
-        solver.steps = int(ist[1])
-        self.n_good = int(ist[6])
-        vq.after_run(k["emptied"], int(ist[7]), int(ist[0]), solver.steps != steps0)
-        p0, p1 = int(ist[13]), int(ist[5])
-        got = None
-        if p1 > p0:
-            potential, jobs_on_node = self.potential, self.jobs_on_node
-            ts = k["pot"][p0:p1].tolist()
-            js = k["pot_job"][p0:p1].tolist()
-            ns = k["pot_node"][p0:p1].tolist()
-            self.pos.update(zip(ts, range(len(potential), len(potential) + len(ts))))
-            potential.extend(ts)
-            self.job_potential.update(zip(js, ([t] for t in ts)))
-            for vj, n in zip(js, ns):
-                if n >= 0:
-                    hit = jobs_on_node.get(n)
-                    if hit is None:
-                        jobs_on_node[n] = {vj}
-                    else:
-                        hit.add(vj)
-            if self.multi:  # the candidate-node set of the multi-task filter follows all_gpu
-                track = self.track
-                for n in set(ns):
-                    if n >= 0:
-                        track(n)
-            if code == victim_run.EMIT:
-                n = ns[-1]
-                got = (js[-1], [n] if n >= 0 else [])
-        return code, got
+        ist[vr.IS_STEPS] = steps0
+        ist[vr.IS_GOOD] = self.n_good
+        ist[vr.IS_EMPTIED] = 0
+        ist[vr.IS_DROPPED] = len(self.dropped)
+        k["fst"][vr.FS_BEST] = best_all
+        code = vr.run_victims(*k["args"])
+        n_steps, n_good, n_empt, knext, n_hosts = ist[[vr.IS_STEPS, vr.IS_GOOD, vr.IS_EMPTIED, vr.IS_NEXT,
+                                                       vr.IS_HOSTS]].tolist()
+        solver.steps = n_steps
+        self.n_good = n_good
+        vq.after_run(vq.qi[vr.QI_EMPTIED], n_empt, knext, n_steps != steps0)
+        if code != vr.EMIT:
+            return code, None
+        p = int(ist[vr.IS_POT]) - 1
+        return code, (int(k["pi"][vr.PI_JOB, p]), k["ni"][vr.NI_HOSTS, :n_hosts].tolist())

@@ -12,10 +12,11 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..kernels import victim_keys
+from ..kernels import victim_keys, victim_run
 from ..ordering import (_QueueProfile, _alloc_rows, _dom, _profile_less, _static, chain_tiebreaks, kernel_static,
                         queue_kids)
 from .. import subgroups
+from ..plugins.elastic import tasks_to_evict
 from ..state import ACTIVE_STATES, CycleState
 
 
@@ -157,12 +158,16 @@ class VictimQueue:
         # each leaf's candidates in victim order: a run [lo, hi) of ``cj`` (all leaves' runs
         # concatenated), ``ptr`` the next position; what each leaf gave up so far in ``popped``
         # (valid where ``has_popped``); ``heap_live``: the leaf holds pushed-back remainders
+        # (valid where ``has_popped``); ``heap_live``: the leaf holds pushed-back remainders. The
+        # per-leaf integers are rows of one (6, Q) array (``qi``, the compiled loop's layout
+        # :data:`.victim_run.QI_HI` ...; its last two rows are the search's, see there)
         self.cj = np.zeros(0, dtype=np.int64)
-        self.hi = np.zeros(Q, dtype=np.int64)
-        self.ptr = np.zeros(Q, dtype=np.int64)
+        self.qi = np.zeros((6, Q), dtype=np.int64)
+        self.hi = self.qi[victim_run.QI_HI]
+        self.ptr = self.qi[victim_run.QI_PTR]
         self.popped = np.zeros((Q, 3))
-        self.has_popped = np.zeros(Q, dtype=np.bool_)
-        self.heap_live = np.zeros(Q, dtype=np.bool_)
+        self.has_popped = self.qi[victim_run.QI_HAS_POPPED]
+        self.heap_live = self.qi[victim_run.QI_HEAP_LIVE]
         self._cands: list[int] = []  # leaves with candidates
         self.heaps: dict[int, list] = {}
         self.head_rep: dict[int, _Rep] = {}
@@ -182,7 +187,7 @@ class VictimQueue:
         self._k: tuple | None = None
         self._knext = -1  # the leaf whose victim comes next (total-order mode)
         self._kids = queue_kids(state)
-        self._heads: tuple | None = None  # per candidate position: whole allocation, single task (run_arrays)
+        self._heads: tuple | None = None  # per candidate position: whole allocation, tasks to evict (heads)
         reps = getattr(state, "_victims_whole_reps", None)
         if reps is None:
             reps = state._victims_whole_reps = {}
@@ -452,10 +457,13 @@ class VictimQueue:
             self._heap_build(fresh=not self.heaps and not self.has_popped.any())
         return True
 
-    def heads(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per candidate position (``cj``): the whole allocation of the job (its first
-        representative, :meth:`_whole_rep`) and its single active task, -1 when the job is not a
-        plain victim for the kernel (several or no active tasks, subgroups).
+    def heads(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per candidate position (``cj``) the whole allocation of the job (its first
+        representative, :meth:`_whole_rep`); per job ``glen`` (J) how many tasks Python evicts
+        when it pops that representative (:func:`.plugins.elastic.tasks_to_evict`: its single
+        active task, or a whole gang in reversed task order; 0 when the job is not a plain victim
+        for the kernel: no active task, an elastic surplus, subgroups), those tasks in order at
+        the job's slot ``gt[job_start[j]:job_start[j] + glen[j]]`` (T).
 
         Kept on the state per job and ``job_version`` (like :meth:`_whole_rep`): only jobs changed
         since the last victim queue are recomputed, with the very representative Python builds."""
@@ -464,9 +472,10 @@ class VictimQueue:
         s = self.state
         cache = getattr(s, "_victims_heads", None)
         if cache is None:
-            cache = s._victims_heads = (np.zeros((s.J, 3)), np.full(s.J, -1, dtype=np.int64),
-                                        np.full(s.J, -1, dtype=np.int64))
-        wa, wt, wv = cache
+            # whole allocation, tasks to evict (count per job, the tasks at the job's slot), version seen
+            cache = s._victims_heads = (np.zeros((s.J, 3)), np.zeros(s.J, dtype=np.int64),
+                                        np.full(s.T, -1, dtype=np.int64), np.full(s.J, -1, dtype=np.int64))
+        wa, glen, gt, wv = cache
         cj = self.cj
         ver = s.job_version
         sg = s._sg_list
@@ -477,18 +486,26 @@ class VictimQueue:
         if s.any_sg:
             one &= ~s.job_has_sg[stale]
         jo = stale[one]
-        t = s.job_start[jo].astype(np.int64)
+        t = s.job_start[jo]
         act = _ACTIVE_LUT[s.task_state[t]]
         wa[jo] = 0.0
         wa[jo[act]] = s.task_alloc[t[act]]
-        wt[jo] = np.where(act, t, -1)
+        glen[jo] = act
+        gt[t] = t
         wv[jo] = ver[jo]
+        start = s.job_start
         for j in stale[~one].tolist():
             rep = self._whole_rep(j)
             wa[j] = rep.alloc
-            wt[j] = rep.tasks[0] if len(rep.tasks) == 1 and not sg[j] else -1
+            glen[j] = 0
+            if rep.tasks and not sg[j]:
+                evict, more = tasks_to_evict(s, rep.tasks, int(s.job_min_available[j]))
+                if len(rep.tasks) == 1 or not more:  # (a single task's empty remainder is no push-back)
+                    g0 = int(start[j])
+                    gt[g0:g0 + len(evict)] = evict
+                    glen[j] = len(evict)
             wv[j] = ver[j]
-        self._heads = (np.ascontiguousarray(wa[cj]), wt[cj])
+        self._heads = (np.ascontiguousarray(wa[cj]), glen, gt)
         return self._heads
 
     def after_run(self, emptied: np.ndarray, n_emptied: int, knext: int, popped_any: bool) -> None:
