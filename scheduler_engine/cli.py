@@ -121,8 +121,23 @@ def _print_text(path: Path, result, out: TextIO, *, timings: bool) -> None:
         print("events:", file=out)
         for e in result.events:
             print(f"  {e.get('job', '-')}: {e.get('reason', '')}: {e.get('message', '')}", file=out)
+    if result.budget:
+        b = result.budget
+        print(f"budget: {b['seconds']:g} s ran out" + (f"; {b['cutIn']} tried {b['tried']} of "
+                                                        f"{b['tried'] + b['untried']} jobs" if b["cutIn"] else "")
+              + (f"; not run: {', '.join(b['skipped'])}" if b["skipped"] else ""), file=out)
     if timings:
         print("timings: " + ", ".join(f"{k} {v * 1000:.2f}ms" for k, v in result.timings.items()), file=out)
+
+
+def _budget_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return value
 
 
 def cmd_cycle(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -134,7 +149,7 @@ def cmd_cycle(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_INVALID
     for path, snap in zip(files, snaps):
         try:
-            result = run_cycle(snap)
+            result = run_cycle(snap, time_budget=args.time_budget)
         except Exception as exc:  # an engine bug: say which file, keep the traceback for --log-level DEBUG
             log.debug("engine error on %s", path, exc_info=True)
             print(f"error: {path}: engine error: {type(exc).__name__}: {exc}", file=err)
@@ -223,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--json", action="store_true", help="JSON Lines on stdout, one object per file")
     p.add_argument("--timings", action="store_true", help="include per-phase timings")
+    p.add_argument("--time-budget", type=_budget_seconds, default=None, metavar="SECONDS",
+                   help="stop the evicting actions once the cycle has run this long (what the control plane's "
+                        "cycle does; default: no limit, decisions independent of the clock)")
     p = sub.add_parser("check", help="run scenarios and compare with their `expect`; exit 1 on mismatch")
     p.add_argument("paths", nargs="+", metavar="FILE|DIR", help="files, or directories searched recursively")
     p.add_argument("-v", "--verbose", action="store_true", help="also list passing and skipped files")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .actions import get_action
+from .budget import ALWAYS_RUN, TimeBudget
 from .result import CycleResult, build_result
 from .snapshot import Snapshot, TaskState
 from .state import CycleState
@@ -31,28 +32,41 @@ _BIND = int(TaskState.BINDING)
 _PIPE = int(TaskState.PIPELINED)
 
 
-def run_cycle_with_state(snapshot: Snapshot, actions: tuple[str, ...] | None = None):
-    """One cycle; returns ``(state, result)`` (the state is needed to rewrite the snapshot)."""
+def run_cycle_with_state(snapshot: Snapshot, actions: tuple[str, ...] | None = None, *,
+                         time_budget: float | None = None, clock=time.monotonic):
+    """One cycle; returns ``(state, result)`` (the state is needed to rewrite the snapshot).
+
+    ``time_budget``: seconds the actions may take (see :mod:`scheduler_engine.budget`; counted from
+    here, the state's opening included); None decides without looking at the clock.
+    """
     timings: dict[str, float] = {}
+    budget = TimeBudget(time_budget, clock=clock)
     t0 = time.perf_counter()
     state = CycleState(snapshot)
+    state.budget = budget
     t1 = time.perf_counter()
     timings["open"] = t1 - t0
     for name in snapshot.config.actions if actions is None else actions:
+        if name not in ALWAYS_RUN and budget.expired():
+            budget.skip(name)
+            continue
         run = get_action(name)
         ta = time.perf_counter()
         run(state)
         timings[name] = timings.get(name, 0.0) + (time.perf_counter() - ta)
     tr = time.perf_counter()
     result = build_result(snapshot, state, timings)
+    result.budget = budget.summary()
     result.timings["result"] = time.perf_counter() - tr
     result.timings["total"] = time.perf_counter() - t0
     return state, result
 
 
-def run_cycle(snapshot: Snapshot, actions: tuple[str, ...] | None = None) -> CycleResult:
-    """Run one scheduling cycle (``config.actions`` unless ``actions`` is given) on ``snapshot``."""
-    return run_cycle_with_state(snapshot, actions)[1]
+def run_cycle(snapshot: Snapshot, actions: tuple[str, ...] | None = None, *,
+              time_budget: float | None = None) -> CycleResult:
+    """Run one scheduling cycle (``config.actions`` unless ``actions`` is given) on ``snapshot``;
+    ``time_budget`` seconds at most for the evicting actions (None: no limit)."""
+    return run_cycle_with_state(snapshot, actions, time_budget=time_budget)[1]
 
 
 def observe(snapshot: Snapshot) -> CycleResult:

@@ -118,7 +118,9 @@ class CycleResult:
     (each ``{"gpu", "cpu", "memory"}`` in scenario units); ``nodes``: node ->
     ``{"idleGpus", "releasingGpus"}``; ``events``: list of ``{"job", "reason", "message", ...}``
     (``Unschedulable`` events also carry ``"category"``, one of :data:`PENDING_CATEGORIES`);
-    ``timings``: phase -> seconds (not part of the JSON contract; for benchmarks).
+    ``timings``: phase -> seconds (not part of the JSON contract; for benchmarks); ``budget``: where
+    the cycle's time budget ran out (:meth:`scheduler_engine.budget.TimeBudget.summary`), None if it
+    did not or none was given.
     """
 
     name: str
@@ -128,6 +130,7 @@ class CycleResult:
     nodes: dict[str, dict[str, int | float]]
     events: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    budget: dict[str, Any] | None = None
 
     def to_json(self, *, timings: bool = False) -> dict[str, Any]:
         """The format's JSON shape: ``jobs``, ``tasks``, ``queues``, ``nodes``, ``events``."""
@@ -138,6 +141,8 @@ class CycleResult:
             "nodes": self.nodes,
             "events": self.events,
         }
+        if self.budget is not None:
+            out["budget"] = dict(self.budget)
         if timings:
             out["timings"] = dict(self.timings)
         return out

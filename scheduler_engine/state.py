@@ -98,6 +98,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .budget import TimeBudget
 from .fairshare import compute_fair_share
 from .result import PENDING_LIMIT, PENDING_QUOTA, Reason
 from .snapshot import CPU, GPU, MEM, NRES, UNLIMITED, Snapshot, TaskState
@@ -136,6 +137,7 @@ class CycleState:
     def __init__(self, snapshot: Snapshot) -> None:
         self.snap = snapshot
         self.config = snapshot.config
+        self.budget = TimeBudget(None)  # the cycle driver sets the real one (scheduler_engine.budget)
         self.nodes = nodes = snapshot.nodes
         self.queues = queues = snapshot.queues
         self.jobs = jobs = snapshot.jobs

@@ -4,7 +4,7 @@ Kept here (not in kaiplatform/settings.py) so the cycle's knobs live next to the
 interprets them; any of them can still be overridden in settings.  The relations between the
 limits are what keeps one worker from blocking the others (reliability.md 2.1, T-R21):
 
-    soft time limit < hard time limit < lease TTL < broker visibility timeout
+    engine budget < soft time limit < hard time limit < lease TTL < broker visibility timeout
     beat ``expires`` <= beat interval
 """
 from __future__ import annotations
@@ -42,6 +42,9 @@ class CycleConfig:
     cycle_retention_hours: float  # SchedulingCycle rows older than this are deleted
     cluster_mode: str  # embedded | kubernetes
     apply_lock_timeout: float  # seconds an apply statement waits for a row lock (PostgreSQL)
+    # seconds from the cycle's start after which the engine's evicting actions stop (the decisions
+    # so far are applied; see scheduler_engine.budget); below the soft limit, leaving time to apply
+    engine_budget: float = 25.0
 
 
 def cycle_config() -> CycleConfig:
@@ -61,6 +64,7 @@ def cycle_config() -> CycleConfig:
         cycle_retention_hours=_num("KAI_CYCLE_RETENTION_HOURS", 168, minimum=0.01),
         cluster_mode=mode,
         apply_lock_timeout=_num("KAI_CYCLE_LOCK_TIMEOUT", 10, minimum=0.1),
+        engine_budget=_num("KAI_CYCLE_ENGINE_BUDGET", soft / 2, minimum=0),
     )
 
 
@@ -70,6 +74,9 @@ def validate_cycle_config(cfg: CycleConfig | None = None, *, visibility_timeout:
     problems = []
     if not cfg.soft_time_limit < cfg.time_limit:
         problems.append(f"soft time limit {cfg.soft_time_limit}s must be below the hard limit {cfg.time_limit}s")
+    if not cfg.engine_budget < cfg.soft_time_limit:
+        problems.append(f"engine time budget {cfg.engine_budget}s must be below the soft time limit "
+                        f"{cfg.soft_time_limit}s (the decisions still have to be applied)")
     if not cfg.time_limit < cfg.lease_seconds:
         problems.append(f"hard time limit {cfg.time_limit}s must be below the lease TTL {cfg.lease_seconds}s")
     if not cfg.lease_seconds < visibility_timeout:

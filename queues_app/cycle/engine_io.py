@@ -759,8 +759,9 @@ def load_scenario_file(path: str) -> Snapshot:
     return engine_loader.load_scenario(path)
 
 
-def run_engine(snapshot: Snapshot) -> Any:
-    """One scheduling cycle of the engine: ``scheduler_engine.cycle.run_cycle(snapshot)``.
+def run_engine(snapshot: Snapshot, *, time_budget: float | None = None) -> Any:
+    """One scheduling cycle of the engine: ``scheduler_engine.cycle.run_cycle(snapshot)``, its
+    evicting actions stopped after ``time_budget`` seconds (the result's ``budget`` says where).
 
     Returns the engine's ``CycleResult`` (plain dicts keyed by scenario names: ``jobs``,
     ``tasks``, ``queues``, ``nodes``, ``events``, ``timings``), which the cycle maps back to
@@ -768,7 +769,7 @@ def run_engine(snapshot: Snapshot) -> Any:
     """
     from scheduler_engine.cycle import run_cycle
 
-    return run_cycle(snapshot)
+    return run_cycle(snapshot, time_budget=time_budget)
 
 
 def run_actions(snapshot: Snapshot) -> tuple[Any, list[str]]:

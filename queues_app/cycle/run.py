@@ -27,6 +27,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
@@ -279,8 +280,13 @@ def cycle_run(*, trigger: str = "manual", now: datetime | None = None, config: C
             logger.warning("cycle: %s", quarantine.summary())
         phases["load"] = round(time.perf_counter() - t, 6)
         t = time.perf_counter()
-        result = (engine or engine_io.run_engine)(snapshot)
+        budget = max(0.0, cfg.engine_budget - (t - t0))  # counted from the cycle's start
+        phases["engine_budget"] = round(budget, 6)
+        result = (engine or partial(engine_io.run_engine, time_budget=budget))(snapshot)
         phases["compute"] = round(time.perf_counter() - t, 6)
+        budget_note = _budget_note(getattr(result, "budget", None))
+        if budget_note:
+            logger.warning("cycle: %s", budget_note)
         phases["engine"] = {k: round(float(v), 6) for k, v in (getattr(result, "timings", {}) or {}).items()}
         fault_point("after_compute")
 
@@ -290,7 +296,7 @@ def cycle_run(*, trigger: str = "manual", now: datetime | None = None, config: C
         phases["plan"] = round(time.perf_counter() - t, 6)
         outcome = _apply(plan=plan, snap=snap, holder=holder, trigger=trigger, started_at=started_at,
                          phases=phases, cfg=cfg, t0=t0, replay=cycle_replay.cycle_replay_record(snap.data, result),
-                         quarantine=quarantine)
+                         quarantine=quarantine, note=budget_note)
     except ApplicationError as exc:
         gc.unfreeze()
         logger.error("cycle refused: %s", exc)
@@ -313,7 +319,7 @@ def cycle_run(*, trigger: str = "manual", now: datetime | None = None, config: C
 def _apply(*, plan: cycle_apply.Plan, snap: Snap, holder: str, trigger: str, started_at: datetime,
            phases: dict[str, Any], cfg: CycleConfig, t0: float,
            replay: dict[str, bytes] | None = None,
-           quarantine: engine_io.Quarantine | None = None) -> CycleOutcome:
+           quarantine: engine_io.Quarantine | None = None, note: str = "") -> CycleOutcome:
     quarantine = quarantine or engine_io.Quarantine()
     t = time.perf_counter()
     with transaction.atomic():
@@ -369,12 +375,27 @@ def _apply(*, plan: cycle_apply.Plan, snap: Snap, holder: str, trigger: str, sta
         SchedulingCycle.objects.filter(pk=cycle.pk).update(
             apply_finished_at=finished, finished_at=finished, bound_count=counts.bound,
             pipelined_count=counts.pipelined, evicted_count=counts.evicted, phase_durations=phases,
-            quarantined_count=len(quarantine.workloads), error=_quarantine_note(quarantine), **(replay or {}),
+            quarantined_count=len(quarantine.workloads),
+            error="\n".join(x for x in (note, _quarantine_note(quarantine)) if x)[:4000], **(replay or {}),
         )
     return CycleOutcome(status=CycleStatus.APPLIED, cycle_id=cycle.pk, generation=generation, bound=counts.bound,
                         pipelined=counts.pipelined, evicted=counts.evicted, confirmed=counts.confirmed,
                         dropped=counts.dropped, events=n_events, phase_durations=phases,
-                        quarantined=len(quarantine.workloads), reason=quarantine.summary())
+                        quarantined=len(quarantine.workloads),
+                        reason="; ".join(x for x in (note, quarantine.summary()) if x))
+
+
+def _budget_note(budget: dict[str, Any] | None) -> str:
+    """For the cycle record: where the engine's time budget ran out ('' if it did not).  The jobs an
+    action did not reach carry their own event ("Not tried by reclaim: ...")."""
+    if not budget:
+        return ""
+    text = f"engine time budget of {budget['seconds']:g} s ran out"
+    if budget.get("cutIn"):
+        text += f"; {budget['cutIn']} tried {budget['tried']} of {budget['tried'] + budget['untried']} jobs"
+    if budget.get("skipped"):
+        text += "; not run: " + ", ".join(budget["skipped"])
+    return text + " (raise KAI_CYCLE_ENGINE_BUDGET with the time limits, or lower scenarioSearchBudget)"
 
 
 def _quarantine_note(quarantine: engine_io.Quarantine) -> str:

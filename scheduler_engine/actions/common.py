@@ -175,10 +175,15 @@ def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction)
     jq = JobQueue(s, list(jobs))
     failed: dict[int, FailedShapes] = {}
     unsimulated: dict[tuple, str] = {}  # (candidate-set key, GPU request, selector) -> raw reason
+    popped: set[int] = set()
     while True:
         j = jq.pop()
         if j is None:
             break
+        if s.budget.expired():
+            stop_for_budget(s, action.name, action.refused, jobs, popped)
+            break
+        popped.add(j)
         if within_preemption_delay(s, j):
             s.add_event(j, action.refused, action.delay_text(j))
             continue
@@ -229,6 +234,17 @@ def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction)
         # queues (JobQueue.refresh_all is O(queues) per commit)
         for q in sorted({leaf} | {int(s.job_queue_arr[int(s.task_job[t])]) for t in sol.scenario.victims}):
             jq.refresh(q)
+
+
+def stop_for_budget(state: CycleState, action: str, reason: str, jobs: Sequence[int], tried: set[int]) -> None:
+    """The cycle's time budget ran out in ``action``'s job loop: every job it did not reach gets an
+    event saying so (``reason`` empty: none), and the budget records the cut."""
+    untried = sorted(set(int(j) for j in jobs) - tried)
+    if reason:
+        text = state.budget.untried_text(action)
+        for j in untried:
+            state.add_event(j, reason, text)
+    state.budget.cut(action, tried=len(tried), untried=len(untried))
 
 
 def bind_what_waits_for_nothing(state: CycleState, sol: Solution) -> list[int]:

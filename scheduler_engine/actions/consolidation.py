@@ -16,7 +16,7 @@ from ..ordering import JobQueue, next_tasks_to_allocate
 from ..snapshot import GPU
 from ..solvers.job_solver import VictimSolver
 from ..state import CycleState
-from .common import FailedShapes, bind_what_waits_for_nothing, commit_events, job_ready
+from .common import FailedShapes, bind_what_waits_for_nothing, commit_events, job_ready, stop_for_budget
 
 
 def run(state: CycleState) -> None:
@@ -51,10 +51,15 @@ class Consolidation:
             return
         jq = JobQueue(s, jobs)
         shapes = FailedShapes(s)
+        popped: set[int] = set()
         while True:
             j = jq.pop()
             if j is None:
                 break
+            if s.budget.expired():  # consolidation explains nothing per job: only the cut is recorded
+                stop_for_budget(s, "consolidation", "", jobs, popped)
+                break
+            popped.add(j)
             tasks = next_tasks_to_allocate(s, j)
             if not tasks:
                 continue

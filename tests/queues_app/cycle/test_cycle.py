@@ -280,6 +280,30 @@ def test_reclaim_evicts_pipelines_and_binds_once_the_release_is_confirmed():
     assert SchedulingCycle.objects.filter(evicted_count__gt=0).exists()
 
 
+def test_a_spent_engine_budget_applies_what_allocate_decided_and_says_what_was_not_run(settings):
+    """KAI_CYCLE_ENGINE_BUDGET: the evicting actions stop when it is spent; the cycle still applies."""
+    make_cluster(nodes=1, gpus=8)
+    qs = make_queues({"qa": 4, "qb": 4})
+    hog = [submit(qs["qa"], f"hog{i}") for i in range(8)]
+    cycle_run(trigger="test")
+    cycle_run(trigger="test")
+    newcomer = submit(qs["qb"], "newcomer", replicas=4, min_available=4)
+    small = submit(qs["qb"], "small-cpu", gpu=0)
+    settings.KAI_CYCLE_ENGINE_BUDGET = 0
+    out = cycle_run(trigger="test")
+    assert out.status == CycleStatus.APPLIED and out.evicted == 0 and out.bound == 1  # allocate ran
+    assert states(small) == [TaskState.BINDING] and states(newcomer) == [TaskState.PENDING] * 4
+    assert all(states(w) == [TaskState.RUNNING] for w in hog)
+    row = SchedulingCycle.objects.get(pk=out.cycle_id)
+    assert row.error.startswith("engine time budget of 0 s ran out; not run: consolidation, reclaim, preempt")
+    assert "KAI_CYCLE_ENGINE_BUDGET" in row.error and row.phase_durations["engine_budget"] == 0
+    assert "engine time budget" in out.reason
+    del settings.KAI_CYCLE_ENGINE_BUDGET  # the default (half the soft limit): reclaim runs again
+    out = cycle_run(trigger="test")
+    assert out.evicted > 0 and SchedulingCycle.objects.get(pk=out.cycle_id).error == ""
+    assert_invariants()
+
+
 def test_a_cancelled_running_workload_releases_and_ends_failed():
     make_cluster(nodes=1, gpus=4)
     qs = make_queues()

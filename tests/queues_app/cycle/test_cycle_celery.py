@@ -30,6 +30,9 @@ def test_the_time_limits_sit_below_the_lease_and_the_visibility_timeout():
     assert scheduling_cycle.soft_time_limit < scheduling_cycle.time_limit < cfg.lease_seconds
     broken = cfg.__class__(**{**cfg.__dict__, "lease_seconds": cfg.time_limit - 1})
     assert validate_cycle_config(broken)
+    assert 0 < cfg.engine_budget < cfg.soft_time_limit
+    no_time_to_apply = cfg.__class__(**{**cfg.__dict__, "engine_budget": cfg.soft_time_limit})
+    assert any("engine time budget" in p for p in validate_cycle_config(no_time_to_apply))
 
 
 @pytest.mark.django_db(transaction=True)
