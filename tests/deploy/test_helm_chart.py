@@ -140,6 +140,19 @@ def test_default_release_has_every_required_component():
     assert "Ingress" not in by_kind and len([d for d in by_kind["Deployment"] if "postgresql" in d["metadata"]["name"]]) == 0
 
 
+def test_the_cycle_limits_reach_the_configmap_in_their_order():
+    """engine budget < soft < hard < lease (queues_app.cycle.config); a large cluster raises all four."""
+    for values, want in ((SECRETS, ("25", "50", "60", "90")),
+                         ({**SECRETS, "config": {"cycleEngineBudget": "120", "cycleSoftTimeLimit": "170",
+                                                 "cycleTimeLimit": "180", "cycleLeaseSeconds": "240"}},
+                          ("120", "170", "180", "240"))):
+        data = next(d for d in manifests(values) if d["kind"] == "ConfigMap")["data"]
+        got = tuple(data[k] for k in ("KAI_CYCLE_ENGINE_BUDGET", "KAI_CYCLE_SOFT_TIME_LIMIT", "KAI_CYCLE_TIME_LIMIT",
+                                      "KAI_CYCLE_LEASE_SECONDS"))
+        assert got == want
+        assert [float(x) for x in got] == sorted(float(x) for x in got)
+
+
 def test_rbac_is_exactly_the_minimal_set():
     role = next(d for d in manifests(SECRETS) if d["kind"] == "ClusterRole")
     granted = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
