@@ -18,10 +18,15 @@ import math
 import time
 from typing import Any, Callable
 
-__all__ = ["TimeBudget", "ALWAYS_RUN"]
+__all__ = ["TimeBudget", "ALWAYS_RUN", "seconds_text"]
 
 #: Actions run even after the budget is spent.
 ALWAYS_RUN = frozenset({"allocate", "stalegangeviction"})
+
+
+def seconds_text(seconds: float | None) -> str:
+    """``25``, ``20.8``, ``1234``: tenths at most (messages, not measurements)."""
+    return "none" if seconds is None else f"{round(float(seconds), 1):g}"
 
 
 class TimeBudget:
@@ -55,7 +60,7 @@ class TimeBudget:
 
     def untried_text(self, action: str) -> str:
         """The event message of a job the action did not reach."""
-        return (f"Not tried by {action}: the cycle's time budget of {self.seconds:g} s ran out before this "
+        return (f"Not tried by {action}: the cycle's time budget of {seconds_text(self.seconds)} s ran out before this "
                 "job's turn; the next cycle tries it again.")
 
     def summary(self) -> dict[str, Any] | None:
@@ -69,7 +74,7 @@ class TimeBudget:
         """One line for a cycle record / the CLI ('' when the budget did not run out)."""
         if not self.ran_out:
             return ""
-        parts = [f"time budget of {self.seconds:g} s ran out"]
+        parts = [f"time budget of {seconds_text(self.seconds)} s ran out"]
         if self.cut_in:
             parts.append(f"{self.cut_in} stopped after {self.tried} of {self.tried + self.untried} jobs")
         if self.skipped:

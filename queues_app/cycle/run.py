@@ -390,7 +390,7 @@ def _budget_note(budget: dict[str, Any] | None) -> str:
     action did not reach carry their own event ("Not tried by reclaim: ...")."""
     if not budget:
         return ""
-    text = f"engine time budget of {budget['seconds']:g} s ran out"
+    text = f"engine time budget of {engine_io.seconds_text(budget['seconds'])} s ran out"
     if budget.get("cutIn"):
         text += f"; {budget['cutIn']} tried {budget['tried']} of {budget['tried'] + budget['untried']} jobs"
     if budget.get("skipped"):
