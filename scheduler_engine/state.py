@@ -16,7 +16,10 @@ max devices per node; ``total`` (3,) capacity of ready, schedulable nodes minus 
 ``job_task_range(j)`` -> range of task indices.
 
 Per-task (mutable): ``task_state`` (T,) int8 :class:`TaskState`; ``task_node`` (T,) int (-1 none);
-``task_gpu_groups`` list[list[str]]; ``task_devices`` list[list[int]] (device indices on the node);
+``task_gpu_groups`` list[list[str]]; ``task_devices[t]`` -> list[int] (device indices on the node, in the
+order they were chosen) and ``task_dev_take[t]`` -> list[float] (a pipelined task: what it took from
+each device's releasing share), both read from and assigned to as lists but kept in (T, G) arrays
+(:class:`TaskRows`: the task-device mirror, so that compiled kernels move devices too);
 ``task_order_req`` (T, 3): request with GPU memory converted with the *smallest* device memory
 (used for queue requests and ordering); ``task_quota_req`` (T, 3): GPU memory converted with the
 *largest* (used by queue admission, spec a.7); ``task_alloc`` (T, 3): what the task holds now on its
@@ -115,6 +118,43 @@ _PIPE = int(TaskState.PIPELINED)
 ACTIVE_STATES = (_RUN, _BIND, _PIPE)
 _EMPTY: tuple = ()  # shared immutable "no devices" entry
 RES_NAMES = ("gpu", "cpu", "memory")
+_NO_DEVS = np.zeros(0, dtype=np.int64)
+
+
+class TaskRows:
+    """Per-task lists kept in a (T, G) array: row t holds ``count[t]`` entries, the rest ``pad``.
+
+    ``rows[t]`` gives a new list, ``rows[t] = values`` writes the row (values beyond G do not
+    exist: a task holds at most one entry per device of its node). The arrays are the state's
+    only copy (journaled and restored by :mod:`scheduler_engine.kernels.journal`, written by its
+    kernels), so the Python and compiled paths see one truth.
+    """
+
+    __slots__ = ("a", "count", "pad")
+
+    def __init__(self, a: np.ndarray, count: np.ndarray, pad) -> None:
+        self.a, self.count, self.pad = a, count, pad
+
+    def __getitem__(self, t: int) -> list:
+        return self.a[t, :self.count[t]].tolist()
+
+    def __setitem__(self, t: int, values) -> None:
+        k = len(values)
+        row = self.a[t]
+        old = int(self.count[t])
+        if k:
+            row[:k] = values
+        if old > k:
+            row[k:old] = self.pad
+        self.count[t] = k
+
+    def __len__(self) -> int:
+        return self.count.shape[0]
+
+    def __iter__(self):
+        a, c = self.a, self.count.tolist()
+        for t in range(len(c)):
+            yield a[t, :c[t]].tolist()
 
 
 def fmt_amount(r: int, x: float) -> str:
@@ -199,7 +239,12 @@ class CycleState:
         # outer lists are copied, inner ones shared with the snapshot: this module only ever
         # replaces an entry, never mutates one in place (the snapshot stays untouched)
         self.task_gpu_groups: list[list[str]] = list(tasks.gpu_groups)
-        self.task_devices: list[list[int]] = [_EMPTY] * T
+        # the task-device mirror (kernels.journal): devices in choice order, -1 padded; takes 0.0 padded
+        self._tdev = np.full((T, self.G), -1, dtype=np.int64)
+        self._tndev = np.zeros(T, dtype=np.int64)
+        self._ttake = np.zeros((T, self.G))
+        self._tntake = np.zeros(T, dtype=np.int64)
+        self.task_devices = TaskRows(self._tdev, self._tndev, -1)
         self.task_job = np.asarray(tasks.job, dtype=np.int64)
         req = np.asarray(tasks.request, float).reshape(T, NRES)
         g = req[:, GPU]  # classic GPUs (devices / fractions); claims of gpu classes are added below
@@ -225,7 +270,7 @@ class CycleState:
             self.task_quota_req[self.task_is_mem, GPU] = mem / self.max_gpu_memory if self.max_gpu_memory else 0.0
         self.task_alloc = np.zeros((T, NRES))
         self.task_rel_take = np.zeros((T, NRES))  # pipelined tasks: part taken from releasing
-        self.task_dev_take: list[list[float]] = [_EMPTY] * T
+        self.task_dev_take = TaskRows(self._ttake, self._tntake, 0.0)
         self.task_dra: list[dict[int, list[int]] | None] = [None] * T
         self.task_dra_take: list[dict[int, list[float]] | None] = [None] * T
         self.task_selector_key = [tuple(sorted(s.items())) if s else () for s in tasks.node_selector]
@@ -281,7 +326,8 @@ class CycleState:
         # where each input task sits (a moved task's pod keeps running there until released)
         self._input_state = np.asarray(tasks.state, dtype=np.int8)
         self._input_node = np.asarray(tasks.node, dtype=np.int64)
-        self._input_devices = list(self.task_devices)
+        self._input_tdev = self._tdev.copy()
+        self._input_tndev = self._tndev.copy()
         self._input_groups = list(self.task_gpu_groups)
         self._input_dra = list(self.task_dra)
         # plain-Python views for the journal's hot path (jobs never change queue within a cycle)
@@ -307,14 +353,15 @@ class CycleState:
             pm[q, :len(p)] = p
         self._jpath = pm
         cap = 256
-        self._ji = np.zeros((cap, 6), dtype=np.int64)
+        self._ji = np.zeros((cap, _journal_k.iwidth(self.G)), dtype=np.int64)
         self._jf = np.zeros((cap, _journal_k.width(self.G, depth)))
         self._shared_list: list[bool] = self.task_is_shared.tolist()
         self._preempt_list: list[bool] = self.job_preemptible_arr.tolist()
         # the arrays the kernels mutate in place (never rebound after construction)
         self._jarrays = (self._input_state, self.task_state, self.task_node, self.task_job, self.job_queue_arr,
                          self._jpath, self.job_num_active_arr, self.job_version, self.queue_version, self._node_both,
-                         self.dev_free, self.dev_rel, self.task_alloc, self.task_rel_take, self._queue_alloc_both)
+                         self.dev_free, self.dev_rel, self.task_alloc, self.task_rel_take, self._queue_alloc_both,
+                         self._tdev, self._tndev, self._ttake, self._tntake)
         self._journal = []
 
     def _journal_room(self) -> int:
@@ -386,7 +433,6 @@ class CycleState:
         # devices: node n's fully free devices in order, consumed by its tasks in task order
         k = self.task_whole[wt]
         g = k > 0
-        devs_of = [_EMPTY] * wt.size
         if g.any() and self.G:
             gi = np.flatnonzero(g)
             gn, gk = wn[gi], k[gi]
@@ -415,13 +461,12 @@ class CycleState:
                 rrel = np.repeat(srel, cnt)
                 if rrel.any():
                     self.dev_rel[tn_[rrel], td_[rrel]] += 1.0
-            fd_list = fd.tolist()
-            for i, x, y in zip(gi[order].tolist(), a.tolist(), b.tolist()):
-                devs_of[i] = fd_list[x:y]
-        # (tasks without devices keep the shared empty entry; task_dev_take stays empty: not pipelined)
-        td = self.task_devices
-        for t, dv in zip(wt.tolist(), devs_of):
-            td[t] = dv
+                # the mirror: task i's devices are its free-list positions [a, b) in order
+                owner = wt[gi[order]]
+                col = np.arange(int(cnt.sum())) - np.repeat(np.r_[0, np.cumsum(cnt)[:-1]], cnt)
+                self._tdev[np.repeat(owner, cnt), col] = td_
+                self._tndev[owner] = cnt
+        # (tasks without devices keep the empty row; task_dev_take stays empty: not pipelined)
         self._charge_queues(wt, wreq)
 
     def _init_claims(self) -> None:
@@ -938,13 +983,11 @@ class CycleState:
             # (every field is restored by assignment, so the split gives the same state)
             a = self._jarrays
             _journal_k.undo(jlen, hi, a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],
-                            a[13], a[14], self._ji, self._jf)
-            td, tg, tdt, log = self.task_devices, self.task_gpu_groups, self.task_dev_take, self.node_log
+                            a[13], a[14], a[15], a[16], a[17], a[18], self._ji, self._jf)
+            tg, log = self.task_gpu_groups, self.node_log
             for k in range(hi - 1, jlen - 1, -1):
-                t, n, devs, groups, dev_take, gmap, dra = j[k]
-                td[t] = devs
+                t, n, groups, gmap, dra = j[k]
                 tg[t] = groups
-                tdt[t] = dev_take
                 if n >= 0:
                     if gmap is not None:
                         self.dev_group[n] = gmap
@@ -971,11 +1014,11 @@ class CycleState:
         Every mutation of a task, its node, devices or its queue's allocation must call this first
         (also outside this module): the undo journal and the incremental caches rely on it.
 
-        The numeric part (task, node and device rows, the queue path's allocations, counters) goes
-        to the entry arrays (:func:`kernels.journal.record`); the object part keeps references to
-        the task's device / group / device-take lists (this module only ever replaces those
-        entries, never mutates one in place); the node's gpuGroup map is copied only for shared-GPU
-        tasks, the only ones whose placement adds a group.
+        The numeric part (task, node and device rows, the task's devices and device takes, the
+        queue path's allocations, counters) goes to the entry arrays (:func:`kernels.journal.record`);
+        the object part keeps a reference to the task's gpuGroup list (this module only ever
+        replaces such an entry, never mutates one in place); the node's gpuGroup map is copied only
+        for shared-GPU tasks, the only ones whose placement adds a group.
         """
         jo = self._journal
         if jo is None:
@@ -983,7 +1026,7 @@ class CycleState:
         i = self._journal_room()
         a = self._jarrays
         _journal_k.record(i, t, n, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],
-                          a[13], a[14], self._ji, self._jf)
+                          a[13], a[14], a[15], a[16], a[17], a[18], self._ji, self._jf)
         self._record_objects(t, n)
 
     def _record_objects(self, t: int, n: int) -> None:
@@ -997,7 +1040,7 @@ class CycleState:
         if self._claims_list[t]:
             dra = (self.task_dra[t], self.task_dra_take[t],
                    (self.dra_free[n].copy(), self.dra_rel[n].copy()) if n >= 0 else None)
-        self._journal.append((t, n, self.task_devices[t], self.task_gpu_groups[t], self.task_dev_take[t], gmap, dra))
+        self._journal.append((t, n, self.task_gpu_groups[t], gmap, dra))
 
     # ------------------------------------------------------------------ mutations
     def _charge_claims(self, t: int, n: int, dra: dict[int, list[int]], pipelined: bool) -> None:
@@ -1033,7 +1076,7 @@ class CycleState:
             self.node_idle[n] -= req
             if releasing:
                 self.node_releasing[n] += req
-        self.task_dev_take[t] = []
+        dev_take = []
         if devs:
             per = self._shared_fraction(t, n) if self.task_is_shared[t] else 1.0
             drel, dfree = self.dev_rel[n], self.dev_free[n]  # row views: cheaper element access
@@ -1042,12 +1085,13 @@ class CycleState:
                     take = min(max(drel[d], 0.0), per)
                     drel[d] -= take
                     dfree[d] -= per - take
-                    self.task_dev_take[t].append(take)
+                    dev_take.append(take)
                 else:
                     dfree[d] -= per
                     if releasing:
                         drel[d] += per
-        self.task_devices[t] = list(devs)
+        self.task_dev_take[t] = dev_take
+        self.task_devices[t] = devs
 
     def place(self, t: int, n: int, pipelined: bool = False, devices: Sequence[int] | None = None,
               claims: dict[int, list[int]] | None = None) -> None:
@@ -1093,32 +1137,17 @@ class CycleState:
 
     def _place_fast(self, t: int, n: int, devs: list[int], pipelined: bool) -> None:
         """:meth:`place` of a whole-GPU / CPU-only task without DRA claims: journal entry, node,
-        task and queue sums in one compiled call (:func:`kernels.journal.place`), the devices here
-        (the same float operations as :meth:`_charge`)."""
+        device, task and queue sums in one compiled call (:func:`kernels.journal.place`; the same
+        float operations as :meth:`_charge`)."""
         i = self._journal_room()
         a = self._jarrays
         _journal_k.place(i, t, n, pipelined, self._preempt_list[self._task_job_list[t]], a[0], a[1], a[2], a[3],
-                         a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], self._ji, self._jf,
-                         self.task_request)
+                         a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17],
+                         a[18], self._ji, self._jf, self.task_request,
+                         np.array(devs, dtype=np.int64) if devs else _NO_DEVS, len(devs))
         self._record_objects(t, n)
-        if pipelined:
-            tk = []
-            if devs:
-                drel, dfree = self.dev_rel[n], self.dev_free[n]
-                for d in devs:
-                    take = min(max(drel[d], 0.0), 1.0)
-                    drel[d] -= take
-                    dfree[d] -= 1.0 - take
-                    tk.append(take)
-            self.task_dev_take[t] = tk
-        else:
-            self.task_dev_take[t] = []
-            if devs:
-                dfree = self.dev_free[n]
-                for d in devs:
-                    dfree[d] -= 1.0
-        self.task_devices[t] = devs
-        self.task_gpu_groups[t] = []
+        if self.task_gpu_groups[t]:
+            self.task_gpu_groups[t] = []
 
     def _queues_add(self, j: int, alloc: np.ndarray, sign: int) -> None:
         """Add (``sign`` 1) or take back (-1) ``alloc`` on job j's queue path, non-preemptible jobs
@@ -1220,69 +1249,33 @@ class CycleState:
             for t in ts:
                 self.evict(t)
             return
-        td, tdt = self.task_devices, self.task_dev_take
-        devs = [td[t] for t in ts]
-        ptr = [0]
-        flat: list[int] = []
-        takes: list[float] = []
-        for t, s, dv in zip(ts, st, devs):
-            flat += dv
-            if s == _PIPE:
-                takes += tdt[t]
-            else:
-                takes += [0.0] * len(dv)
-            ptr.append(len(flat))
         k = len(ts)
         i0 = len(self._journal)
         self._journal_room_for(i0 + k)
         a = self._jarrays
         _journal_k.evict_many(i0, np.asarray(ts, dtype=np.int64), np.asarray(nodes, dtype=np.int64),
-                              np.asarray(flat, dtype=np.int64), np.asarray(ptr, dtype=np.int64),
-                              np.asarray(takes, dtype=np.float64), self.task_is_shared, self.job_preemptible_arr,
-                              a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13],
-                              a[14], self._ji, self._jf)
+                              self.task_is_shared, self.job_preemptible_arr, a[0], a[1], a[2], a[3], a[4], a[5], a[6],
+                              a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18],
+                              self._ji, self._jf)
         tg = self.task_gpu_groups
         for t, n, s in zip(ts, nodes, st):
             self._record_objects(t, n)
-            if s != _RUN:
-                if s == _PIPE:
-                    tdt[t] = []
-                td[t] = []
+            if s != _RUN and tg[t]:
                 tg[t] = []
         self.resources_freed += k
 
     def _evict_fast(self, t: int, n: int, s: int) -> None:
-        """:meth:`evict` of a task without DRA claims that was not moved: journal entry, node, task
-        and queue sums in one compiled call (:func:`kernels.journal.evict`), the device rows and
-        the task's lists here (the same float operations as :meth:`_evict_general`)."""
-        devs = self.task_devices[t]
-        per = float(self.task_alloc[t, GPU]) if self._shared_list[t] else 1.0
-        dev_take = self.task_dev_take[t]
+        """:meth:`evict` of a task without DRA claims that was not moved: journal entry, node,
+        device, task and queue sums in one compiled call (:func:`kernels.journal.evict`; the same
+        float operations as :meth:`_evict_general`), the task's gpuGroup list here."""
         i = self._journal_room()
         a = self._jarrays
-        _journal_k.evict(i, t, n, self._preempt_list[self._task_job_list[t]], a[0], a[1], a[2], a[3], a[4], a[5],
-                         a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], self._ji, self._jf)
+        _journal_k.evict(i, t, n, self._preempt_list[self._task_job_list[t]], self._shared_list[t], a[0], a[1], a[2],
+                         a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16],
+                         a[17], a[18], self._ji, self._jf)
         self._record_objects(t, n)
-        if s == _RUN:
-            if devs:
-                drel = self.dev_rel[n]
-                for d in devs:
-                    drel[d] += per
-            return
-        if devs:
-            if s == _BIND:
-                dfree = self.dev_free[n]
-                for d in devs:
-                    dfree[d] += per
-            else:
-                drel, dfree = self.dev_rel[n], self.dev_free[n]
-                for d, dt in zip(devs, dev_take):
-                    drel[d] += dt
-                    dfree[d] += per - dt
-        if s == _PIPE:
-            self.task_dev_take[t] = []
-        self.task_devices[t] = []
-        self.task_gpu_groups[t] = []
+        if s != _RUN and self.task_gpu_groups[t]:
+            self.task_gpu_groups[t] = []
 
     def _evict_general(self, t: int, n: int, s: int) -> None:
         """:meth:`evict` in Python: tasks with DRA claims, moved tasks, and while building."""
@@ -1339,7 +1332,7 @@ class CycleState:
                 a = int(self._input_node[t])
                 self.task_state[t] = _REL
                 self.task_node[t] = a
-                self.task_devices[t] = self._input_devices[t]
+                self.task_devices[t] = self._input_tdev[t, :self._input_tndev[t]].tolist()
                 self.task_gpu_groups[t] = self._input_groups[t]
                 self.task_alloc[t] = self.task_request_on_node(t, a)
                 if dra is not None:

@@ -9,21 +9,30 @@ them does not change the result.
 
 Entry ``i`` (preallocated rows, grown by the state):
 
-* ``ji[i]`` int64: ``t, j, state, node, n, num_active(j)`` - the task, its job, its state (a
-  Releasing input task that is momentarily Pending while it is pipelined elsewhere is recorded as
-  Releasing) and node before the change, the node ``n`` whose rows were copied (-1: none) and the
-  job's count of active tasks.
+* ``ji[i]`` int64: ``t, j, state, node, n, num_active(j), ndev(t), ntake(t)`` - the task, its job,
+  its state (a Releasing input task that is momentarily Pending while it is pipelined elsewhere is
+  recorded as Releasing) and node before the change, the node ``n`` whose rows were copied (-1:
+  none), the job's count of active tasks, the task's device count and device-take count; then the
+  task's device row ``tdev[t]`` (G).
 * ``jf[i]`` float64: ``task_alloc[t]`` (3), ``task_rel_take[t]`` (3), node ``n``'s idle and
-  releasing rows (6), its device rows ``dev_free[n]``, ``dev_rel[n]`` (G each), then the (2, 3)
-  allocation rows of every queue on the job's path (``path_mat`` row of the job's leaf, -1 padded).
+  releasing rows (6), its device rows ``dev_free[n]``, ``dev_rel[n]`` (G each), the task's
+  device-take row ``ttake[t]`` (G), then the (2, 3) allocation rows of every queue on the job's
+  path (``path_mat`` row of the job's leaf, -1 padded).
+
+The task-device mirror: ``tdev`` (T, G) int64 holds task t's devices on its node in the order
+they were chosen (``tndev[t]`` of them, the rest -1), ``ttake`` (T, G) float64 what a pipelined
+task took from each device's releasing share (``tntake[t]`` entries, 0 or ``tndev[t]``; the rest
+0.0). It is the state's only copy of both (``CycleState.task_devices`` / ``task_dev_take`` read
+it), so kernels move devices as well as sums.
 
 Room is left for the object-typed columns of subgroups and DRA: they are journaled by the state in
 its Python list (DRA device rows included), which these kernels never touch.
 
-``evict`` is :meth:`CycleState.evict`'s numeric part for a task without DRA claims that was not
-moved (Running -> Releasing, or a placement of this cycle -> Pending): record, then the node,
-task and queue sums in the order the numpy code adds them (same float operations, elementwise).
-Device rows are left to the caller (they follow the task's Python device list).
+``evict`` is :meth:`CycleState.evict` for a task without DRA claims that was not moved (Running ->
+Releasing, or a placement of this cycle -> Pending): record, then the node, device, task and
+queue sums in the order the Python code adds them (same float operations, elementwise).
+``place`` / ``unevict`` likewise for ``CycleState.place`` of a whole-GPU / CPU-only task and for
+``simulation.unevict`` (Releasing -> Running again).
 """
 from __future__ import annotations
 
@@ -38,16 +47,24 @@ _REL = int(TaskState.RELEASING)
 _BIND = int(TaskState.BINDING)
 _PIPE = int(TaskState.PIPELINED)
 FIXED = 12  # alloc (3) + rel_take (3) + node rows (6)
+IFIXED = 8  # t, j, state, node, n, num_active, ndev, ntake
+EPS = 1e-9
 
 
 def width(G: int, depth: int) -> int:
     """Float columns of one entry for G devices per node and queue paths of ``depth`` levels."""
-    return FIXED + 2 * G + 6 * depth
+    return FIXED + 3 * G + 6 * depth
+
+
+def iwidth(G: int) -> int:
+    """Integer columns of one entry for G devices per node."""
+    return IFIXED + G
 
 
 @kernel
-def record(i, t, n, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active,
-           job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, ji, jf):
+def record(i, t, n, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
+           queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake,
+           ji, jf):
     """Write entry ``i`` for a change of task t (node n's rows copied when ``n >= 0``) and bump the
     job's and its queue path's change counters."""
     j = task_job[t]
@@ -63,16 +80,20 @@ def record(i, t, n, input_state, task_state, task_node, task_job, job_queue, pat
     nd = task_node[t]
     if st == _PEND and nd >= 0 and input_state[t] == _RUN:
         st = _REL
+    G = dev_free.shape[1]
     ji[i, 0] = t
     ji[i, 1] = j
     ji[i, 2] = st
     ji[i, 3] = nd
     ji[i, 4] = n
     ji[i, 5] = num_active[j]
+    ji[i, 6] = tndev[t]
+    ji[i, 7] = tntake[t]
+    for d in range(G):
+        ji[i, IFIXED + d] = tdev[t, d]
     for r in range(3):
         jf[i, r] = task_alloc[t, r]
         jf[i, 3 + r] = task_rel_take[t, r]
-    G = dev_free.shape[1]
     if n >= 0:
         for x in range(2):
             for r in range(3):
@@ -80,7 +101,9 @@ def record(i, t, n, input_state, task_state, task_node, task_job, job_queue, pat
         for d in range(G):
             jf[i, FIXED + d] = dev_free[n, d]
             jf[i, FIXED + G + d] = dev_rel[n, d]
-    base = FIXED + 2 * G
+    for d in range(G):
+        jf[i, FIXED + 2 * G + d] = ttake[t, d]
+    base = FIXED + 3 * G
     for k in range(depth):
         a = path_mat[q, k]
         if a < 0:
@@ -92,11 +115,11 @@ def record(i, t, n, input_state, task_state, task_node, task_job, job_queue, pat
 
 @kernel
 def undo(lo, hi, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version, queue_version,
-         node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, ji, jf):
+         node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
     """Undo entries ``hi - 1`` down to ``lo`` (numeric part): copy every recorded value back."""
     G = dev_free.shape[1]
     depth = path_mat.shape[1]
-    base = FIXED + 2 * G
+    base = FIXED + 3 * G
     for i in range(hi - 1, lo - 1, -1):
         t = ji[i, 0]
         j = ji[i, 1]
@@ -107,6 +130,11 @@ def undo(lo, hi, task_state, task_node, task_job, job_queue, path_mat, num_activ
         task_node[t] = ji[i, 3]
         for r in range(3):
             task_alloc[t, r] = jf[i, r]
+        tndev[t] = ji[i, 6]
+        tntake[t] = ji[i, 7]
+        for d in range(G):
+            tdev[t, d] = ji[i, IFIXED + d]
+            ttake[t, d] = jf[i, FIXED + 2 * G + d]
         if n >= 0:
             for x in range(2):
                 for r in range(3):
@@ -144,29 +172,54 @@ def add_to_path(qab, path_mat, q, preemptible, a0, a1, a2):
 
 
 @kernel
-def evict(i, t, n, preemptible, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active,
-          job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, ji, jf):
-    """Record entry ``i``, then give up active task t on its node n (numeric part of
-    ``CycleState.evict`` for a task without claims that was not moved): Running -> Releasing (its
-    allocation becomes releasing), Binding -> Pending (returned to free), Pipelined -> Pending (what
-    it took from releasing goes back to releasing, the rest to free); its allocation leaves its
-    queue path (both rows for a non-preemptible job); the job has one active task less."""
-    record(i, t, n, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active,
-           job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, ji, jf)
+def clear_devices(t, tdev, tndev):
+    """Task t holds no devices (the row back to its -1 padding)."""
+    for d in range(tndev[t]):
+        tdev[t, d] = -1
+    tndev[t] = 0
+
+
+@kernel
+def clear_takes(t, ttake, tntake):
+    """Task t took nothing releasing from any device (the row back to 0.0)."""
+    for d in range(tntake[t]):
+        ttake[t, d] = 0.0
+    tntake[t] = 0
+
+
+@kernel
+def evict(i, t, n, preemptible, shared, input_state, task_state, task_node, task_job, job_queue, path_mat,
+          num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
+          tdev, tndev, ttake, tntake, ji, jf):
+    """Record entry ``i``, then give up active task t on its node n (``CycleState.evict`` for a
+    task without claims that was not moved): Running -> Releasing (its allocation becomes
+    releasing, its share of each device too), Binding -> Pending (returned to free), Pipelined ->
+    Pending (what it took from releasing goes back to releasing, the rest to free); its allocation
+    leaves its queue path (both rows for a non-preemptible job); the job has one active task less.
+    A shared task's share of its device is its GPU allocation, a whole task's 1."""
+    record(i, t, n, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
+           queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake,
+           ji, jf)
     s = task_state[t]
     a0 = task_alloc[t, 0]
     a1 = task_alloc[t, 1]
     a2 = task_alloc[t, 2]
+    per = a0 if shared else 1.0
+    nd = tndev[t]
     if s == _RUN:
         node_both[n, 1, 0] += a0
         node_both[n, 1, 1] += a1
         node_both[n, 1, 2] += a2
+        for p in range(nd):
+            dev_rel[n, tdev[t, p]] += per
         task_state[t] = _REL
     else:
         if s == _BIND:
             node_both[n, 0, 0] += a0
             node_both[n, 0, 1] += a1
             node_both[n, 0, 2] += a2
+            for p in range(nd):
+                dev_free[n, tdev[t, p]] += per
         else:
             k0 = task_rel_take[t, 0]
             k1 = task_rel_take[t, 1]
@@ -180,6 +233,13 @@ def evict(i, t, n, preemptible, input_state, task_state, task_node, task_job, jo
             task_rel_take[t, 0] = 0.0
             task_rel_take[t, 1] = 0.0
             task_rel_take[t, 2] = 0.0
+            for p in range(min(nd, tntake[t])):  # (zip of the two lists)
+                d = tdev[t, p]
+                dt = ttake[t, p]
+                dev_rel[n, d] += dt
+                dev_free[n, d] += per - dt
+            clear_takes(t, ttake, tntake)
+        clear_devices(t, tdev, tndev)
         task_state[t] = _PEND
         task_node[t] = -1
         task_alloc[t, 0] = 0.0
@@ -212,16 +272,35 @@ def np_min(a, b):
 
 
 @kernel
+def py_max(a, b):
+    """Python's ``max(a, b)`` of two floats: the first unless the second is greater (a tie, NaN on
+    either side: the first)."""
+    if b > a:
+        return b
+    return a
+
+
+@kernel
+def py_min(a, b):
+    """Python's ``min(a, b)`` of two floats: the first unless the second is smaller."""
+    if b < a:
+        return b
+    return a
+
+
+@kernel
 def place(i, t, n, pipelined, preemptible, input_state, task_state, task_node, task_job, job_queue, path_mat,
           num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
-          ji, jf, task_request):
+          tdev, tndev, ttake, tntake, ji, jf, task_request, devs, ndevs):
     """Record entry ``i``, then place pending task t (no DRA claims, not shared: its request is the
-    same on every node) on node n: numeric part of ``CycleState.place`` / ``_charge``. Binding
-    takes its request from free; pipelined takes ``min(max(releasing, 0), request)`` from
-    releasing (numpy's min / max) and the rest from free; the request joins the job's queue path
-    (both rows for a non-preemptible job); one more active task. Devices are the caller's."""
-    record(i, t, n, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active,
-           job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, ji, jf)
+    same on every node) on node n with devices ``devs[:ndevs]``: ``CycleState.place`` / ``_charge``.
+    Binding takes its request and whole devices from free; pipelined takes
+    ``min(max(releasing, 0), request)`` from releasing (numpy's min / max) and the rest from free,
+    and per device ``min(max(releasing, 0.0), 1.0)`` (Python's), recorded per device; the request
+    joins the job's queue path (both rows for a non-preemptible job); one more active task."""
+    record(i, t, n, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
+           queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake,
+           ji, jf)
     for r in range(3):
         q_r = task_request[t, r]
         task_alloc[t, r] = q_r
@@ -232,6 +311,21 @@ def place(i, t, n, pipelined, preemptible, input_state, task_state, task_node, t
             task_rel_take[t, r] = take
         else:
             node_both[n, 0, r] -= q_r
+    clear_takes(t, ttake, tntake)
+    clear_devices(t, tdev, tndev)
+    for p in range(ndevs):
+        d = devs[p]
+        tdev[t, p] = d
+        if pipelined:
+            take = py_min(py_max(dev_rel[n, d], 0.0), 1.0)
+            dev_rel[n, d] -= take
+            dev_free[n, d] -= 1.0 - take
+            ttake[t, p] = take
+        else:
+            dev_free[n, d] -= 1.0
+    tndev[t] = ndevs
+    if pipelined:
+        tntake[t] = ndevs
     task_state[t] = _PIPE if pipelined else _BIND
     task_node[t] = n
     j = task_job[t]
@@ -240,29 +334,48 @@ def place(i, t, n, pipelined, preemptible, input_state, task_state, task_node, t
 
 
 @kernel
-def evict_many(i0, ts, ns, dev_flat, dev_ptr, take_flat, shared, preempt, input_state, task_state, task_node,
-               task_job, job_queue, path_mat, num_active, job_version, queue_version, node_both, dev_free, dev_rel,
-               task_alloc, task_rel_take, qab, ji, jf):
-    """:func:`evict` of tasks ``ts`` (on nodes ``ns``) one after the other, entries ``i0, i0 + 1, ...``,
-    devices included: task k's devices are ``dev_flat[dev_ptr[k]:dev_ptr[k + 1]]`` and, for a
-    pipelined task, what each took from releasing is ``take_flat`` at the same positions. Running:
-    its share of each device becomes releasing; Binding: returns to free; Pipelined: the taken part
-    to releasing, the rest to free (a shared task's share is its GPU allocation, else 1)."""
+def unevict(i, t, preemptible, shared, input_state, task_state, task_node, task_job, job_queue, path_mat,
+            num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
+            tdev, tndev, ttake, tntake, ji, jf):
+    """Releasing task t (without claims) back to Running on its node, if what it releases is not
+    promised to a pipelined task (node releasing >= its allocation, each device's releasing share
+    >= its share, within EPS): record entry ``i``, take it out of releasing, add it back to its
+    queue path, one more active task. Returns False (nothing recorded) when it cannot."""
+    if task_state[t] != _REL:
+        return False
+    n = task_node[t]
+    a0 = task_alloc[t, 0]
+    a1 = task_alloc[t, 1]
+    a2 = task_alloc[t, 2]
+    if node_both[n, 1, 0] < a0 - EPS or node_both[n, 1, 1] < a1 - EPS or node_both[n, 1, 2] < a2 - EPS:
+        return False
+    per = a0 if shared else 1.0
+    nd = tndev[t]
+    for p in range(nd):
+        if dev_rel[n, tdev[t, p]] < per - EPS:
+            return False
+    record(i, t, n, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
+           queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake,
+           ji, jf)
+    node_both[n, 1, 0] -= a0
+    node_both[n, 1, 1] -= a1
+    node_both[n, 1, 2] -= a2
+    for p in range(nd):
+        dev_rel[n, tdev[t, p]] -= per
+    task_state[t] = _RUN
+    j = task_job[t]
+    add_to_path(qab, path_mat, job_queue[j], preemptible, a0, a1, a2)
+    num_active[j] += 1
+    return True
+
+
+@kernel
+def evict_many(i0, ts, ns, shared, preempt, input_state, task_state, task_node, task_job, job_queue, path_mat,
+               num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
+               tdev, tndev, ttake, tntake, ji, jf):
+    """:func:`evict` of tasks ``ts`` (on nodes ``ns``) one after the other, entries ``i0, i0 + 1, ...``."""
     for k in range(ts.shape[0]):
         t = ts[k]
-        n = ns[k]
-        s = task_state[t]
-        per = task_alloc[t, GPU] if shared[t] else 1.0
-        evict(i0 + k, t, n, preempt[task_job[t]], input_state, task_state, task_node, task_job, job_queue, path_mat,
-              num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
-              ji, jf)
-        for p in range(dev_ptr[k], dev_ptr[k + 1]):
-            d = dev_flat[p]
-            if s == _RUN:
-                dev_rel[n, d] += per
-            elif s == _BIND:
-                dev_free[n, d] += per
-            else:
-                dt = take_flat[p]
-                dev_rel[n, d] += dt
-                dev_free[n, d] += per - dt
+        evict(i0 + k, t, ns[k], preempt[task_job[t]], shared[t], input_state, task_state, task_node, task_job,
+              job_queue, path_mat, num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc,
+              task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf)

@@ -29,11 +29,25 @@ def _snapshot(seed: int, shape: str, sub_groups: float = 0.0, dra_nodes: float =
 def _image(s: CycleState) -> tuple:
     """Everything a primitive may change, as bytes / plain values (bitwise: -0.0 != 0.0 here)."""
     arrays = (s.task_state, s.task_node, s.task_alloc, s.task_rel_take, s._node_both, s.dev_free, s.dev_rel,
-              s.dev_shared, s._queue_alloc_both, s.job_num_active_arr, s.dra_free, s.dra_rel)
+              s.dev_shared, s._queue_alloc_both, s.job_num_active_arr, s.dra_free, s.dra_rel,
+              s._tdev, s._tndev, s._ttake, s._tntake)  # the task-device mirror, padding included
     lists = (s.task_devices, s.task_gpu_groups, s.task_dev_take, s.dev_group, s.task_dra, s.task_dra_take)
     return (tuple(a.tobytes() for a in arrays),
             repr([[list(x) if isinstance(x, (list, tuple)) else x for x in lst] for lst in lists]),
             repr(s.events))
+
+
+def _assert_mirror_canonical(s: CycleState) -> None:
+    """The task-device mirror holds each task's entries first and padding after them (-1 / 0.0),
+    a pipelined task one take per device, and only placed or releasing tasks hold devices."""
+    cols = np.arange(s.G)[None, :]
+    used = cols < s._tndev[:, None]
+    assert (s._tdev[~used] == -1).all() and (s._tdev[used] >= 0).all()
+    taken = cols < s._tntake[:, None]
+    assert (s._ttake[~taken] == 0.0).all()
+    assert ((s._tntake == 0) | (s._tntake == s._tndev)).all()
+    assert (s._tndev[s.task_node < 0] == 0).all()
+    assert (s._tndev <= s.node_devices[np.maximum(s.task_node, 0)]).all()
 
 
 def _step(s: CycleState, rng: np.random.Generator) -> None:
@@ -75,8 +89,10 @@ def test_rollback_restores_the_state_bitwise(seed, shape, sg, dra):
         for img, inner in reversed(images):  # nested checkpoints, innermost first
             s.rollback(inner)
             assert _image(s) == img
+        _assert_mirror_canonical(s)
         s.rollback(cp)
         assert _image(s) == before
+        _assert_mirror_canonical(s)
         for _ in range(10):  # then move on from a changed state (journal entries reused)
             _step(s, rng)
 
@@ -142,3 +158,25 @@ def test_evict_many_equals_one_by_one(seed, shape, sg, dra):
         batch.rollback(cps[0])
         single.rollback(cps[1])
         assert _image(batch) == _image(single) == before
+
+
+def test_task_rows_read_and_write_like_lists():
+    """``task_devices`` / ``task_dev_take`` behave as per-task lists over the mirror's rows: a
+    shorter assignment pads the rest, reads are fresh lists (changing one changes nothing)."""
+    s = CycleState(_snapshot(1, "mixed"))
+    assert s.G >= 3
+    t = int(np.flatnonzero(s.task_node < 0)[0])
+    rows = s.task_devices
+    assert rows[t] == [] and len(rows) == s.T
+    rows[t] = [2, 0, 1]
+    assert rows[t] == [2, 0, 1] and s._tndev[t] == 3
+    got = rows[t]
+    got.append(5)
+    assert rows[t] == [2, 0, 1]
+    rows[t] = [1]
+    assert rows[t] == [1] and s._tdev[t].tolist() == [1] + [-1] * (s.G - 1)
+    s.task_dev_take[t] = [0.5]
+    s.task_dev_take[t] = []
+    assert s._ttake[t].tolist() == [0.0] * s.G and s._tntake[t] == 0
+    rows[t] = []
+    assert list(rows)[t] == [] and (s._tdev[t] == -1).all()
