@@ -1264,6 +1264,19 @@ class CycleState:
                 tg[t] = []
         self.resources_freed += k
 
+    def unevict_fast(self, t: int) -> bool:
+        """``simulation.unevict`` of a Releasing task without DRA claims in one compiled call
+        (:func:`kernels.journal.unevict`): back to Running on its node if what it releases is not
+        promised to a pipelined task; False (nothing changed) otherwise."""
+        i = self._journal_room()
+        a = self._jarrays
+        if not _journal_k.unevict(i, t, self._preempt_list[self._task_job_list[t]], self._shared_list[t], a[0], a[1],
+                                  a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14],
+                                  a[15], a[16], a[17], a[18], self._ji, self._jf):
+            return False
+        self._record_objects(t, int(self.task_node[t]))
+        return True
+
     def _evict_fast(self, t: int, n: int, s: int) -> None:
         """:meth:`evict` of a task without DRA claims that was not moved: journal entry, node,
         device, task and queue sums in one compiled call (:func:`kernels.journal.evict`; the same

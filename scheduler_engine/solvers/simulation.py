@@ -48,10 +48,13 @@ _ZERO_REQ.flags.writeable = False
 def unevict(state: CycleState, t: int) -> bool:
     """Releasing (evicted in this cycle) -> Running again on its node, through the undo journal.
 
-    Only possible while the resources it releases are not promised to a pipelined task.
+    Only possible while the resources it releases are not promised to a pipelined task. A task
+    without DRA claims goes through one compiled call (``CycleState.unevict_fast``).
     """
     if state.task_state[t] != _REL:
         return False
+    if state.fast_paths and not state._claims_list[t]:
+        return state.unevict_fast(t)
     n = int(state.task_node[t])
     alloc = state.task_alloc[t]
     r0, r1, r2 = state.node_releasing[n].tolist()
