@@ -107,6 +107,7 @@ from .result import PENDING_LIMIT, PENDING_QUOTA, Reason
 from .snapshot import CPU, GPU, MEM, NRES, UNLIMITED, Snapshot, TaskState
 from .kernels import devices as _devices_k
 from .kernels import journal as _journal_k
+from .kernels import scenario as _scenario_k
 
 EPS = 1e-9
 _PEND = int(TaskState.PENDING)
@@ -1373,38 +1374,32 @@ class CycleState:
 
     # ------------------------------------------------------------------ queue capacity (spec a.7)
     def queue_over_capacity(self, q: int, req: np.ndarray, nonpreemptible: bool) -> str | None:
-        """``None`` if ``req`` may be added to leaf q, else why not (limit / non-preemptible quota)."""
+        """``None`` if ``req`` may be added to leaf q, else why not (limit / non-preemptible quota):
+        the leaf first, then each ancestor; per queue its limit, then (non-preemptible jobs) its
+        deserved quota; only requested resources count. The comparisons are one compiled call
+        (:func:`kernels.scenario.over_capacity`), the message is built here."""
         r0, r1, r2 = req.tolist() if isinstance(req, np.ndarray) else (float(x) for x in req)
-        asked = (r0 > EPS, r1 > EPS, r2 > EPS)
-        if not (asked[0] or asked[1] or asked[2]):
+        if not (r0 > EPS or r1 > EPS or r2 > EPS):
             return None
-        rq = (r0, r1, r2)
         lims = self._lim_rows
         if lims is None:
-            inf = np.where(self.queue_limit == UNLIMITED, np.inf, self.queue_limit).tolist()
-            des = np.where(self.queue_deserved == UNLIMITED, np.inf, self.queue_deserved).tolist()
-            lims = self._lim_rows = (inf, des)
-        inf_lim, inf_des = lims
-        for a in self.queue_path_list[q]:
-            la = inf_lim[a]
-            if la[0] != np.inf or la[1] != np.inf or la[2] != np.inf:
-                alloc = self.queue_alloc[a].tolist()
-                for r in range(NRES):
-                    if asked[r] and alloc[r] + rq[r] > la[r] + EPS:
-                        return Reason(f"queue {self.queues.names[a]} is over its limit for {RES_NAMES[r]}: "
-                                      f"{fmt_amount(r, alloc[r])} used + {fmt_amount(r, rq[r])} requested > "
-                                      f"{fmt_amount(r, la[r])}", PENDING_LIMIT)
-            if nonpreemptible:
-                da = inf_des[a]
-                if da[0] != np.inf or da[1] != np.inf or da[2] != np.inf:
-                    anp = self.queue_alloc_np[a].tolist()
-                    for r in range(NRES):
-                        if asked[r] and anp[r] + rq[r] > da[r] + EPS:
-                            return Reason(f"queue {self.queues.names[a]} quota for non-preemptible jobs exceeded "
-                                          f"for {RES_NAMES[r]}: {fmt_amount(r, anp[r])} used + "
-                                          f"{fmt_amount(r, rq[r])} requested > {fmt_amount(r, da[r])} deserved",
-                                          PENDING_QUOTA)
-        return None
+            lims = self._lim_rows = (np.where(self.queue_limit == UNLIMITED, np.inf, self.queue_limit),
+                                     np.where(self.queue_deserved == UNLIMITED, np.inf, self.queue_deserved))
+        code = _scenario_k.over_capacity(self._jpath, q, r0, r1, r2, nonpreemptible, lims[0], lims[1],
+                                         self._queue_alloc_both)
+        if code < 0:
+            return None
+        a, r, kind = code // 6, (code // 2) % 3, code % 2
+        rq = (r0, r1, r2)[r]
+        if kind == 0:
+            used, cap = float(self.queue_alloc[a, r]), float(lims[0][a, r])
+            return Reason(f"queue {self.queues.names[a]} is over its limit for {RES_NAMES[r]}: "
+                          f"{fmt_amount(r, used)} used + {fmt_amount(r, rq)} requested > "
+                          f"{fmt_amount(r, cap)}", PENDING_LIMIT)
+        used, cap = float(self.queue_alloc_np[a, r]), float(lims[1][a, r])
+        return Reason(f"queue {self.queues.names[a]} quota for non-preemptible jobs exceeded "
+                      f"for {RES_NAMES[r]}: {fmt_amount(r, used)} used + "
+                      f"{fmt_amount(r, rq)} requested > {fmt_amount(r, cap)} deserved", PENDING_QUOTA)
 
     def _path_limit(self, q: int) -> np.ndarray:
         c = self._path_cache_lim.get(q)

@@ -1,5 +1,9 @@
-"""Kernels of the scenario simulation (the journal's ``unevict``).
+"""Kernels of the scenario simulation (kernels/scenario.py, the journal's ``unevict``).
 
+* ``queue_over_capacity`` (compiled comparisons, message built in Python) answers exactly what a
+  plain restatement of spec a.7 answers (the leaf first, then each ancestor; limit before the
+  non-preemptible quota; only requested resources), refusal messages included, on generated
+  clusters with limits and quotas on random allocations.
 * ``simulation.unevict`` through the compiled call leaves the state bitwise as the Python code
   does, and refuses in the same cases (resources or devices promised to a pipelined task).
 """
@@ -9,14 +13,63 @@ import numpy as np
 import pytest
 
 from scheduler_engine import bench
-from scheduler_engine.snapshot import TaskState
+from scheduler_engine.result import PENDING_LIMIT, PENDING_QUOTA
+from scheduler_engine.snapshot import UNLIMITED, TaskState
 from scheduler_engine.solvers import simulation
-from scheduler_engine.state import CycleState
+from scheduler_engine.state import EPS, CycleState
 
 from tests.scheduler_engine.test_state_journal import _assert_mirror_canonical, _image, _snapshot, _step
 
 _RUN = int(TaskState.RUNNING)
 _REL = int(TaskState.RELEASING)
+
+
+def _reference_over_capacity(s: CycleState, q: int, req, nonpre: bool):
+    """Spec a.7 restated: (queue, resource, kind) of the first refusal, or None."""
+    for a in s.queue_path_list[q]:
+        for r in range(3):
+            lim = s.queue_limit[a, r]
+            if req[r] > EPS and lim != UNLIMITED and s.queue_alloc[a, r] + req[r] > lim + EPS:
+                return a, r, PENDING_LIMIT
+        if nonpre:
+            for r in range(3):
+                des = s.queue_deserved[a, r]
+                if req[r] > EPS and des != UNLIMITED and s.queue_alloc_np[a, r] + req[r] > des + EPS:
+                    return a, r, PENDING_QUOTA
+    return None
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_queue_over_capacity_matches_the_rule(seed):
+    s = CycleState(bench.generate(nodes=20, jobs=150, queues=30, seed=seed))
+    rng = np.random.default_rng(seed)
+    # tighten some limits and quotas so that refusals of both kinds happen on every level
+    Q = s.Q
+    s.queue_limit = s.queue_limit.copy()
+    s.queue_deserved = s.queue_deserved.copy()
+    pick = rng.random((Q, 3)) < 0.3
+    s.queue_limit[pick] = np.round(rng.random(pick.sum()) * 4, 1) * np.array([1.0, 2e3, 4e9])[np.nonzero(pick)[1]]
+    pick = rng.random((Q, 3)) < 0.3
+    s.queue_deserved[pick] = np.round(rng.random(pick.sum()) * 4, 1) * np.array([1.0, 2e3, 4e9])[np.nonzero(pick)[1]]
+    s._lim_rows = None
+    s._queue_alloc_both[:] = rng.random((Q, 2, 3)) * np.array([3.0, 3e3, 3e9])
+    seen = {None: 0, PENDING_LIMIT: 0, PENDING_QUOTA: 0}
+    leaves = np.flatnonzero(s.queue_is_leaf)
+    for _ in range(800):
+        q = int(rng.choice(leaves))
+        req = np.array([rng.choice([0.0, 0.5, 1.0, 4.0]), rng.choice([0.0, 500.0, 4e3]), rng.choice([0.0, 1e9])])
+        nonpre = bool(rng.integers(2))
+        want = _reference_over_capacity(s, q, req, nonpre)
+        got = s.queue_over_capacity(q, req, nonpre)
+        if want is None:
+            assert got is None
+            seen[None] += 1
+            continue
+        a, r, kind = want
+        assert got is not None and got.category == kind, (q, req, nonpre)
+        assert got.startswith(f"queue {s.queues.names[a]} ") and ("gpu", "cpu", "memory")[r] in got
+        seen[kind] += 1
+    assert min(seen.values()) > 20, seen  # every answer was exercised
 
 
 @pytest.mark.parametrize("seed,shape,sg,dra", [(1, "mixed", 0.0, 0.0), (2, "one-gpu", 0.0, 0.0),
