@@ -157,6 +157,12 @@ class TaskRows:
         for t in range(len(c)):
             yield a[t, :c[t]].tolist()
 
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
 
 def fmt_amount(r: int, x: float) -> str:
     """Human number in scenario units for messages: gpu devices, cpu cores, memory bytes."""

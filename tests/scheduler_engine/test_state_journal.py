@@ -180,3 +180,4 @@ def test_task_rows_read_and_write_like_lists():
     assert s._ttake[t].tolist() == [0.0] * s.G and s._tntake[t] == 0
     rows[t] = []
     assert list(rows)[t] == [] and (s._tdev[t] == -1).all()
+    assert repr(rows) == repr([list(x) for x in rows]) and rows == list(rows)
