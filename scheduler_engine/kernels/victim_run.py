@@ -32,8 +32,8 @@ argument costs the dispatcher): besides :mod:`.victim_keys`' tree arrays, same-l
 packed as rows of one 2-D array, their rows named by the constants below. The victim order:
 ``qi`` (per leaf: end and next position of its run in ``cj``, gave up something, holds pushed-back
 remainders; the search's skip flag; leaves emptied by this call), ``popped`` (Q, 3) what each leaf
-gave up so far, ``cj`` all leaves' sorted runs concatenated, ``calloc`` (C, 3) the whole allocation
-per run position; per job the tasks Python evicts when it pops the job whole: ``glen`` of them at
+gave up so far, ``cj`` all leaves' sorted runs concatenated; per job its whole allocation
+``walloc`` (J, 3) and the tasks Python evicts when it pops the job whole: ``glen`` of them at
 ``gt[gstart[j]:]`` (0: not plain). The accumulation: ``ti`` (per task: recorded, position among
 the accumulated victims), ``nf`` / ``ni`` (per node: recorded + accumulated GPUs, best capacity,
 filter base, recorded GPUs, scratch; good nodes of the single-task filter, scratch, the head of
@@ -148,7 +148,7 @@ def _gpu_filter(n_cand: int, pi: np.ndarray, task_node: np.ndarray, task_gpu: np
 def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray, tot: np.ndarray,
                 prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, leaf_live: np.ndarray, req: np.ndarray,
                 key: np.ndarray, vrep: np.ndarray, qi: np.ndarray, popped: np.ndarray, cj: np.ndarray,
-                calloc: np.ndarray, glen: np.ndarray, gstart: np.ndarray, gt: np.ndarray, ti: np.ndarray,
+                walloc: np.ndarray, glen: np.ndarray, gstart: np.ndarray, gt: np.ndarray, ti: np.ndarray,
                 task_node: np.ndarray,
                 task_gpu: np.ndarray, nf: np.ndarray, ni: np.ndarray, pi: np.ndarray, ji: np.ndarray,
                 need: np.ndarray, sel: np.ndarray, masks: np.ndarray, log: np.ndarray, ist: np.ndarray,
@@ -220,14 +220,15 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
         ptr[leaf] = i + 1
         if has_popped[leaf]:
             for r in range(3):
-                popped[leaf, r] = popped[leaf, r] + calloc[i, r]
+                popped[leaf, r] = popped[leaf, r] + walloc[vj, r]
         else:
             for r in range(3):
-                popped[leaf, r] = calloc[i, r]
+                popped[leaf, r] = walloc[vj, r]
             has_popped[leaf] = 1
         if i + 1 < hi[leaf]:
+            nj = cj[i + 1]
             for r in range(3):
-                req[leaf, r] = popped[leaf, r] + calloc[i + 1, r]
+                req[leaf, r] = popped[leaf, r] + walloc[nj, r]
         else:
             leaf_live[leaf] = False
             emptied[n_empt] = leaf

@@ -364,10 +364,10 @@ class PrefixSearch:
         """The arguments of :func:`~scheduler_engine.kernels.victim_run.run_victims` for this search,
         one tuple passed as is on every call (the victim order's arrays are ``vq``'s, updated in place)."""
         s, k = self.state, self.kst
-        calloc, glen, gt = vq.heads()
+        walloc, glen, gt = vq.heads()
         path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep = vq._k
         k["args"] = ((path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, leaf_live, req, key, vrep, vq.qi,
-                      vq.popped, vq.cj, calloc, glen, s.job_start, gt, k["ti"], s.task_node, s.task_alloc[:, GPU],
+                      vq.popped, vq.cj, walloc, glen, s.job_start, gt, k["ti"], s.task_node, s.task_alloc[:, GPU],
                       k["nf"], k["ni"], k["pi"], k["ji"]) + tuple(k["dem"]) + (k["log"], k["ist"], k["fst"]))
         k["ist"][victim_run.IS_NEXT] = vq._knext
 

@@ -84,9 +84,9 @@ def _victim_tiebreaks(state: CycleState) -> list[int] | None:
     return tb
 
 
-def _victim_static_ranks(state: CycleState) -> tuple[np.ndarray, np.ndarray]:
+def _victim_static_ranks(state: CycleState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per job: dense rank of its (leaf, priority) pair, and its rank by (older first, name
-    descending) among all jobs. Both static for the cycle: cached on the state."""
+    descending) among all jobs; all jobs sorted by those two. Static for the cycle: cached on the state."""
     hit = getattr(state, "_victims_static_ranks", None)
     if hit is None:
         s = state
@@ -103,7 +103,7 @@ def _victim_static_ranks(state: CycleState) -> tuple[np.ndarray, np.ndarray]:
             new[1:] = (leaves[pairs][1:] != leaves[pairs][:-1]) | (prio[pairs][1:] != prio[pairs][:-1])
         group = np.empty(s.J, dtype=np.int64)
         group[pairs] = np.cumsum(new) - 1
-        hit = state._victims_static_ranks = (group, rank)
+        hit = state._victims_static_ranks = (group, rank, np.argsort(group * max(s.J, 1) + rank, kind="stable"))
     return hit
 
 
@@ -193,19 +193,30 @@ class VictimQueue:
             reps = state._victims_whole_reps = {}
         self._reps = reps
         if jobs.size:
+            # victim order inside each leaf, leaves grouped: the order of (leaf, priority) group,
+            # elastic state descending, then the static (older first, name descending) rank (the
+            # lexsort of those five columns), split at leaf bounds. All jobs are sorted by the
+            # static parts once per cycle (_victim_static_ranks), so distinct candidates come out
+            # of that order by a mask, and only the elastic state (dynamic) is sorted in, stably,
+            # where it is not uniform within a group
+            group, rank, by_static = _victim_static_ranks(s)
+            is_c = np.zeros(s.J, dtype=np.bool_)
+            is_c[jobs] = True
+            uniq = int(np.count_nonzero(is_c)) == jobs.size
+            if uniq:
+                jobs = by_static[is_c[by_static]]
             act = s.job_num_active_arr[jobs]
             m = s.job_min_available[jobs]
             el = np.where(act < m, 0, np.where(act == m, 1, 2))
             if s.any_sg:
                 for i in np.flatnonzero(s.job_has_sg[jobs]).tolist():
                     el[i] = subgroups.elastic_state(s, int(jobs[i]))
-            # victim order inside each leaf, leaves grouped: one sort of one integer key, then
-            # split at leaf bounds. The key is (leaf, priority) group, elastic state descending,
-            # then the static (older first, name descending) rank: the lexsort of those five
-            # columns, with the static parts ranked once per cycle (_victim_static_ranks)
-            group, rank = _victim_static_ranks(s)
-            order = np.argsort((group[jobs] * 3 + (2 - el)) * s.J + rank[jobs], kind="stable")
-            jobs = jobs[order]
+            if uniq:
+                key = group[jobs] * 3 + (2 - el)
+                if key.size > 1 and bool(np.any(key[1:] < key[:-1])):
+                    jobs = jobs[np.argsort(key, kind="stable")]
+            else:  # (repeated candidates: each occurrence keeps its place, as the full sort gives)
+                jobs = jobs[np.argsort((group[jobs] * 3 + (2 - el)) * s.J + rank[jobs], kind="stable")]
             self.cj = jobs
             leaves = s.job_queue_arr[jobs]
             cuts = np.flatnonzero(leaves[1:] != leaves[:-1]) + 1
@@ -458,8 +469,8 @@ class VictimQueue:
         return True
 
     def heads(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per candidate position (``cj``) the whole allocation of the job (its first
-        representative, :meth:`_whole_rep`); per job ``glen`` (J) how many tasks Python evicts
+        """Per job (J, 3) its whole allocation (its first representative, :meth:`_whole_rep`),
+        ``glen`` (J) how many tasks Python evicts
         when it pops that representative (:func:`.plugins.elastic.tasks_to_evict`: its single
         active task, or a whole gang in reversed task order; 0 when the job is not a plain victim
         for the kernel: no active task, an elastic surplus, subgroups), those tasks in order at
@@ -505,7 +516,7 @@ class VictimQueue:
                     gt[g0:g0 + len(evict)] = evict
                     glen[j] = len(evict)
             wv[j] = ver[j]
-        self._heads = (np.ascontiguousarray(wa[cj]), glen, gt)
+        self._heads = (wa, glen, gt)  # (the state's: valid for the candidates of this queue)
         return self._heads
 
     def after_run(self, emptied: np.ndarray, n_emptied: int, knext: int, popped_any: bool) -> None:
@@ -533,7 +544,7 @@ class VictimQueue:
         if fresh:
             live = np.fromiter(self._live, dtype=np.int64, count=len(self._live))
             leaf_live[live] = True
-            req[live] = self.heads()[0][self.ptr[live]]
+            req[live] = self.heads()[0][self.cj[self.ptr[live]]]
         else:
             for lq in self._live:
                 leaf_live[lq] = True

@@ -75,7 +75,7 @@ def _kernel_drain(state: CycleState, cands, skip: set[int], rec: set[int]) -> tu
     if not vq.run_ready():
         return _python_drain(state, cands, skip, rec) + ([],)
     vq.qi[vr.QI_SKIP, list(skip)] = 1
-    calloc, glen, gt = vq.heads()
+    walloc, glen, gt = vq.heads()
     T, N, J = state.T, state.N, state.J
     nf = np.zeros((6, N))
     gpu = nf[vr.NF_ALL_GPU]
@@ -95,7 +95,7 @@ def _kernel_drain(state: CycleState, cands, skip: set[int], rec: set[int]) -> tu
         ist[vr.IS_EMPTIED] = 0
         steps0 = int(ist[vr.IS_STEPS])
         code = vr.run_victims(path, kid_ptr, kids, stat, tot, prio, tb, state.queue_alloc, leaf_live, req, key, vrep,
-                              vq.qi, vq.popped, vq.cj, calloc, glen, state.job_start, gt, ti, state.task_node,
+                              vq.qi, vq.popped, vq.cj, walloc, glen, state.job_start, gt, ti, state.task_node,
                               state.task_alloc[:, GPU], nf, ni, pi, ji, np.zeros(0), np.zeros(0, np.int64),
                               np.zeros((0, N), np.bool_), log, ist, fst)
         vq.after_run(vq.qi[vr.QI_EMPTIED], int(ist[vr.IS_EMPTIED]), int(ist[vr.IS_NEXT]),
@@ -230,11 +230,11 @@ def test_heads_are_the_whole_representatives(seed):
     cands = [j for j in range(state.J) if state.job_num_active(j) > 0]
     for round_ in range(2):
         vq = victim_order.VictimQueue(state, cands)
-        calloc, glen, gt = vq.heads()
-        assert len(calloc) == len(vq.cj) == len(cands)
-        for i, j in enumerate(vq.cj.tolist()):
+        walloc, glen, gt = vq.heads()
+        assert len(vq.cj) == len(cands)
+        for j in vq.cj.tolist():
             rep = vq._whole_rep(j)
-            assert tuple(calloc[i].tolist()) == rep.alloc
+            assert tuple(walloc[j].tolist()) == rep.alloc
             evict, more = tasks_to_evict(state, rep.tasks, int(state.job_min_available[j]))
             plain = rep.tasks and not state._sg_list[j] and (len(rep.tasks) == 1 or not more)
             g0 = int(state.job_start[j])
