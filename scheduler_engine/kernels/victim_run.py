@@ -9,9 +9,9 @@ that Python would evict whole: its single active task, or a gang at or below ``m
 over (its leaf retook or is under a queue the validator refused: ``skip_leaf``; its single task
 was recorded by the previous prefix) or accumulated (per-node GPU sums, the single-task GPU-count
 filter, the best node). While no node could hold the beneficiary's single task yet, the loop goes
-on; after that, for a single GPU task (``fast``) or several tasks with GPUs (``multi``: the
-best-fit packing of :func:`.gpu_fit.pack_best_fit` on the nodes that could hold the smallest
-task), the loop also decides the victim's scenarios when none of them can be simulated: the
+on; after that, for a single GPU task without a node selector (``fast``), or several tasks with
+GPUs or one with a node selector (``pack``: the best-fit packing of :func:`.gpu_fit.pack_best_fit`,
+selectors honoured, on the nodes that could hold the smallest task), the loop also decides the victim's scenarios when none of them can be simulated: the
 node-local set of each node it ran on (every accumulated, not dropped victim of the jobs on that
 node) fails the GPU-count filter and the all-accumulated set is one of them or fails too. Such a
 node-local set is one Python would have added to its tried sets: it is logged (node, accumulated
@@ -80,7 +80,7 @@ JI_FIRST, JI_LAST = range(2)
 TI_REC, TI_POS = range(2)
 #: ``ist`` fields
 (IS_NEXT, IS_STEPS, IS_BUDGET, IS_JOBS, IS_MAX_JOBS, IS_POT, IS_GOOD, IS_EMPTIED, IS_DROPPED, IS_ENTRIES, IS_LOG,
- IS_STAMP, IS_REC, IS_POT0, IS_FAST, IS_SINGLE, IS_LOCAL_FILTER, IS_MULTI, IS_HOSTS) = range(19)
+ IS_STAMP, IS_REC, IS_POT0, IS_FAST, IS_SINGLE, IS_LOCAL_FILTER, IS_PACK, IS_HOSTS) = range(19)
 #: ``fst`` fields
 FS_BEST, FS_THR, FS_NEED_LO, FS_MTHR = range(4)
 
@@ -178,7 +178,7 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
     fast = ist[IS_FAST] != 0
     single = ist[IS_SINGLE] != 0
     local_filter = ist[IS_LOCAL_FILTER] != 0
-    multi = ist[IS_MULTI] != 0
+    pack = ist[IS_PACK] != 0
     # the victim order's flag as a computed bool: a literal True would make numba compile a second
     # specialisation of rekey_path (and queue_key) beside the one Python callers use (cold cache)
     victim_mode = ist.shape[0] > 0
@@ -286,7 +286,7 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
         if single and best_all < need_lo:
             continue
         ist[IS_HOSTS] = n_hosts
-        if not (fast or multi) or n_hosts == 0:
+        if not (fast or pack) or n_hosts == 0:
             code = EMIT
             break
         # the scenarios of this victim: each host's node-local set (ascending), then all

@@ -56,8 +56,9 @@ class PrefixSearch:
     * ``fast`` (a single whole task without a node selector): "some node has free + releasing +
       victims >= need", kept as the set of such nodes (``good``/``n_good``) instead of an O(nodes)
       pass per victim; adding victims' GPUs never lowers a node's sum (rounding is monotone).
-    * ``multi`` (several tasks with GPUs): the best-fit packing of :func:`.idle_gpus.may_fit` on the
-      nodes that could hold the smallest GPU task (in the compiled loop for every victim it settles).
+    * ``pack`` (several tasks with GPUs, ``multi``, or one GPU task with a node selector): the
+      best-fit packing of :func:`.idle_gpus.may_fit` on the nodes that could hold the smallest GPU
+      task (in the compiled loop for every victim it settles).
     """
 
     def __init__(self, solver: VictimSolver, j: int, partial: list[int], recorded: list[int]) -> None:
@@ -72,7 +73,7 @@ class PrefixSearch:
         self.blocked: set[int] = set()  # queues whose subtree gives no more victims (solver.prune)
         self.retook: set[int] = set()  # leaves whose victims were served before the beneficiary (solver.prune)
         self.all_gpu: np.ndarray | None = None  # per node: recorded + accumulated (not dropped) victims' GPUs
-        self.fast = self.multi = False
+        self.fast = self.multi = self.pack = False
         self.thr = self.mthr = 0.0
         self.base_l: list[float] = []
         self.good_l: np.ndarray = np.zeros(0, dtype=np.bool_)
@@ -170,13 +171,17 @@ class PrefixSearch:
             self.good_l = cap_all >= thr
             self.n_good = int(np.count_nonzero(self.good_l))
         gneed = s.task_order_req[partial, GPU]
-        multi = self.multi = not fast and len(partial) > 1 and bool(np.any(gneed > EPS)) and s.N > 0
-        if multi:
+        self.multi = not fast and len(partial) > 1 and bool(np.any(gneed > EPS)) and s.N > 0
+        # one GPU task with a node selector: the same best-fit packing (one request, its nodes)
+        sel1 = not fast and len(partial) == 1 and float(gneed[0]) > EPS and s.N > 0
+        if self.multi or sel1:
             self.mthr = float(gneed[gneed > EPS].min()) - 1e-9
+        self.pack = self.multi or sel1
         vq = VictimQueue(s, cands)
         # the accumulated victims live in the compiled loop's arrays, whoever pops them
         # (:meth:`_arrays`): Python's loop below writes them too and its emissions read them
-        self._arrays(cands, base, rec_gpu, cap_all, need1, rec_best < thr if fast else False, dem)
+        self._arrays(cands, base, rec_gpu, cap_all, need1, rec_best < thr if fast else False,
+                     demand(s, partial) if sel1 else dem)
         vr = victim_run
         k = self.kst
         nf, ni, pi, ji, ist = k["nf"], k["ni"], k["pi"], k["ji"], k["ist"]
@@ -352,10 +357,10 @@ class PrefixSearch:
         ist[vr.IS_FAST] = self.fast
         ist[vr.IS_SINGLE] = len(self.partial) == 1 and not s.task_selector_key[self.partial[0]]
         ist[vr.IS_LOCAL_FILTER] = local_filter
-        ist[vr.IS_MULTI] = self.multi
+        ist[vr.IS_PACK] = self.pack
         fst = np.array([0.0, self.thr, float(need1) - 1e-9, self.mthr])
         log = np.empty((cap_t, 4), dtype=np.int64)
-        if dem is None:  # (only read for several GPU tasks)
+        if dem is None:  # (only read by the packing filter)
             dem = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, N), dtype=np.bool_))
         self.kst = {"nf": nf, "ni": ni, "pi": pi, "ji": ji, "ti": ti, "log": log, "ist": ist, "fst": fst, "dem": dem}
         self.drop_seq = pi[vr.PI_DROP]

@@ -182,6 +182,49 @@ def test_cycles_decide_the_same_without_the_kernel(monkeypatch, nodes, jobs, que
     assert compiled == plain
 
 
+def _with_selectors(snap, frac: float, seed: int):
+    """Node selectors (a rack or a zone of the generated labels) on a fraction of the pending tasks."""
+    rng = random.Random(seed)
+    racks = sorted({lab["kai.scheduler/rack"] for lab in snap.nodes.labels})
+    zones = sorted({lab["topology.kubernetes.io/zone"] for lab in snap.nodes.labels})
+    sel = list(snap.tasks.node_selector)
+    for t, n in enumerate(np.asarray(snap.tasks.node).tolist()):
+        if n < 0 and rng.random() < frac:
+            sel[t] = ({"kai.scheduler/rack": rng.choice(racks)} if rng.random() < 0.7
+                      else {"topology.kubernetes.io/zone": rng.choice(zones)})
+    snap.tasks.node_selector = sel
+    return snap
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [(60, 400, 20, "one-gpu", 2), (80, 600, 20, "mixed", 5),
+                                                          (300, 1500, 30, "one-gpu", 3)])
+def test_selector_beneficiaries_settled_in_the_kernel(monkeypatch, nodes, jobs, queues, shape, seed):
+    """A single GPU task with a node selector is filtered in the kernel (best-fit packing on its
+    nodes): victims whose sets cannot fit it are passed over without Python, and the cycle decides
+    the same as the Python loop; the tried sets stay the same too."""
+    snap = _with_selectors(bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape), 0.5, seed)
+    settled = []
+    real = accumulation.PrefixSearch._kernel_step
+
+    def step(self, vq, *a):
+        p0 = int(self.kst["ist"][victim_run.IS_POT])
+        code, got = real(self, vq, *a)
+        if len(self.partial) == 1 and self.state.task_selector_key[self.partial[0]]:
+            # victims accumulated by this call and not handed to Python
+            settled.append(int(self.kst["ist"][victim_run.IS_POT]) - p0 - (code == victim_run.EMIT))
+        return code, got
+
+    with monkeypatch.context() as m:
+        m.setattr(accumulation.PrefixSearch, "_kernel_step", step)
+        compiled = _cycle(snap)
+    with monkeypatch.context() as m:
+        m.setattr(accumulation, "USE_KERNEL", False)
+        plain = _cycle(snap)
+    assert compiled == plain
+    assert sum(settled) > 0
+    assert _searches(monkeypatch, snap, True) == _searches(monkeypatch, snap, False)
+
+
 def _searches(monkeypatch, snap, use_kernel: bool) -> list:
     """Every prefix search of a cycle: beneficiary, prefix, recorded victims, outcome and the sets
     it tried (the kernel's logged node-local sets rebuilt)."""
