@@ -1387,10 +1387,7 @@ class CycleState:
         r0, r1, r2 = req.tolist() if isinstance(req, np.ndarray) else (float(x) for x in req)
         if not (r0 > EPS or r1 > EPS or r2 > EPS):
             return None
-        lims = self._lim_rows
-        if lims is None:
-            lims = self._lim_rows = (np.where(self.queue_limit == UNLIMITED, np.inf, self.queue_limit),
-                                     np.where(self.queue_deserved == UNLIMITED, np.inf, self.queue_deserved))
+        lims = self._lim_rows or self.queue_limit_arrays()
         code = _scenario_k.over_capacity(self._jpath, q, r0, r1, r2, nonpreemptible, lims[0], lims[1],
                                          self._queue_alloc_both)
         if code < 0:
@@ -1406,6 +1403,15 @@ class CycleState:
         return Reason(f"queue {self.queues.names[a]} quota for non-preemptible jobs exceeded "
                       f"for {RES_NAMES[r]}: {fmt_amount(r, used)} used + "
                       f"{fmt_amount(r, rq)} requested > {fmt_amount(r, cap)} deserved", PENDING_QUOTA)
+
+    def queue_limit_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(Q, 3) limits and deserved quotas with ``inf`` for unlimited (what the capacity kernel
+        compares against; built once, both are fixed for the cycle)."""
+        lims = self._lim_rows
+        if lims is None:
+            lims = self._lim_rows = (np.where(self.queue_limit == UNLIMITED, np.inf, self.queue_limit),
+                                     np.where(self.queue_deserved == UNLIMITED, np.inf, self.queue_deserved))
+        return lims
 
     def _path_limit(self, q: int) -> np.ndarray:
         c = self._path_cache_lim.get(q)

@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import subgroups
+from ..kernels import scenario as _scenario_k
 from ..kernels import victim_keys
 from ..ordering import _QueueProfile, _profile_less, job_order_key, kernel_static, task_order
 from ..plugins.nodeplacement import ShapeIndex, node_key_one, node_keys, placement_strategy
@@ -43,6 +44,7 @@ _BIND = int(TaskState.BINDING)
 _PIPE = int(TaskState.PIPELINED)
 _ZERO_REQ = np.zeros(NRES)
 _ZERO_REQ.flags.writeable = False
+_NO_NODES = np.zeros(0, dtype=np.int64)
 
 
 def unevict(state: CycleState, t: int) -> bool:
@@ -116,6 +118,18 @@ class Placer:
         self.released: set[int] = set()  # tasks evicted from Running in the current scenario
         # task signature -> its shape index (one dict per state, so per cycle)
         self._index_of: dict = state.__dict__.setdefault("_victims_shape_index", {})
+        self._devs = np.empty(max(state.G, 1), dtype=np.int64)  # the compiled placement's device choice
+        # shape index -> the fixed arguments of its compiled placement (its arrays are never replaced,
+        # except the heap's, passed per call)
+        self._kargs: dict = {}
+        # jobs without subgroups and topology: a single task of theirs may take the compiled place_job
+        # (one list per state: placers are made per solve)
+        self._plain: list[bool] = state.__dict__.get("_victims_plain_jobs")
+        if self._plain is None:
+            jobs = state.jobs
+            self._plain = state.__dict__["_victims_plain_jobs"] = [
+                not (sg or req or pref) for sg, req, pref in zip(state._sg_list, jobs.topology_required,
+                                                                  jobs.topology_preferred)]
 
     def fix_after_rollback(self) -> None:
         """Rolling back a ``place_released`` restores the interim Pending state: make it Releasing."""
@@ -149,6 +163,18 @@ class Placer:
         if not tasks:
             return True
         q = int(s.job_queue_arr[j])
+        if len(tasks) == 1 and self._plain[j] and self.use_index and s.fast_paths:
+            # one task, no subgroups, no topology: the queue check and the placement compiled
+            t = tasks[0]
+            idx = self._shape_index(t)
+            if idx._fast is not None and not idx._shared:
+                released = s.task_state[t] == _REL
+                r = self._place_one_compiled(t, idx, released, int(s.task_node[t]) if released else -1, True)
+                if r >= 0:
+                    return True
+                if r == _scenario_k.NO_NODE or r == _scenario_k.QUEUE:
+                    return False
+                return self._place_one(j, t, None, True)  # SCAN (nothing changed: no checkpoint needed)
         if len(tasks) == 1:  # (one row: the same values as the one-row sum; nothing to order)
             if s.queue_over_capacity(q, s.task_quota_req[tasks[0]], not s.job_preemptible_arr[j]):
                 return False
@@ -224,17 +250,28 @@ class Placer:
             idx = self._index_of[sig] = ShapeIndex(s, t, col, spread)
         return idx
 
-    def _place_one(self, j: int, t: int, within) -> bool:
+    def _place_one(self, j: int, t: int, within, scan: bool = False) -> bool:
+        """Place task t of job j (pipelined) inside ``within`` (None: anywhere); ``scan``: the
+        compiled placement found that the index's first node refuses it (scan every node)."""
         s = self.state
         released = s.task_state[t] == _REL
         old = int(s.task_node[t]) if released else -1
-        q = s.job_queue(j)
-        nonpre = not s.job_is_preemptible(j)
         if within is None and self.use_index:
             # fast path: the first node in placement order from the shape index, which nearly
             # always takes the task; if it does not, the full scan below walks the same order
             # (it retries this node first: every check before a placement is side-effect free)
             idx = self._shape_index(t)
+            if not scan and idx._fast is not None and not idx._shared and s.fast_paths:
+                # whole GPUs or none, no claims: query, device choice and placement compiled
+                code = self._place_one_compiled(t, idx, released, old, False)
+                if code >= 0:
+                    return True
+                if code == _scenario_k.NO_NODE:
+                    return False
+                scan = True
+        q = s.job_queue(j)
+        nonpre = not s.job_is_preemptible(j)
+        if within is None and self.use_index and not scan:
             n = idx.query()
             if released and old >= 0 and not idx.any_ok[old] and s.node_schedulable[old]:
                 # the old node is a candidate outside the fit mask (key as node_keys gives it)
@@ -261,6 +298,32 @@ class Placer:
             if self._try_node(t, n, released, old, q, nonpre):
                 return True
         return False
+
+    def _place_one_compiled(self, t: int, idx: ShapeIndex, released: bool, old: int, qcheck: bool) -> int:
+        """:func:`kernels.scenario.place_one_whole` on task t's shape index: the nodes changed since
+        the index's last query, the index's arrays and the state's journal arrays in one call
+        (``qcheck``: t is its job's only task to place, check the queue path first); on a
+        placement the journal's object half and the change log are written here, as
+        ``CycleState.place`` / ``unevict`` write them. Returns the kernel's code."""
+        s = self.state
+        log = s.node_log
+        hi = len(log)
+        delta = np.array(log[idx.pos:hi], dtype=np.int64) if hi != idx.pos else _NO_NODES
+        idx.pos = hi
+        fixed = self._kargs.get(idx)
+        if fixed is None or fixed[10] is not idx.idle_ok:  # (an index rebuilt by its Python path)
+            sched, sel, rc, rm, k, ndev, top, cap = idx._fast
+            lim, des = s.queue_limit_arrays()
+            fixed = self._kargs[idx] = (sched, sel, rc, rm, k, ndev, top, cap, idx.col, idx.spread, idx.idle_ok,
+                                        idx.any_ok, idx.key, idx.hs, s.task_quota_req, lim, des, s.task_request,
+                                        self._devs)
+        r = _scenario_k.place_one_whole(t, released, old, qcheck, delta, idx.hk, idx.hn, s._journal_room(),
+                                        s._preempt_list[s._task_job_list[t]], *fixed, *s._jarrays, s._ji, s._jf)
+        if r >= 0:
+            s._record_objects(t, r)
+            if s.task_state[t] != _RUN and s.task_gpu_groups[t]:
+                s.task_gpu_groups[t] = []
+        return r
 
     def _try_node(self, t: int, n: int, released: bool, old: int, q: int, nonpre: bool) -> bool:
         """Place task t on node n if it can go there (True); no state change otherwise."""

@@ -22,6 +22,7 @@ from tests.scheduler_engine.test_state_journal import _assert_mirror_canonical, 
 
 _RUN = int(TaskState.RUNNING)
 _REL = int(TaskState.RELEASING)
+_CODES_MET: dict[int, int] = {}  # return codes of the compiled placement seen by the simulation tests
 
 
 def _reference_over_capacity(s: CycleState, q: int, req, nonpre: bool):
@@ -104,3 +105,99 @@ def test_compiled_unevict_equals_the_python_code(seed, shape, sg, dra):
         slow.rollback(cps[1])
         assert _image(fast) == _image(slow)
     assert outcomes[True] > 0 and outcomes[False] > 0, outcomes
+
+
+@pytest.mark.parametrize("seed,shape,sg,dra", [(1, "mixed", 0.0, 0.0), (2, "one-gpu", 0.0, 0.0),
+                                               (3, "mixed", 0.3, 0.0), (5, "mixed", 0.2, 0.2)])
+def test_compiled_placement_simulates_like_the_python_path(seed, shape, sg, dra, monkeypatch):
+    """Whole scenarios (evict victims, re-place the beneficiary and them in queue order) with the
+    compiled single-task placement (``kernels.scenario.place_one_whole``) leave the state, the
+    change log and the outcome of the Python path, scenario after scenario and after each rollback;
+    every return code of the kernel is met."""
+    codes: dict[int, int] = {}
+    compiled = simulation.Placer._place_one_compiled
+
+    def counting(self, t, idx, released, old, qcheck):
+        r = compiled(self, t, idx, released, old, qcheck)
+        key = r if r < 0 else 0
+        codes[key] = codes.get(key, 0) + 1
+        return r
+
+    monkeypatch.setattr(simulation.Placer, "_place_one_compiled", counting)
+    snap = _snapshot(seed, shape, sg, dra)
+    fast, slow = CycleState(snap), CycleState(snap)
+    slow.fast_paths = False
+    for s in (fast, slow):  # the same placements of this cycle first (binds and pipelines)
+        r = np.random.default_rng(seed)
+        for _ in range(30):
+            _step(s, r)
+    # limits just above today's allocation on some queues, so that queue checks refuse some jobs
+    pick = np.random.default_rng(seed).random(fast.Q) < 0.3
+    lim = np.where(pick[:, None], fast.queue_alloc + np.array([2.0, 4e3, 8e9]), UNLIMITED)
+    for s in (fast, slow):
+        s.queue_limit = lim.copy()
+        s._lim_rows = None
+    sims = (simulation.Simulation(fast), simulation.Simulation(slow))
+    rng = np.random.default_rng(seed + 7)
+    placed = {True: 0, False: 0}
+    for k in range(60):
+        act = np.flatnonzero(np.isin(fast.task_state, (_RUN, int(TaskState.BINDING), int(TaskState.PIPELINED))))
+        victims = rng.permutation(act)[:int(rng.integers(1, 12))].tolist()
+        pend_jobs = np.unique(fast.task_job[(fast.task_state == int(TaskState.PENDING)) & (fast.task_node < 0)])
+        j = int(rng.choice(pend_jobs))
+        partial = fast.job_pending_tasks(j)[:max(1, int(fast.job_min_available[j]))]
+        cps = (fast.checkpoint(), slow.checkpoint())
+        a = sims[0].run(j, partial, victims)
+        b = sims[1].run(j, partial, victims)
+        assert a == b, k
+        placed[a] += 1
+        assert _image(fast) == _image(slow), k
+        assert fast.node_log == slow.node_log
+        assert sims[0].outcome(victims) == sims[1].outcome(victims)
+        _assert_mirror_canonical(fast)
+        if k % 3 == 2 and a:  # keep some scenarios: later ones start from them
+            continue
+        sims[0].rollback(cps[0])
+        sims[1].rollback(cps[1])
+        assert _image(fast) == _image(slow)
+    assert placed[True] > 0 and placed[False] > 0, placed
+    if fast.has_dra_gpus:  # GPU devices of DRA classes: every shape index takes the general update
+        assert not codes
+        return
+    assert codes.get(0, 0) > 20 and sum(v for c, v in codes.items() if c < 0) > 0, codes
+    _CODES_MET.update(codes)
+
+
+def test_every_return_code_of_the_compiled_placement_was_met():
+    """(Runs after the cases above, which collect the codes: placed, no node, old node, scan.)"""
+    if not _CODES_MET:
+        pytest.skip("run together with test_compiled_placement_simulates_like_the_python_path")
+    assert set(_CODES_MET) == {0, -1, -3, -4}, _CODES_MET
+
+
+@pytest.mark.parametrize("seed,shape", [(1, "mixed"), (2, "one-gpu"), (6, "mixed")])
+def test_old_node_key_is_node_key_one(seed, shape):
+    """The compiled key of a victim's own node (as a node that does not fit on free resources)
+    is ``nodeplacement.node_key_one`` bit for bit, on GPU and CPU columns, binpack and spread."""
+    from scheduler_engine.kernels import scenario
+    from scheduler_engine.plugins.nodeplacement import ShapeIndex, node_key_one, placement_strategy
+
+    s = CycleState(_snapshot(seed, shape))
+    rng = np.random.default_rng(seed)
+    for _ in range(40):
+        _step(s, rng)
+    checked = 0
+    tasks = [t for t in range(s.T) if not s.task_is_shared[t]]
+    for t in rng.permutation(tasks)[:30].tolist():
+        for spread in (False, True):
+            col, _sp = placement_strategy(s, {}, t)
+            idx = ShapeIndex(s, t, col, spread)
+            if idx._fast is None:
+                continue
+            _sched, _sel, _rc, _rm, _k, ndev, top, cap = idx._fast
+            for n in range(s.N):
+                got = scenario.old_node_key(n, ndev, top, cap, col, spread, s._node_both, s.dev_free, s.dev_rel)
+                want = node_key_one(s, t, n, False, col, spread)
+                assert np.float64(got).tobytes() == np.float64(want).tobytes(), (t, n, col, spread)
+                checked += 1
+    assert checked > 500
