@@ -180,6 +180,9 @@ class CycleState:
     #: compiled call each (:mod:`scheduler_engine.kernels.journal`); ``False``: the general Python
     #: code for every task (same state bitwise; the tests compare the two)
     fast_paths = True
+    #: ``evict_many`` evicts this many victims or more in one compiled call (fewer: one by one, where
+    #: the batch's set-up, lists to arrays and one wide call, costs more than it saves)
+    evict_batch_min = 3
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.snap = snapshot
@@ -1236,10 +1239,10 @@ class CycleState:
 
     def evict_many(self, tasks: Sequence[int]) -> None:
         """``evict(t)`` for each of ``tasks`` in order (no events): one compiled call for the lot
-        when there are at least 4 and none has DRA claims or was moved
+        when there are at least ``evict_batch_min`` and none has DRA claims or was moved
         (:func:`kernels.journal.evict_many`), else one by one. Same journal entries, same state, same ``node_log``."""
         ts = list(tasks)
-        if len(ts) < 4:  # the batch's set-up (lists to arrays, one wide call) pays from ~3 victims on
+        if len(ts) < self.evict_batch_min:
             for t in ts:
                 self.evict(t)
             return
