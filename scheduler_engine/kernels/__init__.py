@@ -16,8 +16,11 @@ instead of reductions whose order numba may change, int64 indices, no out-of-ran
 * :mod:`.node_index`: the per-shape node index (fit + placement key of changed nodes, lazy heap);
   its query (``query_whole`` / ``query_shared``) is callable from other kernels.
 * :mod:`.devices`: the whole-device choice of a placement (``CycleState.choose_devices``).
-* :mod:`.journal`: the state's undo journal as arrays (record, backward replay) and the compiled
-  evict / place of tasks without DRA claims.
+* :mod:`.journal`: the state's undo journal as arrays (record, backward replay), the task-device
+  mirror (each task's devices and device takes in (T, G) rows), and the compiled evict / place /
+  un-evict of tasks without DRA claims.
+* :mod:`.scenario`: the queue capacity check and one simulated placement of a victim scenario
+  (shape-index query, device choice, journaled placement) in one call.
 * :mod:`.victim_run`: the victim search's pop-and-accumulate loop (victim order over per-leaf candidate
   arrays, per-node sums, GPU-count filters, node-local sets) up to the next scenario to simulate.
 * :mod:`.warm`: compile (or load) every kernel ahead of the first cycle.
