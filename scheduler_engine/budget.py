@@ -42,14 +42,16 @@ class TimeBudget:
         self.cut_in: str | None = None  # the action that stopped part-way
         self.tried = 0  # jobs of that action tried before the cut
         self.untried = 0  # jobs of that action not reached
+        self.mid_search = False  # the cut came inside a job's victim search
         self.skipped: list[str] = []  # actions not run at all
 
     def expired(self) -> bool:
         return self._end is not None and self._clock() >= self._end
 
-    def cut(self, action: str, *, tried: int, untried: int) -> None:
-        """``action`` stopped with ``untried`` of its jobs not reached."""
-        self.cut_in, self.tried, self.untried = action, tried, untried
+    def cut(self, action: str, *, tried: int, untried: int, mid_search: bool = False) -> None:
+        """``action`` stopped with ``untried`` of its jobs not reached (``mid_search``: one of them
+        was interrupted between two scenarios of its victim search and counts as not reached)."""
+        self.cut_in, self.tried, self.untried, self.mid_search = action, tried, untried, mid_search
 
     def skip(self, action: str) -> None:
         self.skipped.append(action)

@@ -219,6 +219,10 @@ def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction)
         solver = VictimSolver(s, action.name, cands, action.validator(j, tasks, leaf), prune=True,
                               search_budget=s.config.scenario_search_budget)
         sol = solver.solve(j, tasks)
+        if sol is None and solver.out_of_time:  # interrupted, not failed: j counts as not tried
+            popped.discard(j)
+            stop_for_budget(s, action.name, action.refused, jobs, popped, mid_search=True)
+            break
         if sol is None:
             shapes.record(j)
             if solver.unsimulated_failure is not None:
@@ -236,15 +240,17 @@ def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction)
             jq.refresh(q)
 
 
-def stop_for_budget(state: CycleState, action: str, reason: str, jobs: Sequence[int], tried: set[int]) -> None:
-    """The cycle's time budget ran out in ``action``'s job loop: every job it did not reach gets an
-    event saying so (``reason`` empty: none), and the budget records the cut."""
+def stop_for_budget(state: CycleState, action: str, reason: str, jobs: Sequence[int], tried: set[int],
+                    mid_search: bool = False) -> None:
+    """The cycle's time budget ran out in ``action``'s job loop (``mid_search``: inside a job's victim
+    search, which then counts as not tried): every job it did not reach gets an event saying so
+    (``reason`` empty: none), and the budget records the cut."""
     untried = sorted(set(int(j) for j in jobs) - tried)
     if reason:
         text = state.budget.untried_text(action)
         for j in untried:
             state.add_event(j, reason, text)
-    state.budget.cut(action, tried=len(tried), untried=len(untried))
+    state.budget.cut(action, tried=len(tried), untried=len(untried), mid_search=mid_search)
 
 
 def bind_what_waits_for_nothing(state: CycleState, sol: Solution) -> list[int]:

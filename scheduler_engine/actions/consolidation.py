@@ -72,6 +72,10 @@ class Consolidation:
             solver = VictimSolver(s, "consolidation", self._candidates(j), _all_reallocated,
                                   max_victim_jobs=s.config.max_consolidation_preemptees)
             sol = solver.solve(j, tasks)
+            if sol is None and solver.out_of_time:
+                popped.discard(j)
+                stop_for_budget(s, "consolidation", "", jobs, popped, mid_search=True)
+                break
             if sol is None:
                 shapes.record(j)
                 continue

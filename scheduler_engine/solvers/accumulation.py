@@ -200,6 +200,10 @@ class PrefixSearch:
             if solver.tried >= solver.max_scenarios:
                 solver.last_reason = f"gave up after {solver.tried} scenarios"
                 return None
+            if s.budget.expired():  # between two scenarios: the state is back where the search began
+                solver.out_of_time = True
+                solver.last_reason = "the cycle's time budget ran out during this job's search"
+                return None
             got = None
             if use_kernel:
                 code, got = self._kernel_step(vq, best_all)

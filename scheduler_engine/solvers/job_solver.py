@@ -79,6 +79,9 @@ class VictimSolver:
         # -1 = no limit
         # (config.scenarioSearchBudget; KAI bounds its scenario search the same way, by time)
         self.search_budget = search_budget
+        # set when the cycle's time budget ran out inside a search (scheduler_engine.budget): the job
+        # was not decided, so the action reports it as not tried instead of failed
+        self.out_of_time = False
         self.steps = 0
         # prune (reclaim, preempt): after a failed scenario, victims that took their place back
         # before the beneficiary's turn, and victims under a queue the validator refused to take
