@@ -4,9 +4,10 @@ Why: the control plane runs a cycle inside a Celery task with a soft time limit 
 default). A contended cluster of thousands of nodes can need minutes of reclaim; a cycle killed at
 its limit writes nothing, so the cluster would stop scheduling altogether. With a budget the
 cycle keeps what it decided so far: allocate always runs to the end (it is cheap and is what
-binds work), the evicting actions stop between two jobs once the budget is spent, and the jobs
+binds work), the evicting actions stop between two jobs (or between two scenarios of one job's
+victim search, which is then rolled back) once the budget is spent, and the jobs
 they did not reach are told so (an event each: "the next cycle tries it again"). The actions
-after the cut are not run; stale gang eviction always runs (it protects running gangs and costs
+after the cut are not run; stale gang eviction always runs (it frees what broken gangs hold and costs
 nothing).
 
 Without a budget (``seconds=None``: the CLI's default, bench, scenario checks) nothing changes:
