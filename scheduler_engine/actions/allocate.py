@@ -26,6 +26,7 @@ import gc
 import numpy as np
 
 from .. import subgroups
+from ..kernels import allocate as _attempt_k
 from ..ordering import JobQueue, next_tasks_to_allocate, task_order
 from ..plugins.nodeplacement import ShapeIndex, node_keys, placement_strategy
 from ..plugins.topology import allocation_domains, preferred_tiers
@@ -84,6 +85,8 @@ class Allocator:
     """
 
     use_index = True
+    #: ``False``: every attempt goes through the Python placement code (same decisions; tests)
+    use_kernel = True
 
     def __init__(self, state: CycleState) -> None:
         self.state = state
@@ -97,6 +100,10 @@ class Allocator:
         self.shape_index: dict[tuple, ShapeIndex] = {}
         self._index_of: dict[tuple, ShapeIndex] = {}  # task shape -> its index (strategy is per shape)
         self._unbounded: tuple[list[bool], list[bool]] | None = None  # see _over_capacity
+        # task shape -> its node index when attempts of that shape can run compiled, else None
+        self._kernel_shape: dict[tuple, ShapeIndex | None] = {}
+        self._limits: tuple[np.ndarray, np.ndarray] | None = None  # (Q, 3) limits / deserved, inf = none
+        self._kio = np.empty(0, dtype=np.int64)  # the compiled attempt's out buffer (grown on demand)
 
     # ------------------------------------------------------------------ driver
     def candidate_jobs(self) -> list[int]:
@@ -417,7 +424,7 @@ class Allocator:
         cp = s.checkpoint()
         self._base = cp[0]
         try:
-            self._attempt(j, tasks)
+            self._attempt(j, tasks, sig)
         except _Fail as f:
             s.rollback(cp)
             self.fail_cache[sig] = (s.resources_freed, f.message)
@@ -449,8 +456,21 @@ class Allocator:
             return None
         return self.state.queue_over_capacity(q, req, nonpre)
 
-    def _attempt(self, j: int, tasks: list[int]) -> None:
+    def _attempt(self, j: int, tasks: list[int], sig: tuple | None = None) -> None:
         s = self.state
+        if sig is not None and sig[2] is None and sig[3] is None and self.use_kernel:
+            # no subgroups, no topology: one compiled call when every task is of one plain shape
+            shapes = sig[4]
+            idx = None
+            if shapes[0] == shapes[-1]:  # sorted: all equal
+                idx = self._kernel_shape.get(shapes[0], False)
+                if idx is False:
+                    idx = self._kernel_index(tasks[0])
+            if idx is not None:
+                cp = s.checkpoint()
+                if self._attempt_kernel(j, tasks, idx):
+                    return
+                s.rollback(cp)  # (not expected) the Python attempt decides from the same state
         q = s.job_queue(j)
         nonpre = not s.job_is_preemptible(j)
         req = s.task_quota_req[tasks[0]] if len(tasks) == 1 else s.task_quota_req[tasks].sum(axis=0)
@@ -486,6 +506,90 @@ class Allocator:
         label = required or preferred
         raise _Fail(Reason.wrap(f"topology: no domain of {label} can hold all {len(tasks)} tasks (last tried {last})",
                                 last_msg))
+
+    def _kernel_index(self, t: int) -> ShapeIndex | None:
+        """The node index of task t's shape if attempts of that shape can run compiled
+        (:func:`kernels.allocate.attempt`: whole GPUs or none, no DRA claims, the state's compiled
+        placement), else None; remembered per shape."""
+        s = self.state
+        idx = None
+        if (self.use_index and s.fast_paths and s._journal is not None and not s.task_is_shared[t]
+                and not s._claims_list[t] and not s.has_dra_gpus):
+            idx = self._index_for(t)
+            if idx._fast is None or idx._shared:
+                idx = None
+        self._kernel_shape[s.task_signature(t)] = idx
+        return idx
+
+    def _attempt_kernel(self, j: int, tasks: list[int], idx: ShapeIndex) -> bool:
+        """Place ``tasks`` of job j in one compiled call (:func:`kernels.allocate.attempt`): the
+        same queue checks, node choice, devices and journal entries as the Python attempt. Returns
+        True when every task was placed; raises ``_Fail`` with the message the Python attempt
+        gives (from the same state: the tasks placed before the failing one are still placed, the
+        caller rolls back). False (not expected): the caller rolls back and runs the Python attempt."""
+        s = self.state
+        m = len(tasks)
+        q = int(s.job_queue_arr[j])
+        nonpre = not s._preempt_list[j]
+        if m == 1:
+            req = s.task_quota_req[tasks[0]]
+        else:
+            req = s.task_quota_req[tasks].sum(axis=0)
+            tasks = task_order(s, tasks)
+        log = s.node_log
+        pos = idx.pos
+        d = len(log) - pos
+        buf = np.empty(d + m, dtype=np.int64)
+        if d:
+            buf[:d] = log[pos:]
+        i0 = len(s._journal)
+        if i0 + m > s._ji.shape[0]:
+            s._journal_room_for(i0 + m)
+        io = self._kio
+        if io.shape[0] < 2 + m:
+            io = self._kio = np.empty(2 + max(m, 64), dtype=np.int64)
+        kargs = idx._kargs
+        if kargs is None:  # the index's constants and arrays (fixed for a compiled-update index)
+            sched, sel, rc, rm, k, ndev, top, cap = idx._fast
+            kargs = idx._kargs = (sched, sel, rc, rm, k, ndev, top, cap, idx.col, idx.spread, idx.idle_ok,
+                                  idx.any_ok, idx.key, idx.hk, idx.hn, idx.hs)
+        placed = _attempt_k.attempt(np.array(tasks, dtype=np.int64), req, q, nonpre, *self._limit_rows(), buf, 0, d,
+                                    *kargs, i0, *s._jarrays, s._ji, s._jf, s.task_request, io)
+        out = io[:2 + m].tolist()
+        idx.pos = pos + out[0]
+        # the journal's object half in the entries' order (devices are in the state's arrays)
+        tg = s.task_gpu_groups
+        for i in range(placed):
+            t = tasks[i]
+            s._record_objects(t, out[2 + i])
+            if tg[t]:
+                tg[t] = []
+        why = out[1]
+        if why == _attempt_k.DONE:
+            return True
+        # the failure as place_tasks / place_task / _attempt word it
+        if why == _attempt_k.QUEUE:
+            msg = self._over_capacity(q, req, nonpre)
+        elif why == _attempt_k.TASK_QUEUE:
+            msg = self._over_capacity(q, s.task_request[tasks[placed]], nonpre)
+        elif why == _attempt_k.NO_NODE:
+            msg = self._no_fit(tasks[placed])
+        else:
+            msg = None
+        if not msg:
+            return False
+        if m > 1 and why != _attempt_k.QUEUE:
+            raise _Fail(Reason.wrap(f"gang of {m} needs {m} tasks placed together; only {placed} fit: {msg}", msg))
+        raise _Fail(msg)
+
+    def _limit_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """(Q, 3) queue limits and deserved quotas with inf for unlimited (the compiled queue check)."""
+        lims = self._limits
+        if lims is None:
+            s = self.state
+            lims = self._limits = (np.where(s.queue_limit == UNLIMITED, np.inf, s.queue_limit).astype(np.float64),
+                                   np.where(s.queue_deserved == UNLIMITED, np.inf, s.queue_deserved).astype(np.float64))
+        return lims
 
     def _attempt_tree(self, j: int, tasks: list[int]) -> None:
         """A job with subgroups: member by member, each subgroup inside one domain of its topology
@@ -610,15 +714,7 @@ class Allocator:
             if msg:
                 raise _Fail(msg)
         if within is None and self.use_index:
-            tsig = s.task_signature(t)
-            idx = self._index_of.get(tsig)
-            if idx is None:
-                col, spread = placement_strategy(s, self.placement, t)
-                key = (tsig, col, spread)
-                idx = self.shape_index.get(key)
-                if idx is None:
-                    idx = self.shape_index[key] = ShapeIndex(s, t, col, spread)
-                self._index_of[tsig] = idx
+            idx = self._index_for(t)
             n = idx.query()
             if n < 0:
                 raise _Fail(self._no_fit(t))
@@ -646,6 +742,20 @@ class Allocator:
         if node_quota_msg:
             raise _Fail(Reason.wrap(node_quota_msg + " on every node where it fits", node_quota_msg))
         raise _Fail(self.explain(t, within))
+
+    def _index_for(self, t: int) -> ShapeIndex:
+        """The node index of task t's shape (one per shape and placement strategy)."""
+        s = self.state
+        tsig = s.task_signature(t)
+        idx = self._index_of.get(tsig)
+        if idx is None:
+            col, spread = placement_strategy(s, self.placement, t)
+            key = (tsig, col, spread)
+            idx = self.shape_index.get(key)
+            if idx is None:
+                idx = self.shape_index[key] = ShapeIndex(s, t, col, spread)
+            self._index_of[tsig] = idx
+        return idx
 
     def _put(self, t: int, n: int, fits_idle: bool) -> bool:
         """Bind (free resources) or pipeline (releasing) task t on node n, as KAI decides per node."""

@@ -7,7 +7,7 @@ The heap lives in two arrays (``hk`` keys, ``hn`` nodes; ``hs[0]`` entries used)
 still has that key; :func:`best` drops dead entries from the top. Which node :func:`best` returns
 (the smallest live ``(key, node)``) does not depend on the heap's layout, only on the arrays
 ``any_ok``/``key``. Python callers make room first (``ShapeIndex._room``); the query kernels make
-their own (:func:`push_room`), so a full heap is never written.
+their own (dropping dead entries when full), so a full heap is never written.
 
 :func:`query_whole` / :func:`query_shared` are the whole query of an index (changed nodes
 re-evaluated, then the best node) in one call, with the index's state passed as arrays: the Python
@@ -25,18 +25,13 @@ GPU, CPU, MEM = 0, 1, 2
 
 
 @kernel
-def _less(k1: float, n1: int, k2: float, n2: int) -> bool:
-    return k1 < k2 or (k1 == k2 and n1 < n2)
-
-
-@kernel
 def push(hk: np.ndarray, hn: np.ndarray, hs: np.ndarray, k: float, n: int) -> None:
     """Add entry (k, n) (sift up)."""
     i = hs[0]
     hs[0] = i + 1
     while i > 0:
         p = (i - 1) >> 1
-        if _less(k, n, hk[p], hn[p]):
+        if k < hk[p] or (k == hk[p] and n < hn[p]):  # (k, n) before the parent's entry
             hk[i] = hk[p]
             hn[i] = hn[p]
             i = p
@@ -59,9 +54,9 @@ def _pop_top(hk: np.ndarray, hn: np.ndarray, hs: np.ndarray) -> None:
         c = 2 * i + 1
         if c >= size:
             break
-        if c + 1 < size and _less(hk[c + 1], hn[c + 1], hk[c], hn[c]):
+        if c + 1 < size and (hk[c + 1] < hk[c] or (hk[c + 1] == hk[c] and hn[c + 1] < hn[c])):
             c += 1
-        if _less(hk[c], hn[c], k, n):
+        if hk[c] < k or (hk[c] == k and hn[c] < n):
             hk[i] = hk[c]
             hn[i] = hn[c]
             i = c
@@ -101,159 +96,78 @@ def push_rows(rows: np.ndarray, ok: np.ndarray, keys: np.ndarray, hk: np.ndarray
 
 
 @kernel
-def push_room(any_ok: np.ndarray, key: np.ndarray, hk: np.ndarray, hn: np.ndarray, hs: np.ndarray, k: float,
-              n: int) -> None:
-    """:func:`push`, dropping the dead entries first when the heap is full (the heap's capacity
-    exceeds the number of nodes, so after :func:`rebuild` there is room). A rebuild pushes every
-    fitting node's current entry, node n's included: the entry pushed here is then a duplicate of a
-    live one, which changes nothing :func:`best` returns."""
-    if hs[0] >= hk.shape[0]:
-        rebuild(any_ok, key, hk, hn, hs)
-    push(hk, hn, hs, k, n)
-
-
-@kernel
-def eval_whole(n: int, sched: np.ndarray, sel: np.ndarray, rc: float, rm: float, k: int, ndev: np.ndarray,
-               top: float, cap: np.ndarray, col: int, spread: bool, node_both: np.ndarray, dev_free: np.ndarray,
-               dev_rel: np.ndarray, idle_ok: np.ndarray, any_ok: np.ndarray, key: np.ndarray) -> bool:
-    """Re-evaluate node n for a task without a shared GPU (``k`` whole devices, CPU ``rc``,
-    memory ``rm``; ``sel`` empty = no node selector; ``cap`` the nodes' capacity in ``col`` when
-    ordering on CPU): set its fit flags and key; True when it fits (its entry is to be pushed)."""
-    if not sched[n] or (sel.shape[0] > 0 and not sel[n]):
-        any_ok[n] = False
-        idle_ok[n] = False
-        return False
-    ic = node_both[n, 0, CPU]
-    im = node_both[n, 0, MEM]
-    lc = node_both[n, 1, CPU]
-    lm = node_both[n, 1, MEM]
-    fi = ic >= rc - EPS and im >= rm - EPS
-    fa = ic + lc >= rc - EPS and im + lm >= rm - EPS
-    if not fa:
-        any_ok[n] = False
-        idle_ok[n] = False
-        return False
-    nd = ndev[n]
-    whole_any = 0
-    if k > 0 or col == GPU:
-        whole_idle = 0
-        for d in range(nd):
-            x = dev_free[n, d]
-            if x + dev_rel[n, d] >= 1 - EPS:
-                whole_any += 1
-            if x >= 1 - EPS:
-                whole_idle += 1
-        if k > 0:
-            fi = fi and whole_idle >= k
-            fa = fi or whole_any >= k
-            if not fa:
-                any_ok[n] = False
-                idle_ok[n] = False
-                return False
-    if col == GPU:
-        free = float(whole_any)
-        overall = float(nd)
-    else:
-        free = node_both[n, 0, col] + node_both[n, 1, col]
-        overall = cap[n]
-    if spread:
-        base = -free / overall if overall > 0 else 0.0
-        width = 3.0
-    else:
-        base = free if overall > 0 else top + 1.0
-        width = 2.0 * top + 3.0
-    tier = 1000.0 if fi else 0.0
-    if col == CPU and nd == 0:
-        tier += 10.0
-    idle_ok[n] = fi
-    any_ok[n] = True
-    key[n] = base - tier * width
-    return True
-
-
-@kernel
-def eval_shared(n: int, sched: np.ndarray, sel: np.ndarray, rc: float, rm: float, frac: np.ndarray, fgpu: float,
-                ndev: np.ndarray, top: float, spread: bool, node_both: np.ndarray, dev_free: np.ndarray,
-                dev_rel: np.ndarray, dev_shared: np.ndarray, idle_ok: np.ndarray, any_ok: np.ndarray,
-                key: np.ndarray) -> bool:
-    """Re-evaluate node n for a task sharing one GPU (fraction ``fgpu``, or per node ``frac`` of
-    its device memory when ``frac`` is not empty); True when it fits."""
-    if not sched[n] or (sel.shape[0] > 0 and not sel[n]):
-        any_ok[n] = False
-        idle_ok[n] = False
-        return False
-    fi = node_both[n, 0, CPU] >= rc - EPS and node_both[n, 0, MEM] >= rm - EPS
-    fa = (node_both[n, 0, CPU] + node_both[n, 1, CPU] >= rc - EPS
-          and node_both[n, 0, MEM] + node_both[n, 1, MEM] >= rm - EPS)
-    nd = ndev[n]
-    f = frac[n] if frac.shape[0] > 0 else fgpu
-    if not fa or nd == 0 or f > 1 + EPS:
-        any_ok[n] = False
-        idle_ok[n] = False
-        return False
-    idle_dev = False
-    any_dev = False
-    whole = 0
-    joins = False
-    for d in range(nd):
-        a = dev_free[n, d]
-        b = dev_rel[n, d]
-        if a >= f - EPS:
-            idle_dev = True
-        if a + b >= f - EPS:
-            any_dev = True
-            if dev_shared[n, d] and a + b < 1 - EPS:  # in use, not only releasing
-                joins = True
-        if a + b >= 1 - EPS:
-            whole += 1
-    fi = fi and idle_dev
-    fa = fi or any_dev
-    if not fa:
-        any_ok[n] = False
-        idle_ok[n] = False
-        return False
-    free = float(whole)
-    overall = float(nd)
-    if spread:
-        base = -free / overall
-        width = 3.0
-    else:
-        base = free
-        width = 2.0 * top + 3.0
-    tier = 1000.0 if fi else 0.0
-    if joins and not spread:  # gpusharingorder runs with the GPU binpack strategy only
-        tier += 10000.0
-    idle_ok[n] = fi
-    any_ok[n] = True
-    key[n] = base - tier * width
-    return True
-
-
-@kernel
 def query_whole(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.ndarray, rc: float, rm: float,
                 k: int, ndev: np.ndarray, top: float, cap: np.ndarray, col: int, spread: bool, node_both: np.ndarray,
                 dev_free: np.ndarray, dev_rel: np.ndarray, idle_ok: np.ndarray, any_ok: np.ndarray, key: np.ndarray,
                 hk: np.ndarray, hn: np.ndarray, hs: np.ndarray) -> int:
-    """The shape index's query for a task without a shared GPU (see :func:`eval_whole` for the
-    shape's constants): re-evaluate the nodes changed since the last query (``log[lo:hi]``, repeats
-    allowed; when they are many, every node) and return the best fitting node or -1 (:func:`best`).
+    """The shape index's query for a task without a shared GPU (``k`` whole devices, CPU ``rc``,
+    memory ``rm``; ``sel`` empty = no node selector; ``cap`` the nodes' capacity in ``col`` when
+    ordering on CPU): re-evaluate the nodes changed since the last query (``log[lo:hi]``, repeats
+    allowed; when they are many, every node), push the fitting ones' entries and return the best
+    fitting node or -1 (:func:`best`).
 
     Kernel-callable: a compiled caller keeps its own log of changed nodes (any int64 array) and the
     index's arrays (``idle_ok``, ``any_ok`` (N,) bool, ``key`` (N,) float64, the heap ``hk``/``hn``
-    of capacity > N, ``hs`` (1,) int64)."""
+    of capacity > N, ``hs`` (1,) int64). When the heap is full the dead entries are dropped first
+    (:func:`rebuild`; it pushes every fitting node's current entry, so a node pushed right after is
+    a duplicate of a live entry, which changes nothing :func:`best` returns)."""
     N = any_ok.shape[0]
-    if (hi - lo) * 8 > N:
+    full = (hi - lo) * 8 > N
+    if full:
         hs[0] = 0
-        for n in range(N):
-            if eval_whole(n, sched, sel, rc, rm, k, ndev, top, cap, col, spread, node_both, dev_free, dev_rel,
-                          idle_ok, any_ok, key):
-                push(hk, hn, hs, key[n], n)
-    else:
-        for i in range(lo, hi):
-            n = log[i]
-            if eval_whole(n, sched, sel, rc, rm, k, ndev, top, cap, col, spread, node_both, dev_free, dev_rel,
-                          idle_ok, any_ok, key):
-                push_room(any_ok, key, hk, hn, hs, key[n], n)
+        lo, hi = 0, N
+    has_sel = sel.shape[0] > 0
+    for i in range(lo, hi):
+        n = i if full else log[i]
+        idle_ok[n] = False
+        any_ok[n] = False
+        if not sched[n] or (has_sel and not sel[n]):
+            continue
+        ic = node_both[n, 0, CPU]
+        im = node_both[n, 0, MEM]
+        lc = node_both[n, 1, CPU]
+        lm = node_both[n, 1, MEM]
+        fi = ic >= rc - EPS and im >= rm - EPS
+        fa = ic + lc >= rc - EPS and im + lm >= rm - EPS
+        if not fa:
+            continue
+        nd = ndev[n]
+        whole_any = 0
+        if k > 0 or col == GPU:
+            whole_idle = 0
+            for d in range(nd):
+                x = dev_free[n, d]
+                if x + dev_rel[n, d] >= 1 - EPS:
+                    whole_any += 1
+                if x >= 1 - EPS:
+                    whole_idle += 1
+            if k > 0:
+                fi = fi and whole_idle >= k
+                fa = fi or whole_any >= k
+                if not fa:
+                    continue
+        if col == GPU:
+            free = float(whole_any)
+            overall = float(nd)
+        else:
+            free = node_both[n, 0, col] + node_both[n, 1, col]
+            overall = cap[n]
+        if spread:
+            base = -free / overall if overall > 0 else 0.0
+            width = 3.0
+        else:
+            base = free if overall > 0 else top + 1.0
+            width = 2.0 * top + 3.0
+        tier = 1000.0 if fi else 0.0
+        if col == CPU and nd == 0:
+            tier += 10.0
+        kk = base - tier * width
+        idle_ok[n] = fi
+        any_ok[n] = True
+        key[n] = kk
+        if hs[0] >= hk.shape[0]:
+            rebuild(any_ok, key, hk, hn, hs)
+        push(hk, hn, hs, kk, n)
     return best(any_ok, key, hk, hn, hs)
 
 
@@ -262,18 +176,63 @@ def query_shared(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.n
                  frac: np.ndarray, fgpu: float, ndev: np.ndarray, top: float, spread: bool, node_both: np.ndarray,
                  dev_free: np.ndarray, dev_rel: np.ndarray, dev_shared: np.ndarray, idle_ok: np.ndarray,
                  any_ok: np.ndarray, key: np.ndarray, hk: np.ndarray, hn: np.ndarray, hs: np.ndarray) -> int:
-    """:func:`query_whole` for a task sharing one GPU (constants of :func:`eval_shared`)."""
+    """:func:`query_whole` for a task sharing one GPU (fraction ``fgpu``, or per node ``frac`` of
+    its device memory when ``frac`` is not empty)."""
     N = any_ok.shape[0]
-    if (hi - lo) * 8 > N:
+    full = (hi - lo) * 8 > N
+    if full:
         hs[0] = 0
-        for n in range(N):
-            if eval_shared(n, sched, sel, rc, rm, frac, fgpu, ndev, top, spread, node_both, dev_free, dev_rel,
-                           dev_shared, idle_ok, any_ok, key):
-                push(hk, hn, hs, key[n], n)
-    else:
-        for i in range(lo, hi):
-            n = log[i]
-            if eval_shared(n, sched, sel, rc, rm, frac, fgpu, ndev, top, spread, node_both, dev_free, dev_rel,
-                           dev_shared, idle_ok, any_ok, key):
-                push_room(any_ok, key, hk, hn, hs, key[n], n)
+        lo, hi = 0, N
+    has_sel = sel.shape[0] > 0
+    has_frac = frac.shape[0] > 0
+    for i in range(lo, hi):
+        n = i if full else log[i]
+        idle_ok[n] = False
+        any_ok[n] = False
+        if not sched[n] or (has_sel and not sel[n]):
+            continue
+        fi = node_both[n, 0, CPU] >= rc - EPS and node_both[n, 0, MEM] >= rm - EPS
+        fa = (node_both[n, 0, CPU] + node_both[n, 1, CPU] >= rc - EPS
+              and node_both[n, 0, MEM] + node_both[n, 1, MEM] >= rm - EPS)
+        nd = ndev[n]
+        f = frac[n] if has_frac else fgpu
+        if not fa or nd == 0 or f > 1 + EPS:
+            continue
+        idle_dev = False
+        any_dev = False
+        whole = 0
+        joins = False
+        for d in range(nd):
+            a = dev_free[n, d]
+            b = dev_rel[n, d]
+            if a >= f - EPS:
+                idle_dev = True
+            if a + b >= f - EPS:
+                any_dev = True
+                if dev_shared[n, d] and a + b < 1 - EPS:  # in use, not only releasing
+                    joins = True
+            if a + b >= 1 - EPS:
+                whole += 1
+        fi = fi and idle_dev
+        fa = fi or any_dev
+        if not fa:
+            continue
+        free = float(whole)
+        overall = float(nd)
+        if spread:
+            base = -free / overall
+            width = 3.0
+        else:
+            base = free
+            width = 2.0 * top + 3.0
+        tier = 1000.0 if fi else 0.0
+        if joins and not spread:  # gpusharingorder runs with the GPU binpack strategy only
+            tier += 10000.0
+        kk = base - tier * width
+        idle_ok[n] = fi
+        any_ok[n] = True
+        key[n] = kk
+        if hs[0] >= hk.shape[0]:
+            rebuild(any_ok, key, hk, hn, hs)
+        push(hk, hn, hs, kk, n)
     return best(any_ok, key, hk, hn, hs)

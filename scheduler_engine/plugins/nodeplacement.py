@@ -126,7 +126,8 @@ class ShapeIndex:
     GPUs) are re-evaluated with the generic ``fit_one`` + :func:`node_key_one`.
     """
 
-    __slots__ = ("state", "t", "col", "spread", "idle_ok", "any_ok", "key", "pos", "hk", "hn", "hs", "_fast", "_shared")
+    __slots__ = ("state", "t", "col", "spread", "idle_ok", "any_ok", "key", "pos", "hk", "hn", "hs", "_fast", "_shared",
+                 "_kargs")
 
     def __init__(self, state: CycleState, t: int, col: int, spread: bool) -> None:
         self.state, self.t, self.col, self.spread = state, t, col, spread
@@ -134,6 +135,7 @@ class ShapeIndex:
         # constants of the compiled single-node updates (tasks without / with a shared GPU), copied:
         # they are the values of the moment the index is built
         self._fast = None
+        self._kargs = None  # a compiled caller's argument tuple (allocate), built on first use
         self._shared = bool(s.task_is_shared[t])
         sched = np.array(s.node_schedulable, dtype=np.bool_)
         ndev = np.array(s.node_devices, dtype=np.int64)
@@ -175,6 +177,7 @@ class ShapeIndex:
         if size > self.hk.shape[0]:
             self.hk = np.empty(size, dtype=np.float64)
             self.hn = np.empty(size, dtype=np.int64)
+            self._kargs = None
         node_index.rebuild(self.any_ok, self.key, self.hk, self.hn, self.hs)
 
     def _full(self) -> None:
@@ -184,6 +187,7 @@ class ShapeIndex:
         self.idle_ok = np.array(idle_ok, dtype=np.bool_)
         self.any_ok = np.array(any_ok, dtype=np.bool_)
         self.key = np.array(key, dtype=np.float64)
+        self._kargs = None
         self.pos = len(s.node_log)
         self._room(s.N)
         node_index.rebuild(self.any_ok, self.key, self.hk, self.hn, self.hs)

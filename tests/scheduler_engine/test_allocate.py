@@ -253,9 +253,9 @@ def test_identical_failed_shapes_are_not_rescanned_until_resources_free(monkeypa
     calls = []
     real = allocate.Allocator._attempt
 
-    def counting(self, j, tasks):
+    def counting(self, j, tasks, *rest):
         calls.append(j)
-        return real(self, j, tasks)
+        return real(self, j, tasks, *rest)
 
     monkeypatch.setattr(allocate.Allocator, "_attempt", counting)
     al = allocate.Allocator(s)
