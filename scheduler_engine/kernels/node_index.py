@@ -96,6 +96,20 @@ def push_rows(rows: np.ndarray, ok: np.ndarray, keys: np.ndarray, hk: np.ndarray
 
 
 @kernel
+def placement_key(free: float, overall: float, top: float, spread: bool, tier: float) -> float:
+    """A node's placement key (``nodeplacement.node_key_one``; smaller goes first): binpack prefers less
+    free, spread a larger free share, and a higher ``tier`` (idle devices, joining a shared GPU, ...)
+    wins whatever the amounts; a node with nothing of the resource ranks after every other."""
+    if spread:
+        base = -free / overall if overall > 0 else 0.0
+        width = 3.0
+    else:
+        base = free if overall > 0 else top + 1.0
+        width = 2.0 * top + 3.0
+    return base - tier * width
+
+
+@kernel
 def query_whole(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.ndarray, rc: float, rm: float,
                 k: int, ndev: np.ndarray, top: float, cap: np.ndarray, col: int, spread: bool, node_both: np.ndarray,
                 dev_free: np.ndarray, dev_rel: np.ndarray, idle_ok: np.ndarray, any_ok: np.ndarray, key: np.ndarray,
@@ -152,16 +166,10 @@ def query_whole(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.nd
         else:
             free = node_both[n, 0, col] + node_both[n, 1, col]
             overall = cap[n]
-        if spread:
-            base = -free / overall if overall > 0 else 0.0
-            width = 3.0
-        else:
-            base = free if overall > 0 else top + 1.0
-            width = 2.0 * top + 3.0
         tier = 1000.0 if fi else 0.0
         if col == CPU and nd == 0:
             tier += 10.0
-        kk = base - tier * width
+        kk = placement_key(free, overall, top, spread, tier)
         idle_ok[n] = fi
         any_ok[n] = True
         key[n] = kk
@@ -217,18 +225,10 @@ def query_shared(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.n
         fa = fi or any_dev
         if not fa:
             continue
-        free = float(whole)
-        overall = float(nd)
-        if spread:
-            base = -free / overall
-            width = 3.0
-        else:
-            base = free
-            width = 2.0 * top + 3.0
         tier = 1000.0 if fi else 0.0
         if joins and not spread:  # gpusharingorder runs with the GPU binpack strategy only
             tier += 10000.0
-        kk = base - tier * width
+        kk = placement_key(float(whole), float(nd), top, spread, tier)  # nd > 0: a device fitted
         idle_ok[n] = fi
         any_ok[n] = True
         key[n] = kk

@@ -17,7 +17,7 @@ import numpy as np
 from . import kernel
 from .devices import choose_whole
 from .journal import _PEND, place, unevict
-from .node_index import query_whole
+from .node_index import placement_key, query_whole
 
 #: :func:`place_one_whole` return codes besides a node (placed there)
 NO_NODE = -1  # no node fits: the placement fails
@@ -68,16 +68,10 @@ def old_node_key(n, ndev, top, cap, col, spread, node_both, dev_free, dev_rel):
     else:
         free = node_both[n, 0, col] + node_both[n, 1, col]
         overall = cap[n]
-    if spread:
-        base = -free / overall if overall > 0 else 0.0
-        width = 3.0
-    else:
-        base = free if overall > 0 else top + 1.0
-        width = 2.0 * top + 3.0
     tier = 0.0
     if col == 1 and nd == 0:
         tier += 10.0
-    return base - tier * width
+    return placement_key(free, overall, top, spread, tier)
 
 
 @kernel
