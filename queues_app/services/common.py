@@ -53,6 +53,16 @@ def model_update(*, instance: M, fields: Iterable[str], data: dict[str, Any], me
     return instance, True
 
 
+#: Ids per statement of a bulk write (well under PostgreSQL's 65,535 bind parameters).
+ID_CHUNK = 5000
+
+
+def id_chunks(ids: Iterable[int], size: int = ID_CHUNK) -> list[list[int]]:
+    """Distinct ids in ascending order (the lock order of every bulk write), in runs of ``size``."""
+    wanted = sorted({int(i) for i in ids})
+    return [wanted[i:i + size] for i in range(0, len(wanted), size)]
+
+
 def advisory_xact_lock(key_name: str) -> None:
     """Serialize a class of writes until the end of the current transaction.
 

@@ -12,7 +12,7 @@ from queues_app.choices import TASK_STATES_HOLDING, TaskState
 from queues_app.cycle import contract
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Task
-from queues_app.services.common import validate
+from queues_app.services.common import id_chunks, validate
 from queues_app.services.devices import devices_gpu_count, gpu_classes
 
 NODE_FIELDS = (
@@ -87,15 +87,6 @@ def node_set_schedulable(*, node: Node, schedulable: bool) -> Node:
     return node
 
 
-#: Node ids per statement of a bulk write (well under PostgreSQL's 65,535 bind parameters).
-NODE_CHUNK = 5000
-
-
-def _chunks(ids: Iterable[int]) -> list[list[int]]:
-    wanted = sorted({int(i) for i in ids})
-    return [wanted[i:i + NODE_CHUNK] for i in range(0, len(wanted), NODE_CHUNK)]
-
-
 @transaction.atomic
 def nodes_set_schedulable(*, node_ids: Iterable[int], schedulable: bool) -> list[str]:
     """Cordon / uncordon many nodes (the admin's list actions): one UPDATE per 5,000 nodes.
@@ -104,7 +95,7 @@ def nodes_set_schedulable(*, node_ids: Iterable[int], schedulable: bool) -> list
     apply its snapshot of them is stale); returns the names of every selected node, sorted.
     """
     names: list[str] = []
-    for chunk in _chunks(node_ids):
+    for chunk in id_chunks(node_ids):
         Node.objects.filter(pk__in=chunk, unschedulable=schedulable).update(
             unschedulable=not schedulable, version=F("version") + 1, updated_at=timezone.now())
         names += Node.objects.filter(pk__in=chunk).values_list("name", flat=True)
@@ -116,7 +107,7 @@ def nodes_delete(*, node_ids: Iterable[int]) -> int:
     """Delete many nodes, all or nothing: if a task still holds resources on any of them, nothing
     is deleted and the error names those nodes.  Set-based: lock the rows (id order), one grouped
     count of holding tasks, one UPDATE for finished tasks' history, one DELETE -- per 5,000 nodes."""
-    chunks = _chunks(node_ids)
+    chunks = id_chunks(node_ids)
     for chunk in chunks:
         list(Node.objects.select_for_update().filter(pk__in=chunk).order_by("pk").values_list("pk", flat=True))
     busy: list[str] = []

@@ -20,7 +20,7 @@ from queues_app.cycle import contract
 from queues_app.errors import ApplicationError
 from queues_app.models import IdempotencyKey, Node, Queue, SubGroup, Task, Tenant, Workload
 from queues_app.models.workloads import DUPLICATE_NAME_MESSAGE
-from queues_app.services.common import bound_request_locks, bounded_int, validate
+from queues_app.services.common import ID_CHUNK, bound_request_locks, bounded_int, id_chunks, validate
 from queues_app.services.devices import claims_gpu_count, gpu_classes
 
 #: Keys of one task spec accepted by workload_submit.
@@ -467,8 +467,8 @@ def workload_import(
     )
 
 
-#: Workload ids per statement of a bulk cancel (well under PostgreSQL's 65,535 bind parameters).
-CANCEL_CHUNK = 5000
+#: Workload ids per statement of a bulk cancel.
+CANCEL_CHUNK = ID_CHUNK
 _FINISHED = (WorkloadStatus.SUCCEEDED, WorkloadStatus.FAILED)
 
 
@@ -480,8 +480,7 @@ def _cancel_locked(ids: Sequence[int], *, actor: AbstractBaseUser | None) -> Non
     now = timezone.now()
     who = f" by {actor.get_username()}" if actor is not None else ""
     message = f"Cancelled{who} at {now:%Y-%m-%d %H:%M:%S}Z."
-    for i in range(0, len(ids), CANCEL_CHUNK):
-        chunk = list(ids[i:i + CANCEL_CHUNK])
+    for chunk in id_chunks(ids, CANCEL_CHUNK):
         tasks = Task.objects.filter(workload_id__in=chunk)
         tasks.filter(state__in=(TaskState.PENDING, TaskState.PIPELINED)).update(
             state=TaskState.FAILED, node=None, gpu_groups=[], devices={}, version=F("version") + 1, updated_at=now)
@@ -526,10 +525,9 @@ def workloads_cancel(*, workload_ids: Iterable[int], actor: AbstractBaseUser | N
     them.  Returns how many workloads were cancelled.
     """
     bound_request_locks()
-    wanted = sorted({int(i) for i in workload_ids})
     rows: list[tuple[int, str, str]] = []
-    for i in range(0, len(wanted), CANCEL_CHUNK):
-        rows += (Workload.objects.select_for_update().filter(pk__in=wanted[i:i + CANCEL_CHUNK]).order_by("pk")
+    for chunk in id_chunks(workload_ids, CANCEL_CHUNK):
+        rows += (Workload.objects.select_for_update().filter(pk__in=chunk).order_by("pk")
                  .values_list("pk", "name", "status"))
     finished = [f"{name} ({status.lower()})" for _, name, status in rows if status in _FINISHED]
     if finished:
