@@ -130,3 +130,41 @@ def test_a_cut_inside_a_victim_search_rolls_it_back_and_counts_the_job_as_not_tr
     assert len(untried) == (b["untried"] if b["cutIn"] != "consolidation" else 0)
     first = res.events.index(untried[0]) if untried else len(res.events)
     assert res.events[:first] == full.events[:first]  # the interrupted search left nothing behind
+
+
+def test_a_spent_budget_still_allocates_and_skips_the_evicting_actions(snap, full):
+    res = run_cycle(snap, time_budget=0)
+    assert res.budget == {"seconds": 0.0, "cutIn": None, "tried": 0, "untried": 0,
+                          "skipped": ["consolidation", "reclaim", "preempt"]}
+    bound = {t for t, v in res.tasks.items() if v["status"] == "Binding"}
+    assert bound  # allocate ran to the end
+    assert not any(v["status"] in ("Releasing", "Pipelined") for v in res.tasks.values())
+    assert res.to_json()["budget"]["skipped"] == ["consolidation", "reclaim", "preempt"]
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), "10", True])
+def test_a_bad_budget_is_refused(bad):
+    with pytest.raises(ValueError, match="time budget"):
+        TimeBudget(bad)
+
+
+def test_note_says_where_it_ran_out():
+    b = TimeBudget(5, clock=ticking())
+    assert b.note() == "" and b.summary() is None
+    b.cut("reclaim", tried=3, untried=7)
+    b.skip("preempt")
+    assert b.note() == "time budget of 5 s ran out; reclaim stopped after 3 of 10 jobs; not run: preempt"
+
+
+def test_cli_cycle_with_a_time_budget(tmp_path, snap, capsys):
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps(snapshot_to_dict(snap)))
+
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["cycle", "--time-budget", "0", str(f)], out=out, err=err) == 0, err.getvalue()
+    assert "budget: 0 s ran out; not run: consolidation, reclaim, preempt" in out.getvalue()
+    out = io.StringIO()
+    assert main(["cycle", "--json", "--time-budget", "0", str(f)], out=out, err=err) == 0
+    assert json.loads(out.getvalue())["budget"]["skipped"] == ["consolidation", "reclaim", "preempt"]
+    assert main(["cycle", "--time-budget", "-2", str(f)], out=io.StringIO(), err=io.StringIO()) == 2
+    assert "--time-budget: must be a finite number of seconds >= 0" in capsys.readouterr().err  # argparse's stderr
