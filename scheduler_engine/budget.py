@@ -19,7 +19,7 @@ import math
 import time
 from typing import Any, Callable
 
-__all__ = ["TimeBudget", "ALWAYS_RUN", "seconds_text"]
+__all__ = ["TimeBudget", "ALWAYS_RUN", "seconds_text", "summary_text"]
 
 #: Actions run even after the budget is spent.
 ALWAYS_RUN = frozenset({"allocate", "stalegangeviction"})
@@ -74,12 +74,19 @@ class TimeBudget:
                 "skipped": list(self.skipped)}
 
     def note(self) -> str:
-        """One line for a cycle record / the CLI ('' when the budget did not run out)."""
-        if not self.ran_out:
-            return ""
-        parts = [f"time budget of {seconds_text(self.seconds)} s ran out"]
-        if self.cut_in:
-            parts.append(f"{self.cut_in} stopped after {self.tried} of {self.tried + self.untried} jobs")
-        if self.skipped:
-            parts.append("not run: " + ", ".join(self.skipped))
-        return "; ".join(parts)
+        """One line for a log ('' when the budget did not run out)."""
+        text = summary_text(self.summary())
+        return f"time budget of {text}" if text else ""
+
+
+def summary_text(summary: dict[str, Any] | None) -> str:
+    """A result's ``budget`` (:meth:`TimeBudget.summary`) as words: "25 s ran out; reclaim tried 812 of
+    4000 jobs; not run: preempt" ('' for None). The CLI and the control plane's cycle record use it."""
+    if not summary:
+        return ""
+    text = f"{seconds_text(summary['seconds'])} s ran out"
+    if summary.get("cutIn"):
+        text += f"; {summary['cutIn']} tried {summary['tried']} of {summary['tried'] + summary['untried']} jobs"
+    if summary.get("skipped"):
+        text += "; not run: " + ", ".join(summary["skipped"])
+    return text

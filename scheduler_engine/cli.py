@@ -24,7 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from .budget import seconds_text
+from .budget import summary_text
 from .loader import ScenarioError, load_scenario
 from .snapshot import Snapshot
 
@@ -123,10 +123,7 @@ def _print_text(path: Path, result, out: TextIO, *, timings: bool) -> None:
         for e in result.events:
             print(f"  {e.get('job', '-')}: {e.get('reason', '')}: {e.get('message', '')}", file=out)
     if result.budget:
-        b = result.budget
-        print(f"budget: {seconds_text(b['seconds'])} s ran out" + (f"; {b['cutIn']} tried {b['tried']} of "
-                                                        f"{b['tried'] + b['untried']} jobs" if b["cutIn"] else "")
-              + (f"; not run: {', '.join(b['skipped'])}" if b["skipped"] else ""), file=out)
+        print(f"budget: {summary_text(result.budget)}", file=out)
     if timings:
         print("timings: " + ", ".join(f"{k} {v * 1000:.2f}ms" for k, v in result.timings.items()), file=out)
 

@@ -52,7 +52,7 @@ from queues_app.cycle import usage as usage_provider
 from queues_app.cycle.fields import job_field, node_field, queue_field
 from queues_app.models import DeviceClass, Node, Queue, QueueResource, SubGroup, Task, Workload
 from scheduler_engine import loader as engine_loader, units as engine_units, usage as engine_usage
-from scheduler_engine.budget import seconds_text
+from scheduler_engine.budget import summary_text as budget_text
 from scheduler_engine.result import build_result
 from scheduler_engine.snapshot import CPU, GPU, MEM, Snapshot, TaskState as EngineTaskState
 from scheduler_engine.state import CycleState
@@ -81,7 +81,7 @@ __all__ = [
     "snapshot_from_dict",
     "load_scenario_file",
     "run_engine",
-    "seconds_text",
+    "budget_text",
     "run_actions",
     "engine_decisions",
     "preview_edits",

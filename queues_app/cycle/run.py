@@ -390,11 +390,7 @@ def _budget_note(budget: dict[str, Any] | None) -> str:
     action did not reach carry their own event ("Not tried by reclaim: ...")."""
     if not budget:
         return ""
-    text = f"engine time budget of {engine_io.seconds_text(budget['seconds'])} s ran out"
-    if budget.get("cutIn"):
-        text += f"; {budget['cutIn']} tried {budget['tried']} of {budget['tried'] + budget['untried']} jobs"
-    if budget.get("skipped"):
-        text += "; not run: " + ", ".join(budget["skipped"])
+    text = f"engine time budget of {engine_io.budget_text(budget)}"
     return text + " (raise KAI_CYCLE_ENGINE_BUDGET with the time limits, or lower scenarioSearchBudget)"
 
 

@@ -153,7 +153,7 @@ def test_note_says_where_it_ran_out():
     assert b.note() == "" and b.summary() is None
     b.cut("reclaim", tried=3, untried=7)
     b.skip("preempt")
-    assert b.note() == "time budget of 5 s ran out; reclaim stopped after 3 of 10 jobs; not run: preempt"
+    assert b.note() == "time budget of 5 s ran out; reclaim tried 3 of 10 jobs; not run: preempt"
 
 
 def test_cli_cycle_with_a_time_budget(tmp_path, snap, capsys):
