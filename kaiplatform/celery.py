@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import beat_init, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kaiplatform.settings")
 
@@ -84,3 +85,22 @@ def _task_routes() -> dict:
 
 app.conf.beat_schedule = _beat_schedule()
 app.conf.task_routes = _task_routes()
+
+
+class CycleSettingsError(SystemExit):
+    """Raised at worker / beat start when the cycle's settings cannot work.  A SystemExit, because
+    Celery logs and swallows ordinary exceptions raised by signal handlers and would start anyway."""
+
+
+@worker_init.connect
+@beat_init.connect
+def _refuse_broken_cycle_settings(**_kwargs) -> None:
+    """The same relations as the ``queues_app.E002`` system check (queues_app/checks.py), enforced
+    where they matter: a worker whose engine budget is not below its soft time limit would have every
+    contended cycle abandoned with nothing applied; it exits naming the settings instead."""
+    from queues_app.cycle.config import cycle_config_problems
+
+    problems = cycle_config_problems()
+    if problems:
+        raise CycleSettingsError("kaiplatform: refusing to start, the scheduling cycle settings are broken:\n  "
+                                 + "\n  ".join(problems))

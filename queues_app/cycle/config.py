@@ -19,14 +19,11 @@ CLUSTER_MODES = ("embedded", "kubernetes")
 
 
 def _num(name: str, default: float, *, minimum: float) -> float:
-    if hasattr(settings, name):
-        value = float(getattr(settings, name))
-    else:
-        raw = os.environ.get(name, "").strip()
-        try:
-            value = float(raw) if raw else float(default)
-        except ValueError as exc:
-            raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from exc
+    raw = getattr(settings, name) if hasattr(settings, name) else (os.environ.get(name, "").strip() or default)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError) as exc:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from exc
     if not value == value or value in (float("inf"), float("-inf")) or value < minimum:
         raise ImproperlyConfigured(f"{name}={value} must be a finite number >= {minimum}")
     return value
@@ -68,9 +65,23 @@ def cycle_config() -> CycleConfig:
     )
 
 
-def validate_cycle_config(cfg: CycleConfig | None = None, *, visibility_timeout: float = 3600.0) -> list[str]:
-    """Problems with the limit relations above (empty = fine).  Checked by a test (T-R21)."""
+def broker_visibility_timeout() -> float:
+    """Seconds the broker waits before it hands an unacknowledged task to another worker (the
+    ``visibility_timeout`` transport option; Redis and SQS default to one hour)."""
+    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}
+    return float(options.get("visibility_timeout", 3600.0))
+
+
+def validate_cycle_config(cfg: CycleConfig | None = None, *, visibility_timeout: float | None = None) -> list[str]:
+    """Problems with the limit relations above (empty = fine).
+
+    Run by the ``queues_app.E002`` system check (``manage.py check`` / ``migrate`` / ``runserver``
+    refuse to go on) and when a Celery worker or beat starts (it exits with the problems, see
+    kaiplatform/celery.py), so a budget at or above the soft limit is refused at start instead of
+    showing up as cycles abandoned with nothing applied."""
     cfg = cfg or cycle_config()
+    if visibility_timeout is None:
+        visibility_timeout = broker_visibility_timeout()
     problems = []
     if not cfg.soft_time_limit < cfg.time_limit:
         problems.append(f"soft time limit {cfg.soft_time_limit}s must be below the hard limit {cfg.time_limit}s")
@@ -83,3 +94,13 @@ def validate_cycle_config(cfg: CycleConfig | None = None, *, visibility_timeout:
         problems.append(f"lease TTL {cfg.lease_seconds}s must be below the broker visibility timeout "
                         f"{visibility_timeout}s")
     return problems
+
+
+def cycle_config_problems() -> list[str]:
+    """Everything wrong with the cycle's settings: a value that cannot be read (not a number,
+    negative, ...) or a broken relation between the limits; empty = fine."""
+    try:
+        cfg = cycle_config()
+    except ImproperlyConfigured as exc:
+        return [str(exc)]
+    return validate_cycle_config(cfg)
