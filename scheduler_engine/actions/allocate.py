@@ -104,6 +104,10 @@ class Allocator:
         self._kernel_shape: dict[tuple, ShapeIndex | None] = {}
         self._limits: tuple[np.ndarray, np.ndarray] | None = None  # (Q, 3) limits / deserved, inf = none
         self._kio = np.empty(0, dtype=np.int64)  # the compiled attempt's out buffer (grown on demand)
+        self._t1 = np.empty(1, dtype=np.int64)  # a single-task attempt's task
+        self._log = np.empty(0, dtype=np.int64)  # ``state.node_log`` as an array: its first _logn entries
+        self._logn = 0
+        self._no_task_prio: bool | None = None  # no task of the cycle has a priority (see _task_order)
 
     # ------------------------------------------------------------------ driver
     def candidate_jobs(self) -> list[int]:
@@ -533,15 +537,25 @@ class Allocator:
         nonpre = not s._preempt_list[j]
         if m == 1:
             req = s.task_quota_req[tasks[0]]
+            ta = self._t1
+            ta[0] = tasks[0]
         else:
             req = s.task_quota_req[tasks].sum(axis=0)
-            tasks = task_order(s, tasks)
-        log = s.node_log
-        pos = idx.pos
-        d = len(log) - pos
-        buf = np.empty(d + m, dtype=np.int64)
-        if d:
-            buf[:d] = log[pos:]
+            tasks = self._task_order(tasks)
+            ta = np.array(tasks, dtype=np.int64)
+        # the node log as an array (``state.node_log`` is append-only): this mirror catches up with
+        # the entries appended since the last attempt; the kernel reads ``log[idx.pos:hi]`` and
+        # appends each placement's node, which the journal's object half below appends to
+        # ``state.node_log`` too
+        slog = s.node_log
+        hi = len(slog)
+        log = self._log
+        if hi + m > log.shape[0]:
+            grown = np.empty(2 * (hi + m) + 1024, dtype=np.int64)
+            grown[:self._logn] = log[:self._logn]
+            log = self._log = grown
+        if hi > self._logn:
+            log[self._logn:hi] = slog[self._logn:hi]
         i0 = len(s._journal)
         if i0 + m > s._ji.shape[0]:
             s._journal_room_for(i0 + m)
@@ -553,15 +567,18 @@ class Allocator:
             sched, sel, rc, rm, k, ndev, top, cap = idx._fast
             kargs = idx._kargs = (sched, sel, rc, rm, k, ndev, top, cap, idx.col, idx.spread, idx.idle_ok,
                                   idx.any_ok, idx.key, idx.hk, idx.hn, idx.hs)
-        placed = _attempt_k.attempt(np.array(tasks, dtype=np.int64), req, q, nonpre, *self._limit_rows(), buf, 0, d,
+        lim, des = self._limits or self._limit_rows()
+        placed = _attempt_k.attempt(ta, req, q, nonpre, lim, des, log, idx.pos, hi,
                                     *kargs, i0, *s._jarrays, s._ji, s._jf, s.task_request, io)
         out = io[:2 + m].tolist()
-        idx.pos = pos + out[0]
+        idx.pos = out[0]
+        self._logn = hi + placed
         # the journal's object half in the entries' order (devices are in the state's arrays)
         tg = s.task_gpu_groups
+        rec = s._record_objects
         for i in range(placed):
             t = tasks[i]
-            s._record_objects(t, out[2 + i])
+            rec(t, out[2 + i])
             if tg[t]:
                 tg[t] = []
         why = out[1]
@@ -581,6 +598,12 @@ class Allocator:
         if m > 1 and why != _attempt_k.QUEUE:
             raise _Fail(Reason.wrap(f"gang of {m} needs {m} tasks placed together; only {placed} fit: {msg}", msg))
         raise _Fail(msg)
+
+    def _task_order(self, tasks: list[int]) -> list[int]:
+        """:func:`task_order`; when no task of the cycle has a priority that is the index order."""
+        if self._no_task_prio is None:
+            self._no_task_prio = bool(np.isnan(np.asarray(self.state.tasks.priority, dtype=float)).all())
+        return sorted(tasks) if self._no_task_prio else task_order(self.state, tasks)
 
     def _limit_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """(Q, 3) queue limits and deserved quotas with inf for unlimited (the compiled queue check)."""
