@@ -270,12 +270,18 @@ class Allocator:
                                     s.task_request[st], s.task_gpu_memory[st], sel]
                                    + ([s.task_claims[st].astype(float)] if s.D else []))
             first, inverse, counts = unique_rows(cols)
-            for i, c in zip(first.tolist(), counts.tolist()):
-                sig = s.job_signature(int(sj[i]), [int(st[i])])
-                self._gid[sig] = len(gsig)
+            # ``job_signature`` of a single-task job without subgroups or topology, built here
+            # (its queue, preemptibility, no topology, its one task shape, not tied to a domain)
+            tsig = s.task_signature
+            gid = self._gid
+            gtask = self._gtask
+            for q, pre, t, c in zip(s.job_queue_arr[sj[first]].tolist(), s.job_preemptible_arr[sj[first]].tolist(),
+                                    st[first].tolist(), counts.tolist()):
+                sig = (q, bool(pre), None, None, (tsig(t),), -1)
+                gid[sig] = len(gsig)
                 gsig.append(sig)
                 count.append(c)
-                self._gtask.append(int(st[i]))
+                gtask.append(t)
             group[sj] = inverse.reshape(-1)
         rest = ja[~simple]
         if rest.size:
@@ -342,15 +348,20 @@ class Allocator:
         cols = np.column_stack([s.job_queue_arr[hj], s.job_preemptible_arr[hj].astype(np.int64), hshape, hm])
         first, inverse, counts = unique_rows(cols)
         kmap = np.empty(first.size, dtype=np.int64)
-        for u, (i, c) in enumerate(zip(first.tolist(), counts.tolist())):
-            a = int(hstart[i])
-            sig = s.job_signature(int(hj[i]), list(range(a, a + int(hm[i]))))
-            k = self._gid.get(sig)
+        # ``job_signature`` of such a job, built here: its tasks are of one shape (equal request,
+        # GPU memory, selector and claims rows give equal task signatures), no subgroups
+        # (``untouched_jobs``), no topology
+        tsig = s.task_signature
+        gid = self._gid
+        for u, (q, pre, a, mm, c) in enumerate(zip(cols[first, 0].tolist(), cols[first, 1].tolist(),
+                                                   hstart[first].tolist(), hm[first].tolist(), counts.tolist())):
+            sig = (q, bool(pre), None, None, (tsig(a),) * mm, -1)
+            k = gid.get(sig)
             if k is None:
-                k = self._gid[sig] = len(gsig)
+                k = gid[sig] = len(gsig)
                 gsig.append(sig)
                 count.append(0)
-                self._gtask.append(a if int(hm[i]) == 1 else -1)
+                self._gtask.append(a if mm == 1 else -1)
             count[k] += c
             kmap[u] = k
         group[hj] = kmap[inverse.reshape(-1)]

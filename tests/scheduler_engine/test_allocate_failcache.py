@@ -119,11 +119,13 @@ def test_early_exit_still_explains_jobs_that_had_no_attempt():
 def test_vectorised_first_attempt_groups_equal_the_per_job_signatures():
     import numpy as np
 
-    from scheduler_engine.bench import generate
+    from scheduler_engine.bench import generate, with_features
     from scheduler_engine.ordering import next_tasks_to_allocate
 
-    for seed in (1, 2, 3):
-        s = CycleState(generate(nodes=80, jobs=900, queues=25, seed=seed))
+    # the groups' signatures are built without job_signature: equal to it with subgroups and DRA claims too
+    for seed, sg, dra in ((1, 0.0, 0.0), (2, 0.0, 0.0), (3, 0.0, 0.0), (4, 0.2, 0.3)):
+        s = CycleState(with_features(generate(nodes=80, jobs=900, queues=25, seed=seed), sub_groups=sg,
+                                     dra_nodes=dra, seed=seed))
         al = allocate.Allocator(s)
         jobs = al.candidate_jobs()
         group, gsig, count = al._initial_signatures(jobs)
