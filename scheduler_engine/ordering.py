@@ -427,6 +427,8 @@ class JobQueue:
                    np.zeros(Q, dtype=np.bool_), np.zeros((Q, 3)), np.zeros((Q, 6)), np.full(Q, -1, dtype=np.int64))
         self._by_depth = by_depth
         self._next = -1  # the leaf whose best job comes next (-1: none)
+        self._jver = st.job_version  # (the state's arrays, updated in place)
+        self._alloc = st.queue_alloc
 
     def _seed_requests(self, ja: np.ndarray) -> None:
         """Vectorised ``_default_request`` for jobs whose tasks are all pending and carry no task
@@ -584,11 +586,20 @@ class JobQueue:
         the parent's best child is still the stored one (no heap access). A queue whose
         allocation (``queue_version``) and representative's request are unchanged keeps its key:
         only its representative is updated (the same test ``_set`` makes first, done inline)."""
-        if self._k is not None:
-            self._leaf_entry(leaf)
-            path, kid_ptr, kids, stat, tot, prio, tb, live, req, key, vrep = self._k
+        k = self._k
+        if k is not None:
+            # ``_leaf_entry`` and ``_request`` inline (once per popped job)
+            path, kid_ptr, kids, stat, tot, prio, tb, live, req, key, vrep = k
+            h = self.heaps[leaf]
+            if h:
+                j = h[0][1]
+                hit = self._req_cache.get(j)
+                live[leaf] = True
+                req[leaf] = hit[1] if hit is not None and hit[0] == self._jver[j] else self._request(j)
+            else:
+                live[leaf] = False
             self._next = victim_keys.rekey_path(self.victim, leaf, path, kid_ptr, kids, stat, tot, prio, tb,
-                                                self.state.queue_alloc, live, req, key, vrep)
+                                                self._alloc, live, req, key, vrep)
             return
         h = self.heaps[leaf]
         j = h[0][1] if h else -1
