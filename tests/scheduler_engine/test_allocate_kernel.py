@@ -100,3 +100,22 @@ def test_attempt_kernel_compiled_and_interpreted_are_the_same():
         assert [_run(snap, True) for snap in snaps] == compiled
     finally:
         mp.undo()
+
+
+def test_compiled_gang_attempts_take_tasks_in_task_priority_order(monkeypatch):
+    # the compiled attempt takes a gang's tasks in task order: by index when no task of the cycle
+    # has a priority (the generated clusters), by priority when some do (here: gangs whose tasks of one
+    # shape carry priorities in reverse, so the order changes which task lands on which node)
+    import dataclasses
+
+    count = _Count(monkeypatch)
+    for seed in (1, 2):
+        snap = bench.generate(nodes=40, jobs=400, queues=10, seed=seed)
+        prio = np.full(len(snap.tasks.names), np.nan)
+        gangs = [j for j in range(len(snap.jobs.names)) if snap.jobs.task_count[j] > 1]
+        for j in gangs[::2]:
+            ts = list(snap.jobs.tasks_of(j))
+            prio[ts] = np.arange(len(ts), dtype=float)  # the last task first
+        snap = dataclasses.replace(snap, tasks=dataclasses.replace(snap.tasks, priority=prio))
+        assert _run(snap, True) == _run(snap, False)
+    assert count.ok > 50 and count.gang_failed > 0, vars(count)
