@@ -228,13 +228,21 @@ class Allocator:
         s = self.state
         names = s.jobs.names
         events = s.events
+        # a failure message is one object shared by every job of the shape that failed: its text
+        # and category once per object (keyed by id: every message in ``failures`` stays alive here)
+        seen: dict[int, tuple[str, str]] = {}
         for j, msg in self.failures.items():
             if j in placed_any:
                 if not s.job_pending_tasks(j):
                     continue
                 msg = Reason.wrap(f"elastic growth stopped: {msg}", msg)
-            events.append({"job": names[j], "reason": "Unschedulable", "message": str(msg),
-                           "category": reason_category(msg)})
+                text, cat = str(msg), reason_category(msg)
+            else:
+                hit = seen.get(id(msg))
+                if hit is None:
+                    hit = seen[id(msg)] = (str(msg), reason_category(msg))
+                text, cat = hit
+            events.append({"job": names[j], "reason": "Unschedulable", "message": text, "category": cat})
 
     def _initial_signatures(self, jobs: list[int]) -> tuple[np.ndarray, list[tuple], list[int]]:
         """Group candidate jobs by the signature of their first attempt.
