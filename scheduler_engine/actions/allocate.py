@@ -138,12 +138,14 @@ class Allocator:
         group = group.tolist()  # read and written per job below: plain lists index faster
         job_leaf = s.job_queue_arr.tolist()
         single = ((s.job_count == 1) & ~s.job_has_sg).tolist() if s.any_sg else (s.job_count == 1).tolist()
-        uncached = {g for g in range(len(gsig)) if count[g] > 0 and not self._dead(g)}
+        alive = [g for g in range(len(gsig)) if count[g] > 0]  # groups with a job not popped yet
+        uncached = {g for g in alive if not self._dead(g)}
         seen_freed = s.resources_freed
         pushed: set[int] = set()
         fail_cache = self.fail_cache
         shape_groups = self._shape_groups
         first = self._first
+        jstart = s.job_start.tolist()
         while True:
             if not pushed and not uncached and left:
                 self._drain(jq, group)
@@ -170,8 +172,11 @@ class Allocator:
                     self.failures[j] = hit[1]
                     continue
             pushed.discard(j)
-            ft = first.get(j) if g >= 0 else None
-            tasks = list(range(*ft)) if ft is not None else next_tasks_to_allocate(s, j)
+            if g >= 0 and single[j]:
+                tasks = [jstart[j]]  # a first attempt exists: the job's one task (pending)
+            else:
+                ft = first.get(j) if g >= 0 else None
+                tasks = list(range(*ft)) if ft is not None else next_tasks_to_allocate(s, j)
             if not tasks:
                 jq.refresh(leaf)
                 msg = self._no_attempt_reason(j)
@@ -183,7 +188,8 @@ class Allocator:
             ok, pipelined, msg = self.try_job(j, tasks, sig)
             if s.resources_freed != seen_freed:
                 seen_freed = s.resources_freed
-                uncached = {k for k in range(len(gsig)) if count[k] > 0 and not self._dead(k)}
+                alive = [k for k in alive if count[k] > 0]  # (counts only go down)
+                uncached = {k for k in alive if not self._dead(k)}
             if self._nofit_new:
                 for shape in self._nofit_new:
                     uncached.difference_update(shape_groups.get(shape, ()))
