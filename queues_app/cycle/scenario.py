@@ -19,9 +19,9 @@ from queues_app.choices import Resource
 from queues_app.cycle.engine_io import CPU, GPU, MEM, EngineTaskState, Snapshot, snapshot_from_dict
 from queues_app.models import Queue
 from queues_app.services.devices import device_class_upsert
-from queues_app.services.nodes import node_upsert
-from queues_app.services.queues import queue_create
-from queues_app.services.workloads import workload_import
+from queues_app.services.nodes import nodes_import
+from queues_app.services.queues import queues_import
+from queues_app.services.workloads import workloads_import
 
 def _dec(x: float) -> Decimal:
     """A float as the Decimal it prints as (``0.1`` -> ``Decimal("0.1")``, not its binary expansion)."""
@@ -43,8 +43,10 @@ def _opt_td(seconds: float) -> timedelta | None:
 def import_scenario(data: Mapping[str, Any] | Snapshot, *, now: datetime | None = None) -> Snapshot:
     """Record a scenario's nodes, queue tree and jobs (with their task states) in the database.
 
-    Goes through the services, so everything is validated like any other write; an
-    ApplicationError means the database cannot hold that scenario (none of it is written).
+    Goes through the services, so everything is validated like any other write (nodes, queues
+    and jobs through the set-based ``nodes_import`` / ``queues_import`` / ``workloads_import``: a
+    few statements for the whole file); an ApplicationError means the database cannot hold that
+    scenario (none of it is written).
     Timestamps are set relative to ``now`` (default: the scenario's ``config.now``, else the
     current time), so exporting with the same ``now`` gives the same ages back.  ``config``,
     ``usage`` and ``expect`` are not stored (they are not database state).
@@ -56,31 +58,26 @@ def import_scenario(data: Mapping[str, Any] | Snapshot, *, now: datetime | None 
     for c, cname in enumerate(classes):
         device_class_upsert(name=cname, counts_as="gpu" if dcs.counts_as_gpu[c] else "")
     nd = snap.nodes
-    for i, name in enumerate(nd.names):
-        node_upsert(
-            name=name, gpus=int(nd.gpus[i]), gpu_memory_mib=int(nd.gpu_memory[i]), cpu_millis=int(nd.capacity[i, CPU]),
-            memory_bytes=int(nd.capacity[i, MEM]), labels=dict(nd.labels[i]), unschedulable=bool(nd.unschedulable[i]),
-            ready=bool(nd.ready[i]), reserved_gpus=_dec(nd.reserved[i, GPU]),
-            reserved_cpu_millis=int(nd.reserved[i, CPU]), reserved_memory_bytes=int(nd.reserved[i, MEM]),
-            **({"devices": {classes[c]: int(nd.devices[i, c]) for c in range(len(classes)) if nd.devices[i, c]}}
-               if classes else {}),
-        )
+    nodes_import(nodes=[
+        dict(name=name, gpus=int(nd.gpus[i]), gpu_memory_mib=int(nd.gpu_memory[i]), cpu_millis=int(nd.capacity[i, CPU]),
+             memory_bytes=int(nd.capacity[i, MEM]), labels=dict(nd.labels[i]), unschedulable=bool(nd.unschedulable[i]),
+             ready=bool(nd.ready[i]), reserved_gpus=_dec(nd.reserved[i, GPU]),
+             reserved_cpu_millis=int(nd.reserved[i, CPU]), reserved_memory_bytes=int(nd.reserved[i, MEM]),
+             **({"devices": {classes[c]: int(nd.devices[i, c]) for c in range(len(classes)) if nd.devices[i, c]}}
+                if classes else {}))
+        for i, name in enumerate(nd.names)], label="nodes")
     qs = snap.queues
-    created: dict[int, Queue] = {}
-    order = sorted(range(len(qs)), key=lambda q: len(qs.path_to_root(q)))
-    for q in order:
-        par = int(qs.parent[q])
-        created[q] = queue_create(
-            name=qs.names[q], parent=created.get(par) if par >= 0 else None, priority=int(qs.priority[q]),
-            created_at=now - timedelta(minutes=float(qs.created_minutes_ago[q])),
-            reclaim_min_runtime=_opt_td(qs.reclaim_min_runtime[q]),
-            preempt_min_runtime=_opt_td(qs.preempt_min_runtime[q]),
-            quotas={res: {"quota": _queue_value(qs.deserved[q, k], res), "over_quota_weight": _dec(qs.weight[q, k]),
-                          "limit": _queue_value(qs.limit[q, k], res)}
-                    for k, res in enumerate(Resource.values)},
-            source="import",
-        )
+    made = queues_import(queues=[dict(
+        name=qs.names[q], parent=qs.names[int(qs.parent[q])] if qs.parent[q] >= 0 else None,
+        priority=int(qs.priority[q]), created_at=now - timedelta(minutes=float(qs.created_minutes_ago[q])),
+        reclaim_min_runtime=_opt_td(qs.reclaim_min_runtime[q]), preempt_min_runtime=_opt_td(qs.preempt_min_runtime[q]),
+        quotas={res: {"quota": _queue_value(qs.deserved[q, k], res), "over_quota_weight": _dec(qs.weight[q, k]),
+                      "limit": _queue_value(qs.limit[q, k], res)}
+                for k, res in enumerate(Resource.values)},
+    ) for q in range(len(qs))], label="queues", source="import")
+    created: dict[int, Queue] = dict(enumerate(made))
     js, ts, sg = snap.jobs, snap.tasks, snap.sub_groups
+    jobs = []
     for j, name in enumerate(js.names):
         tasks = []
         for t in js.tasks_of(j):
@@ -113,7 +110,7 @@ def import_scenario(data: Mapping[str, Any] | Snapshot, *, now: datetime | None 
                              "min_sub_groups": int(sg.min_sub_groups[g]) if sg.min_sub_groups[g] >= 0 else None,
                              "topology_required": sg.topology_required[g] or "",
                              "topology_preferred": sg.topology_preferred[g] or ""})
-        workload_import(
+        jobs.append(dict(
             queue=created[int(js.queue[j])], name=name, tasks=tasks, priority=int(js.priority[j]),
             preemptible=bool(js.preemptible[j]), min_available=None if c_sg else int(js.min_available[j]),
             sub_groups=tree, min_sub_groups=(int(js.min_sub_groups[j]) if js.min_sub_groups[j] >= 0 else None)
@@ -124,5 +121,6 @@ def import_scenario(data: Mapping[str, Any] | Snapshot, *, now: datetime | None 
             topology_required=js.topology_required[j] or "", topology_preferred=js.topology_preferred[j] or "",
             preemption_delay=_opt_td(js.preemption_delay[j]),
             staleness_grace_period=_opt_td(js.staleness_grace_period[j]),
-        )
+        ))
+    workloads_import(workloads=jobs, label="jobs")
     return snap

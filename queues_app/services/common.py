@@ -14,14 +14,16 @@ M = TypeVar("M", bound=models.Model)
 
 
 def validate(instance: models.Model, *, message: str, exclude: Iterable[str] | None = None,
-             constraints: bool = True) -> None:
+             constraints: bool = True, unique: bool = True) -> None:
     """``full_clean()`` with errors re-raised as the one service error type.
 
     ``constraints=False`` leaves the model's constraints to the database: Django checks each one
     with a query of its own (a savepoint and a SELECT per constraint), which a hot path whose
-    values are already bounded by the field validators and checked by the caller can skip."""
+    values are already bounded by the field validators and checked by the caller can skip;
+    ``unique=False`` likewise skips the SELECT per unique field (a bulk write checks them once)."""
     try:
-        instance.full_clean(exclude=list(exclude) if exclude else None, validate_constraints=constraints)
+        instance.full_clean(exclude=list(exclude) if exclude else None, validate_unique=unique,
+                            validate_constraints=constraints)
     except ValidationError as exc:
         raise ApplicationError.from_validation_error(exc, message) from exc
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from django.db import transaction
 from django.db.models import Count, F, Sum
@@ -12,7 +12,7 @@ from queues_app.choices import TASK_STATES_HOLDING, TaskState
 from queues_app.cycle import contract
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Task
-from queues_app.services.common import id_chunks, validate
+from queues_app.services.common import ID_CHUNK, id_chunks, validate
 from queues_app.services.devices import devices_gpu_count, gpu_classes
 
 NODE_FIELDS = (
@@ -29,29 +29,12 @@ def node_upsert(*, name: str, **fields: Any) -> tuple[Node, bool]:
     The row is locked while checking that bound tasks still fit, so a concurrent bind (which
     locks the node too) cannot slip in between.
     """
-    unknown = sorted(set(fields) - set(NODE_FIELDS))
-    if unknown:
-        raise ApplicationError("Invalid node.", extra={k: ["Unknown node field."] for k in unknown})
     node = Node.objects.select_for_update().filter(name=name).first()
     created = node is None
     if created:
         node = Node(name=name)
-    bad_floats = [k for k, v in fields.items() if k not in ("reserved_gpus", "labels") and isinstance(v, float)
-                  and not v.is_integer()]
-    if bad_floats:
-        raise ApplicationError("Invalid node.", extra={k: ["Must be a whole number."] for k in bad_floats})
-    for k, v in fields.items():
-        if k in ("labels", "devices") and v is None:
-            v = {}
-        if k == "reserved_gpus" and isinstance(v, float):
-            v = Decimal(repr(v))
-        setattr(node, k, v)
-    validate(node, message="Invalid node.")
-    problems = contract.node_problems({"name": node.name, **{f: getattr(node, f) for f in NODE_FIELDS}})
-    if problems:
-        raise ApplicationError("Invalid node.", extra=problems)
-    if "devices" in fields:
-        _check_devices(node, created)
+    _set_fields(node, fields)
+    _check_node(node, fields, created=created)
     if not created:
         held = Task.objects.filter(node=node, state__in=TASK_STATES_HOLDING).aggregate(gpu=Sum("gpu"))["gpu"] or 0
         if node.gpus < held:
@@ -62,7 +45,89 @@ def node_upsert(*, name: str, **fields: Any) -> tuple[Node, bool]:
     return node, created
 
 
-def _check_devices(node: Node, created: bool) -> None:
+def _set_fields(node: Node, fields: Mapping[str, Any]) -> None:
+    """Copy NODE_FIELDS onto ``node``; unknown fields and fractional counts are field errors."""
+    unknown = sorted(set(fields) - set(NODE_FIELDS))
+    if unknown:
+        raise ApplicationError("Invalid node.", extra={k: ["Unknown node field."] for k in unknown})
+    bad_floats = [k for k, v in fields.items() if k not in ("reserved_gpus", "labels") and isinstance(v, float)
+                  and not v.is_integer()]
+    if bad_floats:
+        raise ApplicationError("Invalid node.", extra={k: ["Must be a whole number."] for k in bad_floats})
+    for k, v in fields.items():
+        if k in ("labels", "devices") and v is None:
+            v = {}
+        if k == "reserved_gpus" and isinstance(v, float):
+            v = Decimal(repr(v))
+        setattr(node, k, v)
+
+
+def _check_node(node: Node, fields: Mapping[str, Any], *, created: bool, db_checks: bool = True,
+                gpu: set[str] | None = None) -> None:
+    """Field validation, the engine's node rules, and the devices (``gpu``: the GPU device classes,
+    when the caller looked them up once for many nodes).  ``db_checks=False`` skips the query per
+    unique field and per constraint: a bulk import checks the names once, and Node's constraints
+    restate its fields' own bounds (PositiveIntegerField, MaxValueValidator), checked here anyway."""
+    validate(node, message="Invalid node.", unique=db_checks, constraints=db_checks)
+    problems = contract.node_problems({"name": node.name, **{f: getattr(node, f) for f in NODE_FIELDS}})
+    if problems:
+        raise ApplicationError("Invalid node.", extra=problems)
+    if "devices" in fields:
+        _check_devices(node, created, gpu=gpu)
+
+
+@transaction.atomic
+def nodes_import(*, nodes: Sequence[Mapping[str, Any]], label: str = "nodes") -> int:
+    """Create or update many nodes (scenario import), all or nothing.
+
+    Each item is ``{"name": ..., <NODE_FIELDS>}`` checked by the same rules as :func:`node_upsert`.
+    New names are inserted in batched INSERTs (one SELECT of the names already stored, one of the
+    device classes); a name already stored goes through :func:`node_upsert`, which locks the row and
+    checks that its bound tasks still fit. Errors name the item: ``<label>[i].gpus``. Returns the
+    number of nodes created."""
+    items = list(nodes)
+    names = [item.get("name") if isinstance(item, Mapping) else None for item in items]
+    errors: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if not isinstance(items[i], Mapping):
+            errors[f"{label}[{i}]"] = ["Must be an object."]
+        elif not isinstance(name, str) or not name:
+            errors[f"{label}[{i}].name"] = ["A node name is required."]
+        elif name in seen:
+            errors[f"{label}[{i}].name"] = [f"Node {name!r} appears twice."]
+        seen.add(name)
+    if errors:
+        raise ApplicationError("Invalid nodes.", extra=errors)
+    stored: set[str] = set()
+    ordered = sorted(seen)
+    for at in range(0, len(ordered), ID_CHUNK):
+        stored.update(Node.objects.filter(name__in=ordered[at:at + ID_CHUNK]).values_list("name", flat=True))
+    classes = {c for item in items for c in (item.get("devices") or {})}
+    gpu = gpu_classes(classes) if classes else set()
+    new: list[Node] = []
+    for i, item in enumerate(items):
+        fields = {k: v for k, v in item.items() if k != "name"}
+        try:
+            if item["name"] in stored:
+                node_upsert(name=item["name"], **fields)
+                continue
+            node = Node(name=item["name"])
+            _set_fields(node, fields)
+            _check_node(node, fields, created=True, db_checks=False, gpu=gpu)
+        except ApplicationError as exc:
+            errors.update((f"{label}[{i}].{field}", msgs) for field, msgs in exc.extra.items())
+            if len(errors) >= 20:
+                break
+            continue
+        new.append(node)
+    if errors:
+        raise ApplicationError("Invalid nodes.", extra=errors)
+    Node.objects.bulk_create(new, batch_size=2000)
+    return len(new)
+
+
+def _check_devices(node: Node, created: bool, *, gpu: set[str] | None = None) -> None:
     """Not fewer devices of a class than tasks on the node hold (undeclared classes: the engine's
     rule in node_problems); ``dra_gpus`` derived (see services.devices)."""
     devices = node.devices or {}
@@ -76,7 +141,7 @@ def _check_devices(node: Node, created: bool) -> None:
             if int(devices.get(cls, 0)) < n:
                 raise ApplicationError("Invalid node.", extra={f"devices.{cls}": [
                     f"Tasks bound to {node.name} hold {n} {cls} devices; the node cannot offer fewer."]})
-    node.dra_gpus = devices_gpu_count(devices, gpu_classes(devices))
+    node.dra_gpus = devices_gpu_count(devices, gpu_classes(devices) if gpu is None else gpu)
 
 
 @transaction.atomic

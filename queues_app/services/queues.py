@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F
+from django.db.models import CharField, F, OuterRef, Subquery, Value
+from django.db.models.functions import Cast, Concat, LPad
 from django.utils import timezone
 
 from queues_app import constants
@@ -21,7 +23,10 @@ from queues_app.cycle import contract
 from queues_app.choices import QuotaField, Resource
 from queues_app.errors import ApplicationError
 from queues_app.models import Queue, QueueResource, QuotaChange, Tenant, Workload
-from queues_app.services.common import advisory_xact_lock, model_update, validate
+from queues_app.services.common import ID_CHUNK, advisory_xact_lock, id_chunks, model_update, validate
+
+#: Rows per INSERT of a bulk queue import.
+INSERT_BATCH = 2000
 
 _UNSET: Any = object()
 QUOTA_FIELDS = (QuotaField.QUOTA.value, QuotaField.OVER_QUOTA_WEIGHT.value, QuotaField.LIMIT.value)
@@ -149,6 +154,124 @@ def queue_create(
         for row in rows for f in QUOTA_FIELDS
     ])
     return queue
+
+
+#: Keys of one item of :func:`queues_import` (``parent``: the name of another item, or None).
+QUEUE_IMPORT_KEYS = ("name", "parent", "priority", "description", "reclaim_min_runtime", "preempt_min_runtime",
+                     "quotas", "created_at")
+
+
+@transaction.atomic
+def queues_import(*, queues: Sequence[Mapping[str, Any]], label: str = "queues", actor: AbstractBaseUser | None = None,
+                  source: str = "import") -> list[Queue]:
+    """Create a forest of new queues (scenario import), all or nothing, in a few statements.
+
+    Each item is ``{name, parent?, priority?, description?, reclaim_min_runtime?,
+    preempt_min_runtime?, quotas?, created_at?}`` checked by :func:`queue_create`'s rules (fields,
+    quotas, the engine's queue rules); ``parent`` names another item of the same import, so the
+    tree's own checks (unknown parent, cycles, depth) are made on the items, and a new parent has
+    no workloads or tenant grants. Rows go in a tree level at a time: one batched INSERT of the
+    level's queues, one UPDATE setting their ``path`` from their parents' (``depth`` is the level),
+    then the resource rows and the audit rows in batched INSERTs. Errors name the item:
+    ``<label>[i].quotas.gpu.quota``. Returns the queues in item order."""
+    advisory_xact_lock("queue_tree")
+    items = list(queues)
+    errors: dict[str, list[str]] = {}
+    index: dict[str, int] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            errors[f"{label}[{i}]"] = ["Must be an object."]
+            continue
+        unknown = sorted(set(item) - set(QUEUE_IMPORT_KEYS))
+        if unknown:
+            errors[f"{label}[{i}]"] = [f"Unknown field(s): {', '.join(unknown)}."]
+        name = item.get("name")
+        if isinstance(name, str) and name in index:
+            errors[f"{label}[{i}].name"] = [f"Queue {name!r} appears twice."]
+        elif isinstance(name, str):
+            index[name] = i
+    if errors:
+        raise ApplicationError("Invalid queues.", extra=errors)
+    # The tree: parents among the items, no cycle, bounded depth.
+    level: dict[int, int] = {}
+    max_depth = settings.KAI_MAX_QUEUE_DEPTH
+    for i, item in enumerate(items):
+        chain, current = [], i
+        while current not in level:
+            if current in chain:
+                errors[f"{label}[{i}].parent"] = ["The parents form a cycle."]
+                break
+            chain.append(current)
+            parent = items[current].get("parent")
+            if parent is None:
+                level[current] = 0
+                break
+            if parent not in index:
+                errors[f"{label}[{current}].parent"] = [f"Unknown parent queue {parent!r} (not in this import)."]
+                break
+            current = index[parent]
+        if f"{label}[{i}].parent" in errors or any(f"{label}[{c}].parent" in errors for c in chain):
+            continue
+        for c in reversed(chain):  # from the top: each one level below its parent
+            if c not in level:
+                level[c] = level[index[items[c]["parent"]]] + 1
+        if level[i] + 1 > max_depth:
+            errors[f"{label}[{i}].parent"] = [f"The tree would be {level[i] + 1} levels deep; at most {max_depth} "
+                                              "allowed."]
+    if errors:
+        raise ApplicationError("Invalid queues.", extra=errors)
+    names = sorted(index)
+    for at in range(0, len(names), ID_CHUNK):
+        for name in Queue.objects.filter(name__in=names[at:at + ID_CHUNK]).values_list("name", flat=True):
+            errors[f"{label}[{index[name]}].name"] = ["Queue with this Name already exists."]
+
+    made: list[Queue] = []
+    resources: list[list[QueueResource]] = []
+    for i, item in enumerate(items):
+        queue = Queue(name=item.get("name"), priority=item.get("priority", 100), description=item.get("description", ""),
+                      reclaim_min_runtime=item.get("reclaim_min_runtime"),
+                      preempt_min_runtime=item.get("preempt_min_runtime"),
+                      created_at=item.get("created_at") or timezone.now(), depth=level[i] + 1)
+        try:
+            # the name's uniqueness was read above for all items; the constraints restate the fields'
+            # bounds (priority) or hold by construction (depth >= 1, parent set below)
+            validate(queue, message="Invalid queue.", exclude=["path", "depth", "parent"], unique=False,
+                     constraints=False)
+            rows = _build_resources(queue, item.get("quotas"))
+            _check_engine(queue, rows)
+        except ApplicationError as exc:
+            errors.update((f"{label}[{i}].{field}", msgs) for field, msgs in exc.extra.items())
+            if len(errors) >= 20:
+                break
+            continue
+        made.append(queue)
+        resources.append(rows)
+    if errors:
+        raise ApplicationError("Invalid queues.", extra=errors)
+
+    for depth in range(max(level.values(), default=-1) + 1):
+        batch = [q for i, q in enumerate(made) if level[i] == depth]
+        for q in batch:
+            parent = items[index[q.name]].get("parent")
+            q.parent = made[index[parent]] if parent is not None else None
+        Queue.objects.bulk_create(batch, batch_size=INSERT_BATCH)
+        segment = LPad(Cast("id", CharField()), Queue.PATH_SEGMENT_WIDTH, Value("0"))
+        above = Subquery(Queue.objects.filter(pk=OuterRef("parent_id")).values("path")[:1])
+        path = Concat(above, segment, Value("."), output_field=CharField()) if depth else \
+            Concat(segment, Value("."), output_field=CharField())
+        for chunk in id_chunks([q.pk for q in batch], ID_CHUNK):
+            Queue.objects.filter(pk__in=chunk).update(path=path)
+        for q in batch:  # the same value on the returned objects (_path_for's format)
+            q.path, q.depth = _path_for(q, q.parent)
+    for queue, rows in zip(made, resources):
+        for row in rows:
+            row.queue = queue
+    QueueResource.objects.bulk_create([r for rows in resources for r in rows], batch_size=INSERT_BATCH)
+    QuotaChange.objects.bulk_create([
+        QuotaChange(queue=queue, queue_name=queue.name, resource=row.resource, field=f, old_value=None,
+                    new_value=getattr(row, f), changed_by=actor, changed_by_name=_actor_name(actor), source=source)
+        for queue, rows in zip(made, resources) for row in rows for f in QUOTA_FIELDS], batch_size=INSERT_BATCH)
+    return made
 
 
 @transaction.atomic
