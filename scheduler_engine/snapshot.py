@@ -301,6 +301,8 @@ class Snapshot:
     tasks: Tasks
     usage: np.ndarray  # (Q, 3) normalised historical usage in [0, 1]
     expect: dict | None = None  # the scenario's `expect` block, untouched
-    source: dict | None = None  # the validated scenario dict it was built from (for export / rounds)
+    # the validated scenario's blocks other than nodes / queues / jobs (those are the arrays above):
+    # name, config, usage, expect, simulation, as JSON-able copies (for export and the simulator)
+    source: dict | None = None
     sub_groups: SubGroups = field(default_factory=SubGroups)
     device_classes: DeviceClasses = field(default_factory=DeviceClasses)

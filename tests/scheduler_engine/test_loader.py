@@ -85,6 +85,8 @@ def test_base_scenario_loads_with_internal_units_and_defaults():
     assert s.config.now == datetime(2026, 1, 1, tzinfo=timezone.utc)
     assert s.config.actions == ("allocate",) and s.config.k_value == 0.0
     assert s.source["name"] == "base" and s.expect["jobs"]["build"]["status"] == "Binding"
+    # the cluster is in the arrays only; the other blocks are kept (export, the simulator)
+    assert not {"nodes", "queues", "jobs"} & set(s.source) and s.source["config"]["actions"] == ["allocate"]
 
 
 def test_defaults_when_config_absent():
