@@ -319,7 +319,8 @@ class Allocator:
         self._shape_groups: dict[tuple, list[int]] = {}
         for k, sig in enumerate(gsig):
             t = self._gtask[k]
-            shape = s.task_signature(t) if (t >= 0 and sig[2] is None and sig[3] is None) else None
+            # (a single-task first attempt without topology: its one shape is in the job signature)
+            shape = sig[4][0] if (t >= 0 and sig[2] is None and sig[3] is None) else None
             self._gshape.append(shape)
             if shape is not None:
                 self._shape_groups.setdefault(shape, []).append(k)
@@ -411,7 +412,7 @@ class Allocator:
         hit = self.nofit.get(shape) if shape is not None else None
         if hit is None or hit[0] != s.resources_freed:
             raise RuntimeError(f"allocate early exit: group {g} ({sig}) is not known to fail")
-        msg = s.queue_over_capacity(sig[0], s.task_quota_req[t], not sig[1]) or hit[1]
+        msg = self._over_capacity(sig[0], s.task_quota_req[t], not sig[1]) or hit[1]
         self.fail_cache[sig] = (s.resources_freed, msg)
         return msg
 
@@ -447,7 +448,7 @@ class Allocator:
             t = tasks[0]
             hit = self.nofit.get(s.task_signature(t))
             if hit is not None and hit[0] == s.resources_freed:
-                msg = s.queue_over_capacity(sig[0], s.task_quota_req[t], not sig[1]) or hit[1]
+                msg = self._over_capacity(sig[0], s.task_quota_req[t], not sig[1]) or hit[1]
                 self.fail_cache[sig] = (s.resources_freed, msg)
                 return False, False, msg
         cp = s.checkpoint()
