@@ -95,7 +95,7 @@ class CycleSettingsError(SystemExit):
 @worker_init.connect
 @beat_init.connect
 def _refuse_broken_cycle_settings(**_kwargs) -> None:
-    """The same relations as the ``queues_app.E002`` system check (queues_app/checks.py), enforced
+    """The relations the ``queues_app.W002`` system check warns about (queues_app/checks.py), enforced
     where they matter: a worker whose engine budget is not below its soft time limit would have every
     contended cycle abandoned with nothing applied; it exits naming the settings instead."""
     from queues_app.cycle.config import cycle_config_problems

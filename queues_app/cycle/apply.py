@@ -664,25 +664,53 @@ def _finite(x: Any) -> float:
     return f if math.isfinite(f) else 0.0
 
 
+#: (column, PostgreSQL type) of the event rows the cycle inserts; created_at is one value.
+_EVENT_COLUMNS = (("cycle_id", "bigint"), ("workload_id", "bigint"), ("task_id", "bigint"), ("reason", "varchar"),
+                  ("message", "text"), ("category", "varchar"))
+
+
+def _insert_events(rows: list[tuple], *, now: datetime) -> int:
+    """Insert event rows (tuples in ``_EVENT_COLUMNS`` order), UPDATE_BATCH per statement.
+
+    A contended 10,000-node cycle explains ~43,000 pending jobs: as ``bulk_create`` (1,000 rows of
+    seven placeholders per statement) the driver spent seconds building the statements. PostgreSQL:
+    ``INSERT ... SELECT * FROM unnest(%s::bigint[], ...)``, one array per column, rows in order;
+    SQLite: ``executemany`` of one prepared INSERT."""
+    if not rows:
+        return 0
+    qn = connection.ops.quote_name
+    table = qn(SchedulingEvent._meta.db_table)
+    cols = ", ".join(qn(c) for c, _ in _EVENT_COLUMNS) + ", " + qn("created_at")
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            arrays = ", ".join(f"%s::{t}[]" for _, t in _EVENT_COLUMNS)
+            names = [f"c{i}" for i in range(len(_EVENT_COLUMNS))]
+            # ORDER BY the ordinality: ids follow the engine's event order (the API lists by -id)
+            sql = (f"INSERT INTO {table} ({cols}) SELECT {', '.join(names)}, %s FROM unnest({arrays}) "
+                   f"WITH ORDINALITY AS u({', '.join(names)}, n) ORDER BY n")
+            for i in range(0, len(rows), UPDATE_BATCH):
+                cur.execute(sql, [stamp, *[list(col) for col in zip(*rows[i:i + UPDATE_BATCH])]])
+        else:
+            marks = ", ".join(["%s"] * (len(_EVENT_COLUMNS) + 1))
+            cur.executemany(f"INSERT INTO {table} ({cols}) VALUES ({marks})", [(*row, stamp) for row in rows])
+    return len(rows)
+
+
 def write_events(plan: Plan, index: Any, drops: Mapping[int, str], *, cycle: SchedulingCycle, now: datetime) -> int:
     """The engine's explanations, plus one event per workload that lost decisions."""
-    rows = []
-    for ev in plan.events:
-        rows.append(SchedulingEvent(cycle=cycle, workload_id=ev.workload_id, task_id=ev.task_id,
-                                    reason=ev.reason[:64], message=ev.text, created_at=now,
-                                    category=_category(ev.category)))
+    rows = [(cycle.pk, ev.workload_id, ev.task_id, ev.reason[:64], ev.text, _category(ev.category))
+            for ev in plan.events]
     dropped_by_workload: dict[int, list[str]] = defaultdict(list)
     for tid, reason in drops.items():
         w = plan.writes[tid]
         if w.decision is not None:
             dropped_by_workload[w.workload_id].append(reason.lstrip("!"))
     for wid, reasons in dropped_by_workload.items():
-        rows.append(SchedulingEvent(
-            cycle=cycle, workload_id=wid, reason="DecisionDropped", created_at=now,
-            message=f"{len(reasons)} decision(s) not applied: {sorted(set(reasons))[0]}; the next cycle decides again",
-        ))
-    SchedulingEvent.objects.bulk_create(rows, batch_size=1000)
-    return len(rows)
+        rows.append((cycle.pk, wid, None, "DecisionDropped",
+                     f"{len(reasons)} decision(s) not applied: {sorted(set(reasons))[0]}; the next cycle decides again",
+                     ""))
+    return _insert_events(rows, now=now)
 
 
 def _category(value: Any) -> str:
@@ -696,11 +724,9 @@ def write_exclusion_events(excluded: Mapping[int, str], *, cycle: SchedulingCycl
     tree corrupted by raw SQL, a row the engine refuses: ``reason`` Invalid): one event each, so
     "why pending" has an answer; its category is ``categories[wid]`` (``gang``), else ``invalid``."""
     categories = categories or {}
-    rows = [SchedulingEvent(cycle=cycle, workload_id=wid, reason=reason, message=why[:1000], created_at=now,
-                            category=_category(categories.get(wid)) or PendingCategory.INVALID)
-            for wid, why in excluded.items()]
-    SchedulingEvent.objects.bulk_create(rows, batch_size=1000)
-    return len(rows)
+    return _insert_events([(cycle.pk, wid, None, reason, why[:1000],
+                            _category(categories.get(wid)) or PendingCategory.INVALID)
+                           for wid, why in excluded.items()], now=now)
 
 
 def write_quarantine_messages(quarantined: Mapping[int, str], *, now: datetime) -> None:

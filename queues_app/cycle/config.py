@@ -75,10 +75,10 @@ def broker_visibility_timeout() -> float:
 def validate_cycle_config(cfg: CycleConfig | None = None, *, visibility_timeout: float | None = None) -> list[str]:
     """Problems with the limit relations above (empty = fine).
 
-    Run by the ``queues_app.E002`` system check (``manage.py check`` / ``migrate`` / ``runserver``
-    refuse to go on) and when a Celery worker or beat starts (it exits with the problems, see
+    Refused when a Celery worker or beat starts (it exits with the problems, see
     kaiplatform/celery.py), so a budget at or above the soft limit is refused at start instead of
-    showing up as cycles abandoned with nothing applied."""
+    showing up as cycles abandoned with nothing applied; the ``queues_app.W002`` system check warns
+    about them in ``manage.py check`` / ``migrate`` / ``runserver``."""
     cfg = cfg or cycle_config()
     if visibility_timeout is None:
         visibility_timeout = broker_visibility_timeout()

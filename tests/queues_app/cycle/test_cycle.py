@@ -520,3 +520,36 @@ def test_workload_status_follows_its_tasks(states, min_available, expected):
 
     assert workload_status_of(states, WorkloadStatus.PENDING, min_available) == expected
     assert workload_status_of(states, WorkloadStatus.CANCELLED, min_available) == WorkloadStatus.CANCELLED
+
+
+def test_the_cycle_writes_its_events_in_engine_order_with_a_few_statements(monkeypatch):
+    """Events go in as one INSERT per 5,000 rows (PostgreSQL: unnest arrays; SQLite: executemany),
+    ids in the order the engine gave them, each with its workload, reason, text and category."""
+    from django.test.utils import CaptureQueriesContext
+
+    from queues_app.cycle import apply as cycle_apply
+
+    given: list[tuple] = []
+    original = cycle_apply._insert_events
+
+    def recording(rows, *, now):
+        given.extend(rows)
+        return original(rows, now=now)
+
+    monkeypatch.setattr(cycle_apply, "_insert_events", recording)
+    make_cluster(nodes=1, gpus=4)
+    qs = make_queues()
+    waiting = [submit(qs["qa"], f"big{i}", gpu=8) for i in range(40)]  # never fits
+    with CaptureQueriesContext(connection) as ctx:
+        out = cycle_run(trigger="test")
+    assert out.status == CycleStatus.APPLIED
+    inserts = [q["sql"] for q in ctx.captured_queries  # (SQLite's executemany is one "120 times: INSERT")
+               if "INSERT INTO" in q["sql"].upper() and "queues_app_schedulingevent" in q["sql"]]
+    assert len(inserts) == 1, inserts
+    rows = list(SchedulingEvent.objects.filter(cycle_id=out.cycle_id).order_by("id").values_list(
+        "cycle_id", "workload_id", "task_id", "reason", "message", "category"))
+    assert rows == given and len(rows) >= 40
+    assert {w for _, w, *_ in rows} == {w.pk for w in waiting}
+    unschedulable = [r for r in rows if r[3] == "Unschedulable"]
+    assert len(unschedulable) == 40 and all(r[5] for r in unschedulable)  # every one says why, with a category
+    assert SchedulingEvent.objects.filter(cycle_id=out.cycle_id).values("created_at").distinct().count() == 1

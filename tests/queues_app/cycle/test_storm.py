@@ -66,7 +66,10 @@ def child_env(broker: str) -> dict[str, str]:
     url = f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
     env = dict(os.environ)
     env.update({"DATABASE_URL": url, "CELERY_BROKER_URL": broker, "KAI_CYCLE_SECONDS": "1",
-                "KAI_CYCLE_LEASE_SECONDS": "15", "CELERY_TASK_ALWAYS_EAGER": "0", "PYTHONUNBUFFERED": "1"})
+                "KAI_CYCLE_LEASE_SECONDS": "15", "CELERY_TASK_ALWAYS_EAGER": "0", "PYTHONUNBUFFERED": "1",
+                # a short lease so a killed holder is taken over within the storm; the task limits
+                # below it, as a worker requires (it refuses to start otherwise)
+                "KAI_CYCLE_ENGINE_BUDGET": "6", "KAI_CYCLE_SOFT_TIME_LIMIT": "12", "KAI_CYCLE_TIME_LIMIT": "14"})
     return env
 
 
