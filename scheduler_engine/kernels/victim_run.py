@@ -86,6 +86,73 @@ FS_BEST, FS_THR, FS_NEED_LO, FS_MTHR = range(4)
 
 
 @kernel
+def candidate_gpu(cands: np.ndarray, n_jobs: int, task_state: np.ndarray, active: np.ndarray, task_job: np.ndarray,
+                  task_node: np.ndarray, task_gpu: np.ndarray, out: np.ndarray) -> None:
+    """Add to ``out`` (per node) the GPUs of every active, placed task of the jobs ``cands``, in task
+    order: the prefix search's bound "even evicting every candidate" (``np.add.at`` / the weighted
+    ``np.bincount`` it replaced add in that same order, one task at a time), in one pass over the
+    tasks instead of three masks and a gather over them."""
+    is_c = np.zeros(n_jobs, dtype=np.bool_)
+    for x in cands:
+        is_c[x] = True
+    for t in range(task_state.shape[0]):
+        if active[task_state[t]] and is_c[task_job[t]]:
+            n = task_node[t]
+            if n >= 0:
+                out[n] = out[n] + task_gpu[t]
+
+
+@kernel
+def leaf_runs(jobs: np.ndarray, by_static: np.ndarray, group: np.ndarray, n_active: np.ndarray,
+              min_available: np.ndarray, job_queue: np.ndarray, qi: np.ndarray):
+    """The victim order inside each leaf for distinct candidate jobs ``jobs`` (no subgroups):
+    ``by_static`` (every job by (leaf, priority) group, then older first / name descending) masked
+    to the candidates, then stably re-sorted by group and elastic state descending where that is not
+    already the order. Writes each leaf's run ``[ptr, hi)`` into ``qi``; returns the candidates in
+    that order, the leaves in run order and ``True`` (``False``: ``jobs`` repeats a job, nothing
+    written: the caller sorts those itself)."""
+    n = jobs.shape[0]
+    is_c = np.zeros(by_static.shape[0], dtype=np.bool_)
+    for x in jobs:
+        if is_c[x]:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), False
+        is_c[x] = True
+    cj = np.empty(n, dtype=np.int64)
+    k = 0
+    for x in by_static:
+        if is_c[x]:
+            cj[k] = x
+            k += 1
+    key = np.empty(n, dtype=np.int64)
+    unsorted = False
+    for i in range(n):
+        j = cj[i]
+        a = n_active[j]
+        m = min_available[j]
+        el = 0 if a < m else (1 if a == m else 2)
+        key[i] = group[j] * 3 + (2 - el)
+        if i > 0 and key[i] < key[i - 1]:
+            unsorted = True
+    if unsorted:
+        cj = cj[np.argsort(key, kind="mergesort")]
+    firsts = np.empty(n, dtype=np.int64)
+    nf = 0
+    prev = -1
+    for i in range(n):
+        q = job_queue[cj[i]]
+        if i == 0 or q != prev:
+            if nf > 0:
+                qi[QI_HI, firsts[nf - 1]] = i
+            qi[QI_PTR, q] = i
+            firsts[nf] = q
+            nf += 1
+            prev = q
+    if nf > 0:
+        qi[QI_HI, firsts[nf - 1]] = n
+    return cj, firsts[:nf], True
+
+
+@kernel
 def node_local(n: int, pi: np.ndarray, ji: np.ndarray, node_head: np.ndarray) -> int:
     """The positions of the node-local set of node n (accumulated, not dropped victims of every job
     with a victim on n) into ``pi[PI_LOC]``, ascending; returns how many."""

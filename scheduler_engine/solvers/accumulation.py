@@ -79,6 +79,7 @@ class PrefixSearch:
         self.good_l: np.ndarray = np.zeros(0, dtype=np.bool_)
         self.n_good = 0
         self._skip_stale = True  # the kernel's per-leaf skip row lags behind retook / blocked
+        self._skipped: tuple[set[int], set[int]] = (set(), set())  # retook / blocked already in that row
         # the accumulated victims as arrays (:meth:`_arrays`, the compiled loop's layout); ``drop_seq``:
         # per accumulated victim when it was dropped (-1: kept)
         self.kst: dict | None = None
@@ -146,14 +147,10 @@ class PrefixSearch:
         if cands.size == 0:
             return None
         # bound: even evicting every candidate must leave room somewhere, else no scenario can fit
-        is_cand = np.zeros(s.J, dtype=bool)
-        is_cand[cands] = True
-        act = _ACTIVE_LUT[s.task_state] & is_cand[s.task_job] & (s.task_node >= 0)
-        if recorded:
-            every = rec_gpu.copy()
-            np.add.at(every, s.task_node[act], s.task_alloc[act, GPU])
-        else:  # the same per-node sums in the same (task) order, without add.at's overhead
-            every = np.bincount(s.task_node[act], weights=s.task_alloc[act, GPU], minlength=s.N).astype(float)
+        # (per node: the recorded victims, then every candidate's active tasks in task order)
+        every = rec_gpu.copy() if recorded else np.zeros(s.N)
+        victim_run.candidate_gpu(cands, s.J, s.task_state, _ACTIVE_LUT, s.task_job, s.task_node,
+                                 s.task_alloc[:, GPU], every)
         dem = demand(s, partial) if len(partial) > 1 else None  # the kernel's input, once per prefix
         if not may_fit(s, partial, base, every, dem):
             solver.last_reason = ("even evicting every eligible victim would not free enough GPUs on the nodes "
@@ -451,12 +448,17 @@ class PrefixSearch:
         the kernel's row ``QI_SKIP`` of ``vq.qi``, brought up to date after :meth:`prune`."""
         s = self.state
         skip = vq.qi[victim_run.QI_SKIP]
-        if self.retook:
-            skip[list(self.retook)] = 1
-        if self.blocked:
+        # the row only gains flags within a search: mark what was added since the last update
+        done_r, done_b = self._skipped
+        if len(self.retook) > len(done_r):
+            new = self.retook - done_r
+            skip[list(new)] = 1
+            done_r |= new
+        if len(self.blocked) > len(done_b):
             path = kernel_static(s)[1]
-            for b in self.blocked:
+            for b in self.blocked - done_b:
                 skip[(path == b).any(axis=1)] = 1
+            done_b |= self.blocked
 
     def _kernel_step(self, vq: VictimQueue, best_all: float):
         """Run the compiled loop from the current state and bring the victim order's Python side

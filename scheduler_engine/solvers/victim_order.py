@@ -200,6 +200,15 @@ class VictimQueue:
             # of that order by a mask, and only the elastic state (dynamic) is sorted in, stably,
             # where it is not uniform within a group
             group, rank, by_static = _victim_static_ranks(s)
+            if not s.any_sg:
+                # the same order in one compiled pass (distinct candidates, elastic state from the
+                # active-task counts); it also writes each leaf's run
+                cj, firsts, done = victim_run.leaf_runs(jobs, by_static, group, s.job_num_active_arr,
+                                                        s.job_min_available, s.job_queue_arr, self.qi)
+                if done:
+                    self.cj = cj
+                    self._cands = firsts.tolist()
+                    return
             is_c = np.zeros(s.J, dtype=np.bool_)
             is_c[jobs] = True
             uniq = int(np.count_nonzero(is_c)) == jobs.size
@@ -291,7 +300,10 @@ class VictimQueue:
         return hit[1]  # shared: nobody mutates a representative (the solver only reads its tasks)
 
     def _leaves(self) -> list[int]:
-        return [q for q in set(self._cands) | set(self.heaps) if self._nonempty(q)]
+        c = np.asarray(self._cands, dtype=np.int64)
+        out = set(c[self.ptr[c] < self.hi[c]].tolist())
+        out.update(q for q, h in self.heaps.items() if h)
+        return list(out)
 
     def _nonempty(self, q: int) -> bool:
         return bool(self.ptr[q] < self.hi[q] or self.heaps.get(q))

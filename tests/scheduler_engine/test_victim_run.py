@@ -287,3 +287,69 @@ def test_heads_are_the_whole_representatives(seed):
             t = int(state.job_start[j])
             if state.task_state[t] in (1, 6, 7):
                 state.evict(t)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_leaf_runs_is_the_victim_order_inside_leaves(seed):
+    """The compiled per-leaf runs (``victim_run.leaf_runs``, used when no job has subgroups) are the
+    victim order inside each leaf: (leaf, priority) group, elastic state descending (0 below, 1 at,
+    2 above minAvailable), then the static rank (older first, name descending); each leaf's run
+    ``[ptr, hi)`` in ``qi``. Repeated candidates are refused (the caller's own sort keeps each
+    occurrence). Reference: a plain lexsort of those columns."""
+    rng = random.Random(seed)
+    state = CycleState(load_dict(_random_cluster(rng, chain=bool(seed % 2))))
+    group, rank, by_static = victim_order._victim_static_ranks(state)
+    act = state.job_num_active_arr
+    # some candidates at, below and above minAvailable: move a few tasks out of the active states
+    for j in rng.sample(range(state.J), min(4, state.J)):
+        t = int(state.job_start[j])
+        if state.task_state[t] in (1, 6, 7):
+            state.evict(t)
+    act = state.job_num_active_arr
+    cands = np.array(sorted(rng.sample(range(state.J), rng.randint(1, state.J))), dtype=np.int64)
+    el = np.where(act[cands] < state.job_min_available[cands], 0,
+                  np.where(act[cands] == state.job_min_available[cands], 1, 2))
+    want = cands[np.lexsort((rank[cands], 2 - el, group[cands]))]
+    qi = np.zeros((6, state.Q), dtype=np.int64)
+    cj, firsts, done = victim_run.leaf_runs(cands, by_static, group, act, state.job_min_available,
+                                            state.job_queue_arr, qi)
+    assert done
+    assert cj.tolist() == want.tolist()
+    leaves = state.job_queue_arr[want]
+    assert firsts.tolist() == [int(q) for k, q in enumerate(leaves.tolist()) if k == 0 or leaves[k - 1] != q]
+    for q in firsts.tolist():
+        run = np.flatnonzero(leaves == q)
+        assert (qi[victim_run.QI_PTR, q], qi[victim_run.QI_HI, q]) == (run[0], run[-1] + 1)
+    # the queue built on them pops the same jobs as the reference order allows
+    vq = victim_order.VictimQueue(state, cands)
+    assert vq.cj.tolist() == want.tolist()
+    twice = np.concatenate([cands, cands[:1]])
+    assert not victim_run.leaf_runs(twice, by_static, group, act, state.job_min_available, state.job_queue_arr,
+                                    np.zeros((6, state.Q), dtype=np.int64))[2]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_candidate_gpu_adds_in_task_order(seed):
+    """The prefix search's bound (``victim_run.candidate_gpu``) is bit for bit the per-node sums
+    ``np.add.at`` and the weighted ``np.bincount`` give in task order, from zero or from the
+    recorded victims' sums (fractions whose sum depends on the order)."""
+    rng = np.random.default_rng(seed)
+    T, J, N = 400, 60, 13
+    task_job = np.sort(rng.integers(0, J, T)).astype(np.int64)
+    task_node = rng.integers(-1, N, T).astype(np.int64)
+    task_state = rng.integers(0, 8, T).astype(np.int8)
+    gpu = rng.choice([0.1, 0.2, 0.3, 1 / 3, 0.7, 1.0, 0.0], T)
+    lut = accumulation._ACTIVE_LUT
+    cands = np.flatnonzero(rng.random(J) < 0.6).astype(np.int64)
+    is_c = np.zeros(J, dtype=bool)
+    is_c[cands] = True
+    act = lut[task_state] & is_c[task_job] & (task_node >= 0)
+    for start in (np.zeros(N), rng.choice([0.0, 0.1, 0.7], N)):
+        want = start.copy()
+        np.add.at(want, task_node[act], gpu[act])
+        got = start.copy()
+        victim_run.candidate_gpu(cands, J, task_state, lut, task_job, task_node, gpu, got)
+        assert got.tobytes() == want.tobytes()
+    zero = np.zeros(N)
+    victim_run.candidate_gpu(cands, J, task_state, lut, task_job, task_node, gpu, zero)
+    assert zero.tobytes() == np.bincount(task_node[act], weights=gpu[act], minlength=N).astype(float).tobytes()
