@@ -175,6 +175,7 @@ def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction)
     jq = JobQueue(s, list(jobs))
     failed: dict[int, FailedShapes] = {}
     unsimulated: dict[tuple, str] = {}  # (candidate-set key, GPU request, selector) -> raw reason
+    memo: dict = {}  # the solvers' per-cluster-state values (VictimSolver.memo), emptied at a commit
     popped: set[int] = set()
     while True:
         j = jq.pop()
@@ -217,7 +218,7 @@ def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction)
             s.add_event(j, action.refused, action.fail_text(j, leaf, reason))
             continue
         solver = VictimSolver(s, action.name, cands, action.validator(j, tasks, leaf), prune=True,
-                              search_budget=s.config.scenario_search_budget)
+                              search_budget=s.config.scenario_search_budget, memo=memo)
         sol = solver.solve(j, tasks)
         if sol is None and solver.out_of_time:  # interrupted, not failed: j counts as not tried
             popped.discard(j)
@@ -232,6 +233,7 @@ def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction)
         bind_what_waits_for_nothing(s, sol)
         commit_events(s, sol, action.evicted, detail=action.detail(j, leaf))
         unsimulated.clear()
+        memo.clear()
         action.committed()
         # the commit changed the beneficiary's and the victims' jobs and the allocations on their
         # queue paths only (failed scenarios were rolled back): re-order those paths, not all

@@ -123,18 +123,33 @@ def leaf_runs(jobs: np.ndarray, by_static: np.ndarray, group: np.ndarray, n_acti
         if is_c[x]:
             cj[k] = x
             k += 1
-    key = np.empty(n, dtype=np.int64)
+    # ``cj`` is in group order: the stable sort by (group, elastic state descending) is, inside each
+    # group's stretch, the jobs above minAvailable, then at it, then below it, each in rank order
+    els = np.empty(n, dtype=np.int64)
     unsorted = False
     for i in range(n):
         j = cj[i]
         a = n_active[j]
         m = min_available[j]
-        el = 0 if a < m else (1 if a == m else 2)
-        key[i] = group[j] * 3 + (2 - el)
-        if i > 0 and key[i] < key[i - 1]:
+        els[i] = 0 if a < m else (1 if a == m else 2)
+        if i > 0 and els[i] > els[i - 1] and group[j] == group[cj[i - 1]]:
             unsorted = True
     if unsorted:
-        cj = cj[np.argsort(key, kind="mergesort")]
+        out = np.empty(n, dtype=np.int64)
+        lo = 0
+        while lo < n:
+            g = group[cj[lo]]
+            hi = lo
+            while hi < n and group[cj[hi]] == g:
+                hi += 1
+            k = lo
+            for e in range(2, -1, -1):
+                for i in range(lo, hi):
+                    if els[i] == e:
+                        out[k] = cj[i]
+                        k += 1
+            lo = hi
+        cj = out
     firsts = np.empty(n, dtype=np.int64)
     nf = 0
     prev = -1
@@ -150,6 +165,45 @@ def leaf_runs(jobs: np.ndarray, by_static: np.ndarray, group: np.ndarray, n_acti
     if nf > 0:
         qi[QI_HI, firsts[nf - 1]] = n
     return cj, firsts[:nf], True
+
+
+@kernel
+def refresh_heads(cj: np.ndarray, job_version: np.ndarray, seen: np.ndarray, job_count: np.ndarray,
+                  job_start: np.ndarray, has_sg: np.ndarray, task_state: np.ndarray, active: np.ndarray,
+                  task_alloc: np.ndarray, walloc: np.ndarray, glen: np.ndarray, gt: np.ndarray) -> np.ndarray:
+    """Bring the heads cache (:meth:`~scheduler_engine.solvers.victim_order.VictimQueue.heads`) up to
+    date for the candidates ``cj``: a one-task job without subgroups whose version moved gets its
+    task and allocation if active (nothing otherwise); returns the other jobs whose version moved
+    (ascending, distinct), which Python recomputes from their representatives."""
+    n = cj.shape[0]
+    mark = np.zeros(job_version.shape[0], dtype=np.bool_)
+    m = 0
+    for i in range(n):
+        j = cj[i]
+        if seen[j] == job_version[j] or mark[j]:
+            continue
+        mark[j] = True
+        if job_count[j] == 1 and not has_sg[j]:
+            t = job_start[j]
+            if active[task_state[t]]:
+                for r in range(walloc.shape[1]):
+                    walloc[j, r] = task_alloc[t, r]
+                glen[j] = 1
+            else:
+                for r in range(walloc.shape[1]):
+                    walloc[j, r] = 0.0
+                glen[j] = 0
+            gt[t] = t
+            seen[j] = job_version[j]
+        else:
+            m += 1
+    out = np.empty(m, dtype=np.int64)
+    k = 0
+    for j in range(mark.shape[0]):
+        if mark[j] and seen[j] != job_version[j]:
+            out[k] = j
+            k += 1
+    return out[:k]
 
 
 @kernel

@@ -139,7 +139,13 @@ class PrefixSearch:
                 return res
         cands = solver.candidates()
         cands = np.asarray(list(cands) if not isinstance(cands, np.ndarray) else cands, dtype=np.int64)
-        base = fit_base(s)
+        memo = solver.memo
+        if memo is None:
+            base = fit_base(s)
+        else:
+            base = memo.get("base")
+            if base is None:
+                base = memo["base"] = fit_base(s)
         rec_gpu = np.zeros(s.N)
         for t in recorded:
             if s.task_node[t] >= 0:
@@ -148,9 +154,15 @@ class PrefixSearch:
             return None
         # bound: even evicting every candidate must leave room somewhere, else no scenario can fit
         # (per node: the recorded victims, then every candidate's active tasks in task order)
-        every = rec_gpu.copy() if recorded else np.zeros(s.N)
-        victim_run.candidate_gpu(cands, s.J, s.task_state, _ACTIVE_LUT, s.task_job, s.task_node,
-                                 s.task_alloc[:, GPU], every)
+        hit = memo.get(("every", id(cands))) if memo is not None and not recorded else None
+        if hit is not None and hit[0] is cands:  # (the memo holds the array: its id is not reused)
+            every = hit[1]
+        else:
+            every = rec_gpu.copy() if recorded else np.zeros(s.N)
+            victim_run.candidate_gpu(cands, s.J, s.task_state, _ACTIVE_LUT, s.task_job, s.task_node,
+                                     s.task_alloc[:, GPU], every)
+            if memo is not None and not recorded:
+                memo[("every", id(cands))] = (cands, every)
         dem = demand(s, partial) if len(partial) > 1 else None  # the kernel's input, once per prefix
         if not may_fit(s, partial, base, every, dem):
             solver.last_reason = ("even evicting every eligible victim would not free enough GPUs on the nodes "
@@ -164,7 +176,13 @@ class PrefixSearch:
         if fast:
             thr = self.thr = need1 - 1e-9
             rec_best = best_all
-            base_l = self.base_l = base.tolist()
+            if memo is None:
+                base_l = base.tolist()
+            else:
+                base_l = memo.get("base_l")
+                if base_l is None:
+                    base_l = memo["base_l"] = base.tolist()
+            self.base_l = base_l
             self.good_l = cap_all >= thr
             self.n_good = int(np.count_nonzero(self.good_l))
         gneed = s.task_order_req[partial, GPU]

@@ -68,8 +68,13 @@ class VictimSolver:
 
     def __init__(self, state: CycleState, action: str, candidates: Candidates, validator: Validator | None,
                  max_scenarios: int = 100000, prune: bool = False, max_victim_jobs: int = -1,
-                 search_budget: int = -1) -> None:
+                 search_budget: int = -1, memo: dict | None = None) -> None:
         self.state = state
+        # what every search computes from the cluster alone (per-node GPU base, its list), shared by
+        # the solves of one job loop between two commits: the cluster is the same at the start of
+        # each of them (failed scenarios and prefixes are rolled back); the caller empties it when
+        # the cluster changes (run_evicting, at a commit). None: computed per search
+        self.memo = memo
         self.action = action
         self.candidates = candidates
         self.validator = validator

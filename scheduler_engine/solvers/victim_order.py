@@ -502,22 +502,12 @@ class VictimQueue:
         cj = self.cj
         ver = s.job_version
         sg = s._sg_list
-        stale = np.unique(cj[wv[cj] != ver[cj]])
-        # one-task jobs at once: the task and its allocation if active, else nothing (what a
-        # representative of its active tasks holds)
-        one = s.job_count[stale] == 1
-        if s.any_sg:
-            one &= ~s.job_has_sg[stale]
-        jo = stale[one]
-        t = s.job_start[jo]
-        act = _ACTIVE_LUT[s.task_state[t]]
-        wa[jo] = 0.0
-        wa[jo[act]] = s.task_alloc[t[act]]
-        glen[jo] = act
-        gt[t] = t
-        wv[jo] = ver[jo]
+        # one-task jobs in the kernel: the task and its allocation if active, else nothing (what a
+        # representative of its active tasks holds); the other stale jobs come back
+        multi = victim_run.refresh_heads(cj, ver, wv, s.job_count, s.job_start, s.job_has_sg, s.task_state,
+                                         _ACTIVE_LUT, s.task_alloc, wa, glen, gt)
         start = s.job_start
-        for j in stale[~one].tolist():
+        for j in multi.tolist():
             rep = self._whole_rep(j)
             wa[j] = rep.alloc
             glen[j] = 0
