@@ -353,3 +353,37 @@ def test_candidate_gpu_adds_in_task_order(seed):
     zero = np.zeros(N)
     victim_run.candidate_gpu(cands, J, task_state, lut, task_job, task_node, gpu, zero)
     assert zero.tobytes() == np.bincount(task_node[act], weights=gpu[act], minlength=N).astype(float).tobytes()
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed,features", [
+    (60, 400, 20, "mixed", 3, {}),
+    (80, 600, 30, "one-gpu", 2, {}),
+    (40, 300, 10, "mixed", 9, {"sub_groups": 0.3}),
+    (40, 300, 16, "mixed", 4, {"dra_nodes": 0.3}),
+])
+def test_job_loop_memo_decides_as_fresh_searches(monkeypatch, nodes, jobs, queues, shape, seed, features):
+    """``VictimSolver.memo`` (the per-node GPU base, its list and the no-recorded bound, kept by the
+    reclaim / preempt job loop between two commits) decides what searches computing them afresh
+    decide; it is used (hits) and emptied at each commit (kept across one, the cycles differ)."""
+    from scheduler_engine.solvers import job_solver
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    if features:
+        snap = bench.with_features(snap, seed=seed, **features)
+    real_init = job_solver.VictimSolver.__init__
+    hits = []
+    real_fit_base = accumulation.fit_base
+
+    def no_memo(self, *a, **kw):
+        kw["memo"] = None
+        real_init(self, *a, **kw)
+
+    with monkeypatch.context() as m:
+        m.setattr(accumulation, "fit_base", lambda s: hits.append(1) or real_fit_base(s))
+        with_memo = _cycle(snap)
+    n_memo = len(hits)
+    with monkeypatch.context() as m:
+        m.setattr(job_solver.VictimSolver, "__init__", no_memo)
+        m.setattr(accumulation, "fit_base", lambda s: hits.append(1) or real_fit_base(s))
+        fresh = _cycle(snap)
+    assert len(hits) - n_memo > n_memo  # fewer fit_base computations with the memo
+    assert with_memo == fresh
