@@ -75,7 +75,7 @@ class PrefixSearch:
         self.all_gpu: np.ndarray | None = None  # per node: recorded + accumulated (not dropped) victims' GPUs
         self.fast = self.multi = self.pack = False
         self.thr = self.mthr = 0.0
-        self.base_l: list[float] = []
+        self.base: np.ndarray = np.zeros(0)  # per node: the GPU-count filter's base (idle_gpus.fit_base)
         self.good_l: np.ndarray = np.zeros(0, dtype=np.bool_)
         self.n_good = 0
         self._skip_stale = True  # the kernel's per-leaf skip row lags behind retook / blocked
@@ -89,7 +89,7 @@ class PrefixSearch:
     # ---------------------------------------------------------------- incremental filter
     def track(self, n: int) -> None:
         """Node n's accumulated victims changed: update the incremental GPU-count filter."""
-        ok = self.base_l[n] + float(self.all_gpu[n]) >= self.thr
+        ok = float(self.base[n]) + float(self.all_gpu[n]) >= self.thr
         if ok != self.good_l[n]:
             self.good_l[n] = ok
             self.n_good += 1 if ok else -1
@@ -146,6 +146,7 @@ class PrefixSearch:
             base = memo.get("base")
             if base is None:
                 base = memo["base"] = fit_base(s)
+        self.base = base
         rec_gpu = np.zeros(s.N)
         for t in recorded:
             if s.task_node[t] >= 0:
@@ -176,13 +177,6 @@ class PrefixSearch:
         if fast:
             thr = self.thr = need1 - 1e-9
             rec_best = best_all
-            if memo is None:
-                base_l = base.tolist()
-            else:
-                base_l = memo.get("base_l")
-                if base_l is None:
-                    base_l = memo["base_l"] = base.tolist()
-            self.base_l = base_l
             self.good_l = cap_all >= thr
             self.n_good = int(np.count_nonzero(self.good_l))
         gneed = s.task_order_req[partial, GPU]
@@ -192,7 +186,10 @@ class PrefixSearch:
         if self.multi or sel1:
             self.mthr = float(gneed[gneed > EPS].min()) - 1e-9
         self.pack = self.multi or sel1
-        vq = VictimQueue(s, cands)
+        # the same candidates on the same cluster (memo): the queue starts as the last one did
+        proto = memo.get(("vq", id(cands))) if memo is not None else None
+        proto = proto[1] if proto is not None and proto[0] is cands else None  # (held: its id is not reused)
+        vq = VictimQueue(s, cands, proto)
         # the accumulated victims live in the compiled loop's arrays, whoever pops them
         # (:meth:`_arrays`): Python's loop below writes them too and its emissions read them
         self._arrays(cands, base, rec_gpu, cap_all, need1, rec_best < thr if fast else False,
@@ -211,6 +208,8 @@ class PrefixSearch:
         use_kernel = USE_KERNEL and bool(vq) and vq.run_ready()
         if use_kernel:
             self._kernel_args(vq)
+            if memo is not None and proto is None:
+                memo[("vq", id(cands))] = (cands, vq.proto())
         while vq:
             if solver.tried >= solver.max_scenarios:
                 solver.last_reason = f"gave up after {solver.tried} scenarios"
@@ -302,7 +301,7 @@ class PrefixSearch:
                             tn = int(s.task_node[t])
                             if tn >= 0:
                                 touched[tn] = touched.get(tn, float(rec_gpu[tn])) + float(s.task_alloc[t, GPU])
-                        if not any(base_l[tn] + v >= thr for tn, v in touched.items()):
+                        if not any(float(base[tn]) + v >= thr for tn, v in touched.items()):
                             continue
                 else:
                     gpu = rec_gpu.copy()

@@ -39,9 +39,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+import numpy as np
+
 from ..state import ACTIVE_STATES, CycleState
 from .accumulation import PrefixSearch
 from .simulation import Scenario, Simulation
+
+
+_ACTIVE_LUT = np.zeros(max(ACTIVE_STATES) + 1, dtype=np.bool_)
+_ACTIVE_LUT[list(ACTIVE_STATES)] = True
 
 
 @dataclass
@@ -70,7 +76,7 @@ class VictimSolver:
                  max_scenarios: int = 100000, prune: bool = False, max_victim_jobs: int = -1,
                  search_budget: int = -1, memo: dict | None = None) -> None:
         self.state = state
-        # what every search computes from the cluster alone (per-node GPU base, its list), shared by
+        # what every search computes from the cluster alone (per-node GPU base, the bound), shared by
         # the solves of one job loop between two commits: the cluster is the same at the start of
         # each of them (failed scenarios and prefixes are rolled back); the caller empties it when
         # the cluster changes (run_evicting, at a commit). None: computed per search
@@ -171,7 +177,8 @@ class VictimSolver:
         if not self.sim.run(j, partial, victims):
             if self.prune:
                 # re-placed before the beneficiary's turn (back on their node, or elsewhere)
-                self._served_first = [t for t in victims if s.task_state[t] in ACTIVE_STATES]
+                v = np.asarray(victims, dtype=np.int64)
+                self._served_first = v[_ACTIVE_LUT[s.task_state[v]]].tolist()
             self.sim.rollback(cp)
             return None
         released, moved, kept = self.sim.outcome(victims)

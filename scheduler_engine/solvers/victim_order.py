@@ -149,7 +149,7 @@ class VictimQueue:
     (:meth:`_tournament`), which resolves incomparable ties exactly as the comparator's scan.
     """
 
-    def __init__(self, state: CycleState, jobs: Iterable[int]) -> None:
+    def __init__(self, state: CycleState, jobs: Iterable[int], proto: tuple | None = None) -> None:
         self.state = state
         s = state
         jobs = np.fromiter((int(j) for j in jobs), dtype=np.int64) if not isinstance(jobs, np.ndarray) \
@@ -192,6 +192,9 @@ class VictimQueue:
         if reps is None:
             reps = state._victims_whole_reps = {}
         self._reps = reps
+        if proto is not None:  # the same candidates on the same cluster: see proto()
+            self._restore(proto)
+            return
         if jobs.size:
             # victim order inside each leaf, leaves grouped: the order of (leaf, priority) group,
             # elastic state descending, then the static (older first, name descending) rank (the
@@ -465,6 +468,28 @@ class VictimQueue:
         if self._k is not None:
             self._rekey_path(leaf)
         return rep.job, rep.tasks
+
+    # ---------------------------------------------------------------- the same queue again
+    def proto(self) -> tuple:
+        """What a fresh queue (nothing popped or pushed, keys built by :meth:`run_ready`) derived from
+        its candidates and the cluster: a queue made with ``proto=`` this, for the same candidates on
+        the same cluster, starts where this one started without sorting or keying again."""
+        assert self._k is not None and not self.heaps and not self.has_popped.any()
+        path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep = self._k
+        return (self.cj, self.qi[[victim_run.QI_HI, victim_run.QI_PTR]].copy(), list(self._cands),
+                frozenset(self._live), self._k[:7], leaf_live.copy(), req.copy(), key.copy(), vrep.copy(),
+                self._knext, self.heads())
+
+    def _restore(self, proto: tuple) -> None:
+        cj, hp, cands, live, static, leaf_live, req, key, vrep, knext, heads = proto
+        self.cj = cj  # (read only)
+        self.qi[victim_run.QI_HI] = hp[0]
+        self.qi[victim_run.QI_PTR] = hp[1]
+        self._cands = list(cands)
+        self._live = set(live)
+        self._k = static + (leaf_live.copy(), req.copy(), key.copy(), vrep.copy())
+        self._knext = knext
+        self._heads = heads
 
     # ---------------------------------------------------------------- compiled accumulation
     def run_ready(self) -> bool:

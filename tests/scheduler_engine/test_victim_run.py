@@ -362,9 +362,10 @@ def test_candidate_gpu_adds_in_task_order(seed):
     (40, 300, 16, "mixed", 4, {"dra_nodes": 0.3}),
 ])
 def test_job_loop_memo_decides_as_fresh_searches(monkeypatch, nodes, jobs, queues, shape, seed, features):
-    """``VictimSolver.memo`` (the per-node GPU base, its list and the no-recorded bound, kept by the
-    reclaim / preempt job loop between two commits) decides what searches computing them afresh
-    decide; it is used (hits) and emptied at each commit (kept across one, the cycles differ)."""
+    """``VictimSolver.memo`` (the per-node GPU base, the no-recorded bound and the fresh victim queue
+    per candidate set, kept by the reclaim / preempt job loop between two commits) decides what
+    searches computing them afresh decide; it is used (hits) and emptied at each commit (kept
+    across one, the cycles differ)."""
     from scheduler_engine.solvers import job_solver
     snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
     if features:
@@ -377,10 +378,19 @@ def test_job_loop_memo_decides_as_fresh_searches(monkeypatch, nodes, jobs, queue
         kw["memo"] = None
         real_init(self, *a, **kw)
 
+    real_vq = victim_order.VictimQueue.__init__
+    restored = []
+
+    def vq_init(self, state, jobs, proto=None):
+        restored.append(proto is not None)
+        real_vq(self, state, jobs, proto)
+
     with monkeypatch.context() as m:
         m.setattr(accumulation, "fit_base", lambda s: hits.append(1) or real_fit_base(s))
+        m.setattr(victim_order.VictimQueue, "__init__", vq_init)
         with_memo = _cycle(snap)
     n_memo = len(hits)
+    assert any(restored) or shape == "one-gpu"  # (one-gpu: no candidate set repeats between commits)
     with monkeypatch.context() as m:
         m.setattr(job_solver.VictimSolver, "__init__", no_memo)
         m.setattr(accumulation, "fit_base", lambda s: hits.append(1) or real_fit_base(s))
