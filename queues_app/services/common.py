@@ -127,3 +127,25 @@ def bound_request_locks() -> None:
         cursor.execute("SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true), "
                        "set_config('client_connection_check_interval', '1000ms', true)",
                        [f"{int(lock * 1000)}ms", f"{int(statement * 1000)}ms"])
+
+
+#: Invalid items one refusal of a bulk import names (the first ones, in order).
+IMPORT_ERRORS_SHOWN = 20
+
+
+class ItemErrors(dict):
+    """Field errors of a bulk write's items, keyed ``<label>[i].<field>`` (``jobs[12].tasks[0].node``):
+    the first :data:`IMPORT_ERRORS_SHOWN` invalid items are named, so a file with thousands of bad
+    rows still gets a readable answer."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__()
+        self.label = label
+        self._items: set[int] = set()
+
+    def add(self, i: int, exc: ApplicationError) -> bool:
+        """Record item ``i``'s error; False once enough items are named (the caller may stop)."""
+        if len(self._items) < IMPORT_ERRORS_SHOWN:
+            self._items.add(i)
+            self.update((f"{self.label}[{i}].{field}", msgs) for field, msgs in exc.extra.items())
+        return len(self._items) < IMPORT_ERRORS_SHOWN

@@ -12,7 +12,7 @@ from queues_app.choices import TASK_STATES_HOLDING, TaskState
 from queues_app.cycle import contract
 from queues_app.errors import ApplicationError
 from queues_app.models import Node, Task
-from queues_app.services.common import ID_CHUNK, id_chunks, validate
+from queues_app.services.common import ID_CHUNK, ItemErrors, id_chunks, validate
 from queues_app.services.devices import devices_gpu_count, gpu_classes
 
 NODE_FIELDS = (
@@ -87,7 +87,7 @@ def nodes_import(*, nodes: Sequence[Mapping[str, Any]], label: str = "nodes") ->
     number of nodes created."""
     items = list(nodes)
     names = [item.get("name") if isinstance(item, Mapping) else None for item in items]
-    errors: dict[str, list[str]] = {}
+    errors = ItemErrors(label)
     seen: set[str] = set()
     for i, name in enumerate(names):
         if not isinstance(items[i], Mapping):
@@ -116,8 +116,7 @@ def nodes_import(*, nodes: Sequence[Mapping[str, Any]], label: str = "nodes") ->
             _set_fields(node, fields)
             _check_node(node, fields, created=True, db_checks=False, gpu=gpu)
         except ApplicationError as exc:
-            errors.update((f"{label}[{i}].{field}", msgs) for field, msgs in exc.extra.items())
-            if len(errors) >= 20:
+            if not errors.add(i, exc):
                 break
             continue
         new.append(node)

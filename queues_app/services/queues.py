@@ -23,7 +23,7 @@ from queues_app.cycle import contract
 from queues_app.choices import QuotaField, Resource
 from queues_app.errors import ApplicationError
 from queues_app.models import Queue, QueueResource, QuotaChange, Tenant, Workload
-from queues_app.services.common import ID_CHUNK, advisory_xact_lock, id_chunks, model_update, validate
+from queues_app.services.common import ID_CHUNK, ItemErrors, advisory_xact_lock, id_chunks, model_update, validate
 
 #: Rows per INSERT of a bulk queue import.
 INSERT_BATCH = 2000
@@ -176,7 +176,7 @@ def queues_import(*, queues: Sequence[Mapping[str, Any]], label: str = "queues",
     ``<label>[i].quotas.gpu.quota``. Returns the queues in item order."""
     advisory_xact_lock("queue_tree")
     items = list(queues)
-    errors: dict[str, list[str]] = {}
+    errors = ItemErrors(label)
     index: dict[str, int] = {}
     for i, item in enumerate(items):
         if not isinstance(item, Mapping):
@@ -228,8 +228,8 @@ def queues_import(*, queues: Sequence[Mapping[str, Any]], label: str = "queues",
     made: list[Queue] = []
     resources: list[list[QueueResource]] = []
     for i, item in enumerate(items):
-        queue = Queue(name=item.get("name"), priority=item.get("priority", 100), description=item.get("description", ""),
-                      reclaim_min_runtime=item.get("reclaim_min_runtime"),
+        queue = Queue(name=item.get("name"), priority=item.get("priority", 100),
+                      description=item.get("description", ""), reclaim_min_runtime=item.get("reclaim_min_runtime"),
                       preempt_min_runtime=item.get("preempt_min_runtime"),
                       created_at=item.get("created_at") or timezone.now(), depth=level[i] + 1)
         try:
@@ -240,8 +240,7 @@ def queues_import(*, queues: Sequence[Mapping[str, Any]], label: str = "queues",
             rows = _build_resources(queue, item.get("quotas"))
             _check_engine(queue, rows)
         except ApplicationError as exc:
-            errors.update((f"{label}[{i}].{field}", msgs) for field, msgs in exc.extra.items())
-            if len(errors) >= 20:
+            if not errors.add(i, exc):
                 break
             continue
         made.append(queue)

@@ -21,7 +21,7 @@ from queues_app.cycle import contract
 from queues_app.errors import ApplicationError
 from queues_app.models import IdempotencyKey, Node, Queue, SubGroup, Task, Tenant, Workload
 from queues_app.models.workloads import DUPLICATE_NAME_MESSAGE
-from queues_app.services.common import ID_CHUNK, bound_request_locks, bounded_int, id_chunks, validate
+from queues_app.services.common import ID_CHUNK, ItemErrors, bound_request_locks, bounded_int, id_chunks, validate
 from queues_app.services.devices import claims_gpu_count, gpu_classes
 
 #: Keys of one task spec accepted by workload_submit.
@@ -539,8 +539,6 @@ def workload_import(
 IMPORT_KEYS = ("queue", "name", "tasks", "tenant", "priority", "preemptible", "min_available", "created_at",
                "started_at", "stale_since", "topology_required", "topology_preferred", "node_selector",
                "preemption_delay", "staleness_grace_period", "sub_groups", "min_sub_groups")
-#: Invalid items named in one refusal of :func:`workloads_import` (the first ones, in order).
-IMPORT_ERRORS_SHOWN = 20
 
 
 def _import_fields(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -571,9 +569,9 @@ def workloads_import(*, workloads: Sequence[Mapping[str, Any]], label: str = "wo
     taken, the nodes the tasks name) and the writes are batched INSERTs of workloads, subgroups and
     tasks (:data:`INSERT_BATCH` rows per statement). A scenario of 90,000 workloads was ~12
     statements per workload through :func:`workload_import`. Errors name the item:
-    ``<label>[i].tasks[0].node`` (the first :data:`IMPORT_ERRORS_SHOWN` invalid items)."""
+    ``<label>[i].tasks[0].node`` (the first ``IMPORT_ERRORS_SHOWN`` invalid items)."""
     items = list(workloads)
-    errors: dict[str, list[str]] = {}
+    errors = ItemErrors(label)
     for i, item in enumerate(items):
         if not isinstance(item, Mapping):
             errors[f"{label}[{i}]"] = ["Must be an object."]
@@ -621,8 +619,7 @@ def workloads_import(*, workloads: Sequence[Mapping[str, Any]], label: str = "wo
             prepared.append(_prepare(queue=queue, tenant=tenant, nodes=nodes, name_taken=key in taken,
                                      task_cache=task_cache, **_import_fields(item)))
         except ApplicationError as exc:
-            if len({k.split("]", 1)[0] for k in errors}) < IMPORT_ERRORS_SHOWN:
-                errors.update((f"{label}[{i}].{field}", msgs) for field, msgs in exc.extra.items())
+            errors.add(i, exc)  # every item is checked; the first ones are named
             continue
         taken.add(key)  # a second item of the same name in this import is a duplicate too
     if errors:
