@@ -19,8 +19,9 @@ instead of reductions whose order numba may change, int64 indices, no out-of-ran
 * :mod:`.journal`: the state's undo journal as arrays (record, backward replay), the task-device
   mirror (each task's devices and device takes in (T, G) rows), and the compiled evict / place /
   un-evict of tasks without DRA claims.
-* :mod:`.scenario`: the queue capacity check and one simulated placement of a victim scenario
-  (shape-index query, device choice, journaled placement) in one call.
+* :mod:`.scenario`: the queue capacity check, one simulated placement of a victim scenario
+  (shape-index query, device choice, journaled placement) in one call, and a whole scenario of
+  plain jobs (evictions, each job's tasks, the leaf tournament, gangs with their rollback) in one call.
 * :mod:`.victim_run`: the victim search's pop-and-accumulate loop (victim order over per-leaf candidate
   arrays, per-node sums, GPU-count filters, node-local sets) up to the next scenario to simulate.
 * :mod:`.warm`: compile (or load) every kernel ahead of the first cycle.

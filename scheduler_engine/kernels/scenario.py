@@ -9,6 +9,11 @@ not journal primitives:
   (:func:`node_index.query_whole`), the device choice (:func:`devices.choose_whole`) and the
   journaled placement, un-eviction or re-placement of a released victim (:mod:`.journal`), in one
   call. ``Placer._place_one`` hands the rare cases back to its Python path (see the return codes).
+* :func:`run_scenario`: ``Simulation.run`` of a whole scenario whose jobs are all plain, in one call
+  (evictions, each victim job's tasks to re-place, the per-leaf job order, the leaf tournament of
+  :mod:`.victim_keys`, every placement through :func:`place_one_whole` and the Python scan's order
+  when the index's first node refuses, gang rollback through :func:`journal.undo`); the caller
+  (``Simulation._run_compiled``) writes the journal's object half and the change log afterwards.
 """
 from __future__ import annotations
 
@@ -16,8 +21,9 @@ import numpy as np
 
 from . import kernel
 from .devices import choose_whole
-from .journal import _PEND, place, unevict
+from .journal import _BIND, _PEND, _PIPE, _REL, _RUN, add_to_path, clear_takes, evict, place, record, undo, unevict
 from .node_index import placement_key, query_whole
+from .victim_keys import build, rekey_path
 
 #: :func:`place_one_whole` return codes besides a node (placed there)
 NO_NODE = -1  # no node fits: the placement fails
@@ -144,3 +150,476 @@ def place_one_whole(t, released, old, qcheck, delta, hk, hn, i, preemptible,
           job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev,
           ttake, tntake, ji, jf, task_request, devs, got)
     return n
+
+
+#: :func:`run_scenario` return codes besides 1 / 0 (the beneficiary placed / not placed)
+UNKNOWN_JOB = -10  # a job of the scenario has no kernel flag yet (``jst[j, J_OK] < 0``): nothing changed
+NOT_PLAIN = -11  # a job or victim the kernel does not simulate (Python's path does): nothing changed
+ROOM = -12  # the journal, log or flag arrays are too short for ``io[IO_NEED]`` entries: nothing changed
+
+#: ``clear`` codes of :func:`run_scenario`: what the entry's task's gpuGroup list becomes
+GROUPS_KEEP, GROUPS_CLEAR, GROUPS_INPUT = 0, 1, 2  # unchanged, ``[]``, its input list (a moved task evicted)
+
+# columns of ``jst`` (per job), ``tst`` (per task), ``sint`` / ``sfl`` (per shape row) and ``io``
+J_START, J_COUNT, J_MIN, J_OK, J_PRIO, J_RANK = 0, 1, 2, 3, 4, 5
+T_ORD, T_POS, T_ROW = 0, 1, 2
+S_K, S_COL, S_SPREAD, S_SEL = 0, 1, 2, 3
+S_RC, S_RM, S_TOP = 0, 1, 2
+IO_I0, IO_LOG, IO_PROTECT, IO_END, IO_LOG_END, IO_PROTECT_END, IO_FREED, IO_NEED = 0, 1, 2, 3, 4, 5, 6, 7
+
+
+@kernel
+def stable_order(keys: np.ndarray) -> np.ndarray:
+    """The positions of ``keys`` (float64) in ascending order, equal keys in their order
+    (``np.argsort(keys, kind="stable")``): a bottom-up merge sort (numba's own compiles for ~3 s)."""
+    m = keys.shape[0]
+    a = np.arange(m)
+    b = np.empty(m, dtype=np.int64)
+    w = 1
+    while w < m:
+        for lo in range(0, m, 2 * w):
+            mid = min(lo + w, m)
+            hi = min(lo + 2 * w, m)
+            x, y, o = lo, mid, lo
+            while x < mid and y < hi:
+                if keys[a[y]] < keys[a[x]]:  # the right run's entry only when strictly smaller
+                    b[o] = a[y]
+                    y += 1
+                else:
+                    b[o] = a[x]
+                    x += 1
+                o += 1
+            while x < mid:
+                b[o] = a[x]
+                x += 1
+                o += 1
+            while y < hi:
+                b[o] = a[y]
+                y += 1
+                o += 1
+        a, b = b, a
+        w *= 2
+    return a
+
+
+@kernel
+def _place_task(t, qcheck, row, i, log, lo, sint, sfl, sched, sel, no_sel, ndev, cap, idle_ok, any_ok, key, hk, hn,
+                hs, pos, preempt, quota_req, lim, des, task_request, devs, input_state, task_state, task_node,
+                task_job, job_queue, path_mat, num_active, job_version, queue_version, node_both, dev_free, dev_rel,
+                task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
+    """``Placer._place_one`` of task t (shape row ``row``; ``qcheck`` as ``place_job`` passes it) with
+    the log entries ``log[pos[row]:lo]`` as the index's delta: :func:`place_one_whole`, and when the
+    index's first node refuses the task (``SCAN``), Python's scan of every candidate node in
+    placement order (``Placer.node_order`` + ``_try_node``: the index, just caught up, holds each
+    node's fit flag and key; the victim's own node outside the fit mask is keyed by
+    :func:`old_node_key`). Returns the node, :data:`NO_NODE` or :data:`QUEUE`; journal entry ``i``
+    is written when it is placed."""
+    released = task_state[t] == _REL
+    old = task_node[t] if released else -1
+    delta = log[pos[row]:lo]
+    pos[row] = lo
+    k = sint[row, S_K]
+    col = sint[row, S_COL]
+    spread = sint[row, S_SPREAD] != 0
+    selr = sel[row] if sint[row, S_SEL] != 0 else no_sel
+    pre = preempt[task_job[t]]
+    r = place_one_whole(t, released, old, qcheck, delta, hk[row], hn[row], i, pre, sched[row], selr,
+                        sfl[row, S_RC], sfl[row, S_RM], k, ndev[row], sfl[row, S_TOP], cap[row], col, spread,
+                        idle_ok[row], any_ok[row], key[row], hs[row], quota_req, lim, des, task_request, devs,
+                        input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
+                        queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev,
+                        ttake, tntake, ji, jf)
+    if r != SCAN:
+        return r
+    # the scan: candidates in (key, node) order (a stable sort of ascending nodes by key)
+    aok = any_ok[row]
+    kr = key[row]
+    N = aok.shape[0]
+    nds = ndev[row]
+    sch = sched[row]
+    cand = np.empty(N, dtype=np.int64)
+    ck = np.empty(N, dtype=np.float64)
+    m = 0
+    for n in range(N):
+        if n == old:
+            if sch[n]:
+                cand[m] = n
+                ck[m] = kr[n] if aok[n] else old_node_key(n, nds, sfl[row, S_TOP], cap[row], col, spread,
+                                                          node_both, dev_free, dev_rel)
+                m += 1
+        elif aok[n]:
+            cand[m] = n
+            ck[m] = kr[n]
+            m += 1
+    order = stable_order(ck[:m])
+    for p in range(m):
+        n = cand[order[p]]
+        if released and n == old:
+            if unevict(i, t, pre, False, input_state, task_state, task_node, task_job, job_queue, path_mat,
+                       num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc,
+                       task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
+                return n
+            continue
+        got = 0
+        if k > 0:
+            if nds[n] == 0:
+                continue
+            got = choose_whole(dev_free, dev_rel, n, nds[n], k, True, devs)
+            if got < 0:
+                continue
+        if released:
+            task_state[t] = _PEND
+        place(i, t, n, True, pre, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active,
+              job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev,
+              ttake, tntake, ji, jf, task_request, devs, got)
+        return n
+    return NO_NODE
+
+
+@kernel
+def evict_moved(i, t, n, preemptible, shared, input_node, input_tdev, input_tndev, task_request, input_state,
+                task_state,
+                task_node, task_job, job_queue, path_mat, num_active, job_version, queue_version, node_both, dev_free,
+                dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
+    """``CycleState.evict`` of a moved task (Running in the input, evicted and pipelined on node n in
+    this cycle; no DRA claims, no GPU memory): record entry ``i``, give back on n what it took (from
+    releasing and from free, per device too, as :func:`journal.evict` does for a pipelined task),
+    then it is Releasing again on its input node with its input devices and its request there as
+    allocation (``_evict_general``; its gpuGroup list the caller restores); its allocation leaves
+    its queue path, one active task less."""
+    record(i, t, n, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
+           queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake,
+           ji, jf)
+    a0 = task_alloc[t, 0]
+    a1 = task_alloc[t, 1]
+    a2 = task_alloc[t, 2]
+    per = a0 if shared else 1.0
+    nd = tndev[t]
+    k0 = task_rel_take[t, 0]
+    k1 = task_rel_take[t, 1]
+    k2 = task_rel_take[t, 2]
+    node_both[n, 1, 0] += k0
+    node_both[n, 1, 1] += k1
+    node_both[n, 1, 2] += k2
+    node_both[n, 0, 0] += a0 - k0
+    node_both[n, 0, 1] += a1 - k1
+    node_both[n, 0, 2] += a2 - k2
+    task_rel_take[t, 0] = 0.0
+    task_rel_take[t, 1] = 0.0
+    task_rel_take[t, 2] = 0.0
+    for p in range(min(nd, tntake[t])):  # (zip of the two lists)
+        d = tdev[t, p]
+        dt = ttake[t, p]
+        dev_rel[n, d] += dt
+        dev_free[n, d] += per - dt
+    clear_takes(t, ttake, tntake)
+    # back on its input node: devices (the TaskRows write: first k, the rest of the old ones -1)
+    k = input_tndev[t]
+    for p in range(k):
+        tdev[t, p] = input_tdev[t, p]
+    for p in range(k, nd):
+        tdev[t, p] = -1
+    tndev[t] = k
+    task_state[t] = _REL
+    task_node[t] = input_node[t]
+    for r in range(3):
+        task_alloc[t, r] = task_request[t, r]
+    j = task_job[t]
+    add_to_path(qab, path_mat, job_queue[j], preemptible, -a0, -a1, -a2)
+    num_active[j] -= 1
+
+
+@kernel
+def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, input_node, input_tdev, input_tndev,
+                 jmark, tmark, qmark,
+                 sint, sfl, sched, sel, no_sel, ndev, cap, idle_ok, any_ok, key, hk, hn, hs, pos, log,
+                 by_depth, path, kid_ptr, kids, stat, tot, prio, tb, qalloc, leaf_live, req, qkey, vrep,
+                 preempt, quota_req, lim, des, task_request, devs,
+                 input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
+                 queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake,
+                 tntake, ji, jf):
+    """``Simulation.run`` of one scenario in one call: evict ``victims``, then place job j's
+    ``partial`` tasks and re-place the victims' jobs in queue/job order (``_allocate_in_order``),
+    for scenarios whose jobs are all plain (``jst[:, J_OK] == 1``: no subgroups, no topology, every
+    task of whole GPUs or none on a shape row of its own index, no DRA claims) and whose victims
+    are active (a moved one goes back to Releasing on its input node: :func:`evict_moved`). Returns 1 / 0 (the beneficiary placed or not; like the Python
+    code it does not roll back a failed scenario: the caller does) or, before changing anything,
+    :data:`UNKNOWN_JOB`, :data:`NOT_PLAIN`, :data:`ROOM`.
+
+    Python's steps, in its order: ``evict_many`` (one entry per victim), each victim job's tasks
+    to re-allocate (``_victim_tasks_to_allocate``: pending or evicted tasks in task order
+    ``tst[:, T_ORD]``, the gang's missing count or one), per leaf the jobs sorted by
+    ``job_order_key`` (``jst`` priority, elastic state, static rank by age and name; among equal
+    keys the later one first, as ``list.sort(reverse=True)`` + ``pop()``), the leaf tournament
+    (:mod:`.victim_keys` ``build`` / ``rekey_path`` over ``req`` of each leaf's head, from the first
+    time more than one leaf holds jobs; the caller only calls when the tie-breaks ``tb`` exist), and ``Placer.place_job`` per job: one task with its
+    queue check in :func:`place_one_whole`, a gang's summed queue check (:func:`over_capacity`)
+    then each task in task order, rolled back (:func:`journal.undo`, then the released victims
+    Pending on a node made Releasing again, ``Placer.fix_after_rollback``) when one does not fit.
+
+    ``io``: in: first journal entry, log length, the state's ``_protect_len``; out: end of the
+    entries, log length, ``_protect_len``, rollbacks below it (``resources_freed`` bumps) and, with
+    :data:`ROOM`, the entries needed. Nodes are appended to ``log`` as the Python code appends them
+    to ``state.node_log`` (each entry's node, each undone entry's node in backward order).
+    ``clear[i - i0]``: what entry i's task's gpuGroup list becomes (``GROUPS_*``: the Python code's
+    ``[]`` after a placement or an undone placement, its input list when a moved task is evicted)."""
+    nv = victims.shape[0]
+    i0 = io[IO_I0]
+    lo = io[IO_LOG]
+    # ---- checks (nothing changed before they pass); marks are reset on every exit
+    jl = np.empty(nv + 1, dtype=np.int64)
+    jl[0] = j
+    jmark[j] = 0
+    m = 1
+    code = 1
+    if jst[j, J_OK] != 1:
+        code = UNKNOWN_JOB if jst[j, J_OK] < 0 else NOT_PLAIN
+    bound = nv + partial.shape[0]
+    for x in range(nv):
+        t = victims[x]
+        if tmark[t]:
+            code = NOT_PLAIN  # the same task twice
+            nv = x
+            break
+        tmark[t] = True
+        s = task_state[t]
+        if not (s == _RUN or s == _BIND or s == _PIPE):
+            if code == 1:
+                code = NOT_PLAIN
+        jj = task_job[t]
+        if jmark[jj] < 0:
+            jmark[jj] = m
+            jl[m] = jj
+            m += 1
+            bound += jst[jj, J_COUNT]
+            ok = jst[jj, J_OK]
+            if ok != 1 and code != UNKNOWN_JOB:
+                code = UNKNOWN_JOB if ok < 0 else (NOT_PLAIN if code == 1 else code)
+    if code == 1 and (i0 + bound > ji.shape[0] or lo + 2 * bound > log.shape[0] or bound > clear.shape[0]):
+        io[IO_NEED] = bound
+        code = ROOM
+    if code != 1:
+        for x in range(nv):
+            tmark[victims[x]] = False
+        for x in range(m):
+            jmark[jl[x]] = -1
+        return code
+    # ---- evict the victims (CycleState.evict_many)
+    rel = np.empty(nv, dtype=np.bool_)
+    i = i0
+    for x in range(nv):
+        t = victims[x]
+        s = task_state[t]
+        n = task_node[t]
+        rel[x] = s == _RUN
+        if s == _PIPE and input_state[t] == _RUN and input_node[t] >= 0:  # moved: back to Releasing
+            evict_moved(i, t, n, preempt[task_job[t]], shared[t], input_node, input_tdev, input_tndev, task_request,
+                        input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
+                        queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev,
+                        ttake, tntake, ji, jf)
+            clear[i - i0] = GROUPS_INPUT
+        else:
+            evict(i, t, n, preempt[task_job[t]], shared[t], input_state, task_state, task_node, task_job, job_queue,
+                  path_mat, num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc,
+                  task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf)
+            clear[i - i0] = GROUPS_CLEAR if s != _RUN else GROUPS_KEEP  # (a placement of this cycle undone)
+        i += 1
+        log[lo] = n
+        lo += 1
+    # ---- what each job places (the beneficiary: partial, as given), its order request
+    tf = np.empty(bound, dtype=np.int64)
+    toff = np.zeros(m + 1, dtype=np.int64)
+    np_ = partial.shape[0]
+    for x in range(np_):
+        tf[x] = partial[x]
+    toff[1] = np_
+    for li in range(1, m):
+        vj = jl[li]
+        t0 = jst[vj, J_START]
+        base = toff[li]
+        c = 0
+        for p in range(jst[vj, J_COUNT]):
+            t = tst[t0 + p, T_ORD]
+            st = task_state[t]
+            if st == _PEND or (st == _REL and tmark[t]):
+                tf[base + c] = t
+                c += 1
+        if c > 0:
+            missing = jst[vj, J_MIN] - num_active[vj]
+            if missing > 0:
+                c = missing if c >= missing else 0
+            else:
+                c = 1
+        toff[li + 1] = base + c
+    jreq = np.zeros((m, 3))
+    for li in range(m):
+        a = toff[li]
+        b = toff[li + 1]
+        if b > a:
+            for r in range(3):
+                v = order_req[tf[a], r]
+                for p in range(a + 1, b):
+                    v += order_req[tf[p], r]
+                jreq[li, r] = v
+    # ---- per leaf, jobs in pop order: (leaf, priority, elastic state, rank, later first), stable sorts
+    ordr = np.arange(m - 1, -1, -1)
+    kk = np.empty(m)
+    for level in range(4):
+        for x in range(m):
+            li = ordr[x]
+            jj = jl[li]
+            if level == 0:
+                kk[x] = jst[jj, J_RANK]
+            elif level == 1:
+                if li == 0:
+                    kk[x] = 0
+                else:
+                    act = num_active[jj]
+                    mn = jst[jj, J_MIN]
+                    kk[x] = 0 if act < mn else (1 if act == mn else 2)
+            elif level == 2:
+                kk[x] = jst[jj, J_PRIO]
+            else:
+                kk[x] = job_queue[jj]
+        ordr = ordr[stable_order(kk)]
+    # leaf segments of ordr: qmark[leaf] -> segment; seg_ptr / seg_end
+    nseg = 0
+    seg_leaf = np.empty(m, dtype=np.int64)
+    seg_ptr = np.empty(m, dtype=np.int64)
+    seg_end = np.empty(m, dtype=np.int64)
+    for x in range(m):
+        q = job_queue[jl[ordr[x]]]
+        if x == 0 or q != seg_leaf[nseg - 1]:
+            seg_leaf[nseg] = q
+            seg_ptr[nseg] = x
+            qmark[q] = nseg
+            nseg += 1
+        seg_end[nseg - 1] = x + 1
+    live = nseg
+    tour = False
+    nxt_leaf = -1
+    dirty = -1
+    protect = io[IO_PROTECT]
+    freed = 0
+    placed_b = False
+    result = 1
+    while live > 0:
+        if live == 1:
+            g = 0
+            while seg_ptr[g] >= seg_end[g]:
+                g += 1
+            leaf = seg_leaf[g]
+        else:
+            if not tour:
+                tour = True
+                leaf_live[:] = False
+                req[:] = 0.0
+                qkey[:] = 0.0
+                vrep[:] = -1
+                for g in range(nseg):
+                    if seg_ptr[g] < seg_end[g]:
+                        q = seg_leaf[g]
+                        leaf_live[q] = True
+                        for r in range(3):
+                            req[q, r] = jreq[ordr[seg_ptr[g]], r]
+                nxt_leaf = build(False, by_depth, kid_ptr, kids, stat, tot, prio, tb, qalloc, leaf_live, req, qkey,
+                                 vrep)
+            elif dirty >= 0:
+                nxt_leaf = rekey_path(False, dirty, path, kid_ptr, kids, stat, tot, prio, tb, qalloc, leaf_live,
+                                      req, qkey, vrep)
+                dirty = -1
+            leaf = nxt_leaf
+        g = qmark[leaf]
+        li = ordr[seg_ptr[g]]
+        seg_ptr[g] += 1
+        emptied = seg_ptr[g] >= seg_end[g]
+        if emptied:
+            live -= 1
+        if tour:
+            if emptied:
+                leaf_live[leaf] = False
+            else:
+                for r in range(3):
+                    req[leaf, r] = jreq[ordr[seg_ptr[g]], r]
+            dirty = leaf
+        a = toff[li]
+        b = toff[li + 1]
+        if b == a:
+            if li == 0:
+                placed_b = True  # (place_job of no tasks)
+            continue
+        jj = jl[li]
+        # ---- Placer.place_job(jj, tf[a:b]): one task with its queue check inside the placement; a
+        # gang's summed queue check, task order, each task (one call site: compile time), rollback
+        ok = True
+        single = b - a == 1
+        if not single:
+            q0 = quota_req[tf[a], 0]
+            q1 = quota_req[tf[a], 1]
+            q2 = quota_req[tf[a], 2]
+            for p in range(a + 1, b):
+                q0 += quota_req[tf[p], 0]
+                q1 += quota_req[tf[p], 1]
+                q2 += quota_req[tf[p], 2]
+            if over_capacity(path_mat, job_queue[jj], q0, q1, q2, not preempt[jj], lim, des, qab) >= 0:
+                ok = False
+                b = a  # nothing to place
+            elif li == 0:  # the beneficiary's tasks as given: into task order (insertion sort)
+                for p in range(a + 1, b):
+                    t = tf[p]
+                    y = p
+                    while y > a and tst[tf[y - 1], T_POS] > tst[t, T_POS]:
+                        tf[y] = tf[y - 1]
+                        y -= 1
+                    tf[y] = t
+        cp = i
+        for p in range(a, b):
+            t = tf[p]
+            n = _place_task(t, single, tst[t, T_ROW], i, log, lo, sint, sfl, sched, sel, no_sel, ndev, cap,
+                            idle_ok, any_ok, key, hk, hn, hs, pos, preempt, quota_req, lim, des,
+                            task_request, devs, input_state, task_state, task_node, task_job, job_queue,
+                            path_mat, num_active, job_version, queue_version, node_both, dev_free, dev_rel,
+                            task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf)
+            if n < 0:
+                ok = False
+                break
+            clear[i - i0] = GROUPS_CLEAR if task_state[t] != _RUN else GROUPS_KEEP
+            i += 1
+            log[lo] = n
+            lo += 1
+        if not ok and not single and b > a:  # Placer.rollback(cp): undo, log the nodes, fix released victims
+            if i > cp:
+                if cp < protect:
+                    freed += 1
+                    protect = cp
+                undo(cp, i, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
+                     queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev,
+                     ttake, tntake, ji, jf)
+                for e in range(i - 1, cp - 1, -1):
+                    n = ji[e, 4]
+                    if n >= 0:
+                        log[lo] = n
+                        lo += 1
+                i = cp
+            for x in range(nv):
+                t = victims[x]
+                if rel[x] and task_state[t] == _PEND and task_node[t] >= 0:
+                    task_state[t] = _REL
+        if li == 0:
+            if not ok:
+                result = 0
+                break
+            placed_b = True
+    if result == 1 and not placed_b:
+        result = 0
+    for x in range(nv):
+        tmark[victims[x]] = False
+    for x in range(m):
+        jmark[jl[x]] = -1
+    for g in range(nseg):
+        qmark[seg_leaf[g]] = -1
+    io[IO_END] = i
+    io[IO_LOG_END] = lo
+    io[IO_PROTECT_END] = protect
+    io[IO_FREED] = freed
+    return result

@@ -16,6 +16,10 @@ evicts for a placement that would then not happen.
   action's node order, from its incremental per-shape index when possible).
 * :class:`Simulation`: evicts a scenario's victims and re-places everybody in queue/job order
   (:class:`LeafTournament` decides which leaf places next), and sorts the victims by how they ended.
+  A scenario whose jobs are all plain (no subgroups, no topology, tasks of whole GPUs or none, no
+  DRA claims) runs in one compiled call (:func:`kernels.scenario.run_scenario` over
+  :class:`ScenarioArrays`); the Python steps stay the reference for the rest
+  (``Simulation.use_kernel = False`` or ``CycleState.fast_paths = False``: Python for every scenario).
 * :class:`Scenario`: what a validator sees.
 * ``unevict`` (Releasing -> Running again through the undo journal) and ``place_released``
   (placing a task that is Releasing, which ``CycleState.place`` only accepts for Pending tasks).
@@ -306,9 +310,17 @@ class Placer:
         placement the journal's object half and the change log are written here, as
         ``CycleState.place`` / ``unevict`` write them. Returns the kernel's code."""
         s = self.state
-        log = s.node_log
-        hi = len(log)
-        delta = np.array(log[idx.pos:hi], dtype=np.int64) if hi != idx.pos else _NO_NODES
+        ka = s.__dict__.get("_victims_scenario_arrays")
+        row = ka.rows.get(idx) if ka else None
+        if row is not None:  # an index the compiled scenarios share: their log and position
+            hi = ka.sync_log()
+            lo = int(ka.pos[row])
+            delta = ka.log[lo:hi] if hi != lo else _NO_NODES
+            ka.pos[row] = hi
+        else:
+            log = s.node_log
+            hi = len(log)
+            delta = np.array(log[idx.pos:hi], dtype=np.int64) if hi != idx.pos else _NO_NODES
         idx.pos = hi
         fixed = self._kargs.get(idx)
         if fixed is None or fixed[10] is not idx.idle_ok:  # (an index rebuilt by its Python path)
@@ -373,9 +385,14 @@ class Simulation:
     One per solver: it keeps the queue trees of the leaf sets it met (queue paths are fixed).
     """
 
+    #: ``False``: every scenario takes the Python steps below (with the compiled single placements);
+    #: the tests compare both (``CycleState.fast_paths = False`` switches this off too)
+    use_kernel = True
+
     def __init__(self, state: CycleState) -> None:
         self.state = state
         self.placer = Placer(state)
+        self._ka: ScenarioArrays | None = None  # the compiled scenario's arrays (per state), on first use
         # leaves with jobs to place -> (children, tops) of their queue tree (queue paths are fixed)
         self._tree_cache: dict[frozenset, tuple] = {}
         # (id of a cached tree, leaf emptied) -> the tree without that leaf (cached trees live as
@@ -390,9 +407,64 @@ class Simulation:
         order; True iff the beneficiary was placed. The caller rolls back (checkpoint before)."""
         s = self.state
         self.placer.released = {t for t, x in zip(victims, s.task_state[victims].tolist()) if x == _RUN}
+        if self.use_kernel and s.fast_paths and self.placer.use_index and s._journal is not None:
+            r = self._run_compiled(j, partial, victims)
+            if r >= 0:
+                return r == 1
         s.evict_many(victims)  # (one compiled call for victims without DRA claims)
         victim_jobs = list(dict.fromkeys(s.task_job[victims].tolist()))  # distinct, first-seen order
         return self._allocate_in_order(j, partial, victim_jobs, set(victims))
+
+    def _run_compiled(self, j: int, partial: list[int], victims: list[int]) -> int:
+        """:func:`kernels.scenario.run_scenario`: the whole of :meth:`run` in one compiled call when
+        every job of the scenario is plain (see there); then the journal's object half and the
+        change log as the Python steps write them. Returns 1 / 0 (placed or not), or -1 when the
+        Python steps must simulate this scenario (nothing changed)."""
+        s = self.state
+        ka = self._ka
+        if ka is None:
+            ka = self._ka = ScenarioArrays.of(s, self.placer)
+            if ka is None:
+                return -1
+        if ka.jst[j, _scenario_k.J_OK] == 0:  # (the kernel would say NOT_PLAIN: spare the call)
+            return -1
+        pa = np.asarray(partial, dtype=np.int64)
+        va = np.asarray(victims, dtype=np.int64)
+        io = ka.io
+        while True:
+            lo = ka.sync_log()
+            i0 = len(s._journal)
+            io[0] = i0
+            io[1] = lo
+            io[2] = s._protect_len
+            lim, des = s.queue_limit_arrays()
+            r = _scenario_k.run_scenario(j, pa, va, io, ka.clear, *ka.args, lim, des, s.task_request, ka.devs,
+                                         *s._jarrays, s._ji, s._jf)
+            if r >= 0:
+                break
+            if r == _scenario_k.UNKNOWN_JOB:
+                ka.learn([j] + s.task_job[va].tolist())
+            elif r == _scenario_k.ROOM:
+                ka.room(int(io[7]))
+                s._journal_room_for(i0 + int(io[7]))
+            else:
+                return -1
+        i1, lo1 = int(io[3]), int(io[4])
+        s.node_log.extend(ka.log[lo:lo1].tolist())
+        ka.synced = lo1
+        s._protect_len = int(io[5])
+        s.resources_freed += len(victims) + int(io[6])
+        if i1 > i0:
+            jo, tg = s._journal, s.task_gpu_groups
+            ji = s._ji
+            for t, n, c in zip(ji[i0:i1, 0].tolist(), ji[i0:i1, 4].tolist(), ka.clear[:i1 - i0].tolist()):
+                jo.append((t, n, tg[t], None, None))
+                if c == _scenario_k.GROUPS_CLEAR:
+                    if tg[t]:
+                        tg[t] = []
+                elif c:
+                    tg[t] = s._input_groups[t]
+        return r
 
     def outcome(self, victims: list[int]) -> tuple[list[int], list[int], list[int]]:
         """How the victims of a placed scenario ended: ``(released, moved, kept)``."""
@@ -639,3 +711,175 @@ class LeafTournament:
             self.root = self._scan(self.tops)
         return self.rep[self.root]
 
+
+
+class ScenarioArrays:
+    """Per state: what :func:`kernels.scenario.run_scenario` reads besides the journal's arrays.
+
+    * per job (``jst``): first task, task count, minAvailable, a flag (-1 not looked at yet, 0 the
+      Python steps simulate its scenarios: subgroups, topology, a shared-GPU, GPU-memory or DRA task,
+      a task whose index is not compiled; 1 the kernel may), ``-priority`` and the rank of
+      ``(-age, name)`` (``job_order_key`` without the elastic state);
+    * per task (``tst``): its job's tasks in task order (``ordering.task_order``, static), its place in
+      that order, its shape row;
+    * the simulation's shape indexes (``Placer._shape_index``, one per task shape and state) stacked
+      as rows of 2-D arrays: an index taken in is re-homed onto its rows (its arrays become views of
+      them), so the Python placements and the kernel update the same arrays; the kernel keeps each
+      row's position in the change log in ``pos`` (``Placer._place_one_compiled`` uses it too);
+    * ``log``: ``state.node_log`` as an int64 array, copied up lazily (each entry once) before a call;
+      the kernel appends to it and the caller extends the list with what it appended.
+    """
+
+    def __init__(self, state: CycleState, placer: Placer, tb: np.ndarray) -> None:
+        s = self.state = state
+        self.placer = placer
+        J, T, N = len(s.job_start), s.T, s.N
+        jobs = s.jobs
+        jst = self.jst = np.zeros((J, 6), dtype=np.int64)
+        jst[:, _scenario_k.J_START] = s.job_start
+        jst[:, _scenario_k.J_COUNT] = s.job_count
+        jst[:, _scenario_k.J_MIN] = s.job_min_available
+        jst[:, _scenario_k.J_OK] = -1
+        jst[:, _scenario_k.J_PRIO] = -np.asarray(jobs.priority, dtype=np.int64)
+        created, names = jobs.created_minutes_ago, jobs.names
+        order = sorted(range(J), key=lambda jj: (-float(created[jj]), names[jj]))
+        rank = jst[:, _scenario_k.J_RANK]
+        prev, r = None, -1
+        for jj in order:
+            k = (-float(created[jj]), names[jj])
+            if k != prev:
+                r += 1
+                prev = k
+            rank[jj] = r
+        tst = self.tst = np.zeros((T, 3), dtype=np.int64)
+        tst[:, _scenario_k.T_ORD] = np.arange(T)
+        tst[:, _scenario_k.T_ROW] = -1
+        self.jmark = np.full(J, -1, dtype=np.int64)
+        self.tmark = np.zeros(T, dtype=np.bool_)
+        self.qmark = np.full(s.Q, -1, dtype=np.int64)
+        self.io = np.zeros(8, dtype=np.int64)
+        self.clear = np.zeros(64, dtype=np.int8)
+        self.devs = np.empty(max(s.G, 1), dtype=np.int64)
+        self.log = np.empty(max(1024, 2 * len(s.node_log)), dtype=np.int64)
+        self.synced = 0
+        self.H = 2 * N + 16  # a compiled-update index's heap capacity (never grown)
+        self.rows: dict = {}  # ShapeIndex -> row
+        self.S = 0
+        self._alloc_stack(8)
+        by_depth, path, kid_ptr, kids, stat, tot, prio = kernel_static(s)
+        Q = s.Q
+        self._tour = (by_depth, path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, np.zeros(Q, dtype=np.bool_),
+                      np.zeros((Q, 3)), np.zeros((Q, 6)), np.full(Q, -1, dtype=np.int64))
+        self._no_sel = np.zeros(0, dtype=np.bool_)
+        self._args()
+
+    @classmethod
+    def of(cls, state: CycleState, placer: Placer) -> ScenarioArrays | None:
+        """The state's arrays (made on first use), or None when the leaf order is not a total order
+        of keys (``LeafTournament`` then compares queue profiles in Python)."""
+        ka = state.__dict__.get("_victims_scenario_arrays")
+        if ka is None:
+            tb = queue_tiebreaks(state, False)
+            ka = state.__dict__["_victims_scenario_arrays"] = False if tb is None else cls(state, placer, tb)
+        return ka or None
+
+    def _alloc_stack(self, cap: int) -> None:
+        N, H, S = self.state.N, self.H, self.S
+        new = dict(sint=np.zeros((cap, 4), dtype=np.int64), sfl=np.zeros((cap, 3)),
+                   sched=np.zeros((cap, N), dtype=np.bool_), sel=np.zeros((cap, N), dtype=np.bool_),
+                   ndev=np.zeros((cap, N), dtype=np.int64), cap=np.zeros((cap, N)),
+                   idle_ok=np.zeros((cap, N), dtype=np.bool_), any_ok=np.zeros((cap, N), dtype=np.bool_),
+                   key=np.zeros((cap, N)), hk=np.zeros((cap, H)), hn=np.zeros((cap, H), dtype=np.int64),
+                   hs=np.zeros((cap, 1), dtype=np.int64), pos=np.zeros(cap, dtype=np.int64))
+        for name, arr in new.items():
+            if S:
+                arr[:S] = getattr(self, name)[:S]
+            setattr(self, name, arr)
+        for idx, r in self.rows.items():
+            self._rehome(idx, r)
+
+    def _rehome(self, idx: ShapeIndex, r: int) -> None:
+        idx.idle_ok, idx.any_ok, idx.key = self.idle_ok[r], self.any_ok[r], self.key[r]
+        idx.hk, idx.hn, idx.hs = self.hk[r], self.hn[r], self.hs[r]
+        idx._kargs = None
+
+    def _args(self) -> None:
+        st = self.state
+        self.args = (self.jst, self.tst, st.task_order_req, st.task_is_shared, st._input_node, st._input_tdev,
+                     st._input_tndev, self.jmark, self.tmark, self.qmark, self.sint, self.sfl, self.sched, self.sel, self._no_sel,
+                     self.ndev, self.cap, self.idle_ok, self.any_ok, self.key, self.hk, self.hn, self.hs, self.pos,
+                     self.log, *self._tour, self.state.job_preemptible_arr, self.state.task_quota_req)
+
+    def row(self, idx: ShapeIndex) -> int:
+        """idx's row, taking it in first (-1: not a compiled-update index of whole GPUs)."""
+        r = self.rows.get(idx)
+        if r is not None:
+            return r
+        if idx._fast is None or idx._shared or idx.hk.shape[0] != self.H:
+            return -1
+        if self.S == self.sint.shape[0]:
+            self._alloc_stack(2 * self.S)
+            self._args()
+        r = self.S
+        self.S += 1
+        sched, sel, rc, rm, k, ndev, top, cap = idx._fast
+        self.sint[r] = (k, idx.col, int(bool(idx.spread)), int(sel.shape[0] > 0))
+        self.sfl[r] = (rc, rm, top)
+        self.sched[r] = sched
+        if sel.shape[0]:
+            self.sel[r] = sel
+        self.ndev[r] = ndev
+        if cap.shape[0]:
+            self.cap[r] = cap
+        self.idle_ok[r], self.any_ok[r], self.key[r] = idx.idle_ok, idx.any_ok, idx.key
+        self.hk[r], self.hn[r], self.hs[r] = idx.hk, idx.hn, idx.hs
+        self.pos[r] = idx.pos
+        self.rows[idx] = r
+        self._rehome(idx, r)
+        return r
+
+    def learn(self, jobs) -> None:
+        """Set the kernel flag (and task order, shape rows) of ``jobs`` not looked at yet."""
+        s, jst, tst = self.state, self.jst, self.tst
+        pl = self.placer
+        for jj in set(jobs):
+            if jst[jj, _scenario_k.J_OK] >= 0:
+                continue
+            t0, cnt = int(s.job_start[jj]), int(s.job_count[jj])
+            ts = range(t0, t0 + cnt)
+            ok = pl._plain[jj] and not any(s._claims_list[t] or s._shared_list[t] or s.task_is_mem[t] for t in ts)
+            if ok:
+                for t in ts:
+                    r = self.row(pl._shape_index(t))
+                    if r < 0:
+                        ok = False
+                        break
+                    tst[t, _scenario_k.T_ROW] = r
+            if ok and cnt > 1:
+                for p, t in enumerate(task_order(s, list(ts))):
+                    tst[t0 + p, _scenario_k.T_ORD] = t
+                    tst[t, _scenario_k.T_POS] = p
+            jst[jj, _scenario_k.J_OK] = int(ok)
+
+    def room(self, need: int) -> None:
+        """Room for ``need`` more entries (flags) and twice as many log entries."""
+        if need > self.clear.shape[0]:
+            self.clear = np.zeros(2 * need, dtype=np.int8)
+        want = self.synced + 2 * need
+        if want > self.log.shape[0]:
+            log = np.empty(max(want, 2 * self.log.shape[0]), dtype=np.int64)
+            log[:self.synced] = self.log[:self.synced]
+            self.log = log
+            self._args()
+
+    def sync_log(self) -> int:
+        """Copy the change log's new entries into ``log``; its length."""
+        nl = self.state.node_log
+        hi = len(nl)
+        lo = self.synced
+        if hi > lo:
+            if hi > self.log.shape[0]:
+                self.room((hi - lo + 1) // 2 + 1)
+            self.log[lo:hi] = nl[lo:hi]
+            self.synced = hi
+        return hi
