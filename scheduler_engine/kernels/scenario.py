@@ -342,8 +342,9 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
     ``partial`` tasks and re-place the victims' jobs in queue/job order (``_allocate_in_order``),
     for scenarios whose jobs are all plain (``jst[:, J_OK] == 1``: no subgroups, no topology, every
     task of whole GPUs or none on a shape row of its own index, no DRA claims) and whose victims
-    are active (a moved one goes back to Releasing on its input node: :func:`evict_moved`). Returns 1 / 0 (the beneficiary placed or not; like the Python
-    code it does not roll back a failed scenario: the caller does) or, before changing anything,
+    are active (a moved one goes back to Releasing on its input node: :func:`evict_moved`). Returns
+    1 / 0 (the beneficiary placed or not; like the Python code it does not roll back a failed
+    scenario: the caller does) or, before changing anything,
     :data:`UNKNOWN_JOB`, :data:`NOT_PLAIN`, :data:`ROOM`.
 
     Python's steps, in its order: ``evict_many`` (one entry per victim), each victim job's tasks
@@ -352,7 +353,8 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
     ``job_order_key`` (``jst`` priority, elastic state, static rank by age and name; among equal
     keys the later one first, as ``list.sort(reverse=True)`` + ``pop()``), the leaf tournament
     (:mod:`.victim_keys` ``build`` / ``rekey_path`` over ``req`` of each leaf's head, from the first
-    time more than one leaf holds jobs; the caller only calls when the tie-breaks ``tb`` exist), and ``Placer.place_job`` per job: one task with its
+    time more than one leaf holds jobs; the caller only calls when the tie-breaks ``tb`` exist),
+    and ``Placer.place_job`` per job: one task with its
     queue check in :func:`place_one_whole`, a gang's summed queue check (:func:`over_capacity`)
     then each task in task order, rolled back (:func:`journal.undo`, then the released victims
     Pending on a node made Releasing again, ``Placer.fix_after_rollback``) when one does not fit.
