@@ -188,6 +188,33 @@ def clear_takes(t, ttake, tntake):
 
 
 @kernel
+def give_back_pipelined(t, n, a0, a1, a2, per, nd, node_both, dev_free, dev_rel, task_rel_take, tdev, ttake,
+                        tntake):
+    """A pipelined task t leaves node n: what it took from releasing goes back to releasing and the
+    rest of its allocation (a0, a1, a2) to free, per node and per device (``per``: its share of each
+    of its ``nd`` devices); its takes are cleared. Shared by :func:`evict` and the scenario kernel's
+    eviction of a moved task."""
+    k0 = task_rel_take[t, 0]
+    k1 = task_rel_take[t, 1]
+    k2 = task_rel_take[t, 2]
+    node_both[n, 1, 0] += k0
+    node_both[n, 1, 1] += k1
+    node_both[n, 1, 2] += k2
+    node_both[n, 0, 0] += a0 - k0
+    node_both[n, 0, 1] += a1 - k1
+    node_both[n, 0, 2] += a2 - k2
+    task_rel_take[t, 0] = 0.0
+    task_rel_take[t, 1] = 0.0
+    task_rel_take[t, 2] = 0.0
+    for p in range(min(nd, tntake[t])):  # (zip of the two lists)
+        d = tdev[t, p]
+        dt = ttake[t, p]
+        dev_rel[n, d] += dt
+        dev_free[n, d] += per - dt
+    clear_takes(t, ttake, tntake)
+
+
+@kernel
 def evict(i, t, n, preemptible, shared, input_state, task_state, task_node, task_job, job_queue, path_mat,
           num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
           tdev, tndev, ttake, tntake, ji, jf):
@@ -221,24 +248,8 @@ def evict(i, t, n, preemptible, shared, input_state, task_state, task_node, task
             for p in range(nd):
                 dev_free[n, tdev[t, p]] += per
         else:
-            k0 = task_rel_take[t, 0]
-            k1 = task_rel_take[t, 1]
-            k2 = task_rel_take[t, 2]
-            node_both[n, 1, 0] += k0
-            node_both[n, 1, 1] += k1
-            node_both[n, 1, 2] += k2
-            node_both[n, 0, 0] += a0 - k0
-            node_both[n, 0, 1] += a1 - k1
-            node_both[n, 0, 2] += a2 - k2
-            task_rel_take[t, 0] = 0.0
-            task_rel_take[t, 1] = 0.0
-            task_rel_take[t, 2] = 0.0
-            for p in range(min(nd, tntake[t])):  # (zip of the two lists)
-                d = tdev[t, p]
-                dt = ttake[t, p]
-                dev_rel[n, d] += dt
-                dev_free[n, d] += per - dt
-            clear_takes(t, ttake, tntake)
+            give_back_pipelined(t, n, a0, a1, a2, per, nd, node_both, dev_free, dev_rel, task_rel_take, tdev,
+                                ttake, tntake)
         clear_devices(t, tdev, tndev)
         task_state[t] = _PEND
         task_node[t] = -1

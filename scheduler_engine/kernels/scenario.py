@@ -21,7 +21,8 @@ import numpy as np
 
 from . import kernel
 from .devices import choose_whole
-from .journal import _BIND, _PEND, _PIPE, _REL, _RUN, add_to_path, clear_takes, evict, place, record, undo, unevict
+from .journal import (_BIND, _PEND, _PIPE, _REL, _RUN, add_to_path, evict, give_back_pipelined, place, record, undo,
+                      unevict)
 from .node_index import placement_key, query_whole
 from .victim_keys import build, rekey_path
 
@@ -295,24 +296,8 @@ def evict_moved(i, t, n, preemptible, shared, input_node, input_tdev, input_tnde
     a2 = task_alloc[t, 2]
     per = a0 if shared else 1.0
     nd = tndev[t]
-    k0 = task_rel_take[t, 0]
-    k1 = task_rel_take[t, 1]
-    k2 = task_rel_take[t, 2]
-    node_both[n, 1, 0] += k0
-    node_both[n, 1, 1] += k1
-    node_both[n, 1, 2] += k2
-    node_both[n, 0, 0] += a0 - k0
-    node_both[n, 0, 1] += a1 - k1
-    node_both[n, 0, 2] += a2 - k2
-    task_rel_take[t, 0] = 0.0
-    task_rel_take[t, 1] = 0.0
-    task_rel_take[t, 2] = 0.0
-    for p in range(min(nd, tntake[t])):  # (zip of the two lists)
-        d = tdev[t, p]
-        dt = ttake[t, p]
-        dev_rel[n, d] += dt
-        dev_free[n, d] += per - dt
-    clear_takes(t, ttake, tntake)
+    give_back_pipelined(t, n, a0, a1, a2, per, nd, node_both, dev_free, dev_rel, task_rel_take, tdev, ttake,
+                        tntake)
     # back on its input node: devices (the TaskRows write: first k, the rest of the old ones -1)
     k = input_tndev[t]
     for p in range(k):
