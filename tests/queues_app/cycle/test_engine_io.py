@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import pytest
 from django.db import connection
+from django.db.models import JSONField, Value
 from django.test.utils import CaptureQueriesContext
 
 from queues_app.choices import TaskState
@@ -106,6 +107,35 @@ class SnapshotBuilderTests:
         assert count() == small <= 8  # + device classes, subgroups
         snap = build_snapshot(now=NOW, usage={})
         assert len(snap.tasks) == 27 * 5 and np.all(snap.tasks.request[:, GPU] > 0)
+
+    def test_json_columns_read_once_per_distinct_text_export_independent_values(self, queue_tree):
+        """The snapshot parses each distinct JSON text once and shares the parsed value between rows
+        (engine_io._values): every exported value must still be the row's own, equal to what the ORM
+        reads, and changing one exported task must not change another."""
+        NodeFactory(name="n0", labels={"zone": "a"})
+        NodeFactory(name="n1", labels={"zone": "a"})
+        w = workload_import(queue=queue_tree["a-train"], name="w", node_selector={"zone": "a"}, tasks=[
+            {"gpu": 1, "state": "Running", "node": "n0", "gpu_groups": ["g"], "node_selector": {"rack": "1"}},
+            {"gpu": 1, "state": "Running", "node": "n1", "gpu_groups": ["g"], "node_selector": {"rack": "1"}},
+            {"gpu": 1}])
+        # raw SQL can leave a JSON null or a wrong shape: passed on as the ORM reads it, for the engine to name
+        Task.objects.filter(workload=w, index=2).update(gpu_groups=Value(None, JSONField()), node_selector=[])
+        data = build_engine_input(now=NOW, usage={}).data
+        nodes = {n["name"]: n for n in data["nodes"]}
+        assert nodes["n0"]["labels"] == nodes["n1"]["labels"] == {"zone": "a"}
+        assert nodes["n0"]["labels"] is not nodes["n1"]["labels"]
+        t0, t1, t2 = data["jobs"][0]["tasks"]
+        assert t0["nodeSelector"] == t1["nodeSelector"] == {"zone": "a", "rack": "1"}
+        assert t0["gpuGroups"] == t1["gpuGroups"] == ["g"]
+        t0["gpuGroups"].append("h")
+        t0["nodeSelector"]["x"] = "y"
+        nodes["n0"]["labels"]["zone"] = "b"
+        assert t1["gpuGroups"] == ["g"] and t1["nodeSelector"] == {"zone": "a", "rack": "1"}
+        assert nodes["n1"]["labels"] == {"zone": "a"}
+        assert t2["gpuGroups"] == [] and t2["nodeSelector"] == []
+        again = build_engine_input(now=NOW, usage={}).data
+        assert again["jobs"][0]["tasks"][0]["gpuGroups"] == ["g"]
+        assert {n["name"]: n["labels"] for n in again["nodes"]} == {"n0": {"zone": "a"}, "n1": {"zone": "a"}}
 
 
 class CorruptTreeTests:
