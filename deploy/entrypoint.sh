@@ -2,6 +2,16 @@
 # Process selector for the kaiplatform image: web | worker | beat | dispatcher | sync | migrate | manage ...
 set -eu
 role="${1:-web}"
+
+# The engine's kernels compiled at image build (deploy/Dockerfile: KAI_NUMBA_SEED) go into an empty
+# NUMBA_CACHE_DIR, e.g. the fresh volume Helm mounts over /var/lib/kaiplatform; without them the first
+# cycle of every container would compile them again (20-25 s of CPU). A cache that already has
+# entries is left alone; a failed copy only costs that compile.
+if [ -n "${NUMBA_CACHE_DIR:-}" ] && [ -n "${KAI_NUMBA_SEED:-}" ] && [ -d "$KAI_NUMBA_SEED" ] \
+   && [ -z "$(ls -A "$NUMBA_CACHE_DIR" 2>/dev/null)" ]; then
+  mkdir -p "$NUMBA_CACHE_DIR" && cp -R "$KAI_NUMBA_SEED/." "$NUMBA_CACHE_DIR/" \
+    || echo "kai-entrypoint: could not copy the compiled kernels into $NUMBA_CACHE_DIR" >&2
+fi
 [ $# -gt 0 ] && shift
 case "$role" in
   web)

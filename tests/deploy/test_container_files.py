@@ -162,3 +162,62 @@ def test_neither_the_image_nor_the_wheel_ships_test_tooling():
     assert packages and not [p for p in packages if p.split(".")[0] == "tests"], packages
     shipped = [f for p in packages for f in (ROOT / p.replace(".", "/")).glob("*.py")]
     assert not [f for f in shipped if "emulator" in f.stem or "reference" in f.stem]
+
+
+def _entrypoint(env: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The entrypoint with an unknown role: it seeds the kernel cache, then refuses the role (64)."""
+    return subprocess.run(["sh", str(DEPLOY / "entrypoint.sh"), "no-such-role"], env={"PATH": "/usr/bin:/bin", **env},
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+
+
+def test_entrypoint_seeds_an_empty_kernel_cache_and_leaves_a_filled_one(tmp_path):
+    """Helm mounts an empty volume over the image's NUMBA_CACHE_DIR: the entrypoint copies the
+    kernels compiled at build time (KAI_NUMBA_SEED) into it, and never over a cache in use."""
+    seed = tmp_path / "seed"
+    (seed / "kernels_x").mkdir(parents=True)
+    (seed / "kernels_x" / "f-1.py311.nbi").write_bytes(b"index")
+    (seed / "kernels_x" / "f-1.py311.1.nbc").write_bytes(b"data")
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "var" / "cache"), "KAI_NUMBA_SEED": str(seed)}
+    assert _entrypoint(env, tmp_path).returncode == 64
+    assert (tmp_path / "var" / "cache" / "kernels_x" / "f-1.py311.1.nbc").read_bytes() == b"data"
+    assert (tmp_path / "var" / "cache" / "kernels_x" / "f-1.py311.nbi").read_bytes() == b"index"
+
+    used = tmp_path / "used"
+    (used / "kernels_y").mkdir(parents=True)
+    assert _entrypoint({**env, "NUMBA_CACHE_DIR": str(used)}, tmp_path).returncode == 64
+    assert sorted(p.name for p in used.iterdir()) == ["kernels_y"]
+    # no seed in the image (or none configured): nothing to do, the role still runs
+    assert _entrypoint({"NUMBA_CACHE_DIR": str(tmp_path / "other")}, tmp_path).returncode == 64
+    assert not (tmp_path / "other").exists()
+
+
+_LOAD_KERNEL = """
+import sys
+import numpy as np
+from scheduler_engine.kernels.gpu_fit import pack_best_fit
+pack_best_fit(np.array([1.0]), np.array([-1]), np.zeros((1, 1), dtype=np.bool_), np.array([0]), np.array([8.0]))
+print(len(pack_best_fit.stats.cache_hits), len(pack_best_fit.stats.cache_misses))
+"""
+
+
+def test_a_copied_kernel_cache_is_loaded_not_compiled_again(tmp_path):
+    """What the entrypoint's copy relies on: numba keys its cache by the kernel's source file (path,
+    mtime, size) and the CPU, not by the cache directory or its files' times, so a compiled
+    kernel copied into another NUMBA_CACHE_DIR is loaded there (a cache hit), not compiled again."""
+    pytest.importorskip("numba")
+    import os
+    import shutil
+
+    def run(cache: Path) -> str:
+        env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "KAI_KERNEL_COMPILE": "eager"}
+        env.pop("NUMBA_DISABLE_JIT", None)
+        proc = subprocess.run([sys.executable, "-c", _LOAD_KERNEL], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    assert run(tmp_path / "build") == ["0", "1"]  # compiled (and cached)
+    shutil.copytree(tmp_path / "build", tmp_path / "pod")
+    for f in (tmp_path / "pod").rglob("*"):
+        os.utime(f, (0, 0))
+    assert run(tmp_path / "pod") == ["1", "0"]  # loaded
