@@ -182,6 +182,13 @@ _RESOLUTIONS = ("lca", "queue")
 _NODE_STATES = ("Running", "Releasing", "StuckInReleasing")  # input states that hold a node
 
 _PARSERS = {"gpu": parse_gpu, "cpu": parse_cpu, "memory": parse_memory}
+_PARSED_MAX = 65536
+
+#: The allowed-key tuples above as sets, for mapping()'s one-comparison check.
+_KEY_SETS: dict[tuple, frozenset] = {
+    keys: frozenset(keys) for name, keys in list(globals().items())
+    if name.startswith("_") and name.endswith("_KEYS") and isinstance(keys, tuple)
+}
 
 
 class ScenarioError(ValueError):
@@ -526,6 +533,8 @@ class _Validator:
         self.sub_groups: SubGroups = SubGroups()
         # (template dict, parsed values) of the latest `replicas` template that validated
         self._template: tuple | None = None
+        # resource() results by (resource, type, value, allow_negative)
+        self._parsed: dict[tuple, float] = {}
 
     # ---- primitives -----------------------------------------------------------------------------
 
@@ -534,6 +543,12 @@ class _Validator:
         return _BAD
 
     def mapping(self, x: Any, path: str, allowed: Iterable[str] | None) -> dict | Any:
+        if type(x) is dict and allowed is not None:
+            # The common case in one set comparison (C): a plain dict whose keys are all allowed
+            # (a key that is not a string is never among them). 134,000 tasks at 10,000 nodes.
+            known = _KEY_SETS.get(allowed) if isinstance(allowed, tuple) else None
+            if known is not None and x.keys() <= known:
+                return x
         if not isinstance(x, dict):
             return self.err(path, f"must be a mapping, got {_type_name(x)}")
         for k in x:
@@ -596,10 +611,23 @@ class _Validator:
         return val
 
     def resource(self, x: Any, path: str, res: str, *, allow_negative: bool = False) -> float | Any:
+        # A scenario repeats a few request values ("500m", 1, 2**30) over every task: each distinct
+        # (resource, type, value) is parsed once per load. The type is part of the key because
+        # True == 1 == 1.0 hash alike and a bool is refused; failures are not remembered.
+        key = (res, type(x), x, allow_negative)
         try:
-            return _PARSERS[res](x, allow_negative=allow_negative)
+            return self._parsed[key]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable (a list or a dict given as a quantity): the parser names it
+            key = None
+        try:
+            value = _PARSERS[res](x, allow_negative=allow_negative)
         except UnitError as exc:
             return self.err(path, str(exc))
+        if key is not None and len(self._parsed) < _PARSED_MAX:
+            self._parsed[key] = value
+        return value
 
     def duration(self, x: Any, path: str, *, allow_negative: bool = False, nullable: bool = True) -> float | Any:
         """Seconds; ``nan`` for null when nullable."""
@@ -1118,11 +1146,17 @@ class _Validator:
             else:
                 pre = self.boolean(pre, f"{p}.preemptible")
             created = self.minutes(_opt(job, "createdMinutesAgo", 0), f"{p}.createdMinutesAgo", nullable=False)
-            started = self.minutes(job.get("startedMinutesAgo"), f"{p}.startedMinutesAgo", nullable=True)
-            stale = self.duration(job.get("staleFor"), f"{p}.staleFor")
-            grace = self.duration(job.get("stalenessGracePeriod"), f"{p}.stalenessGracePeriod", allow_negative=True)
-            delay = self.duration(job.get("preemptionDelay"), f"{p}.preemptionDelay")
-            topo_r, topo_p = self.topology(job.get("topology"), f"{p}.topology")
+            # null / absent optional fields without building their paths (what the checks give for None)
+            x = job.get("startedMinutesAgo")
+            started = math.nan if x is None else self.minutes(x, f"{p}.startedMinutesAgo", nullable=True)
+            x = job.get("staleFor")
+            stale = math.nan if x is None else self.duration(x, f"{p}.staleFor")
+            x = job.get("stalenessGracePeriod")
+            grace = math.nan if x is None else self.duration(x, f"{p}.stalenessGracePeriod", allow_negative=True)
+            x = job.get("preemptionDelay")
+            delay = math.nan if x is None else self.duration(x, f"{p}.preemptionDelay")
+            x = job.get("topology")
+            topo_r, topo_p = (None, None) if x is None else self.topology(x, f"{p}.topology")
             spec = self.sub_group_spec(job, p)
             task_list = self.job_tasks(job, p)
             jname = name if name is not _BAD else f"jobs[{i}]"
@@ -1477,11 +1511,17 @@ class _Validator:
                     groups = list(lst)
                     if groups and node == -1:
                         groups = self.err(f"{p}.gpuGroups", "only a task on a node has gpuGroups")
-        sel = self.str_map(task.get("nodeSelector"), f"{p}.nodeSelector")
-        sgi = self.task_sub_group(task.get("subGroup"), f"{p}.subGroup", spec)
-        claims = self.claims(task.get("claims"), f"{p}.claims",
-                             gpu_task=(gpu is not _BAD and gpu > 0) or (gm is not _BAD and gm > 0))
-        pins = self.device_pins(task.get("devices"), f"{p}.devices", claims, node, nodes)
+        # Absent / null optional fields without building their paths (the same results as the
+        # checks give for None: 134,000 tasks at 10,000 nodes)
+        x = task.get("nodeSelector")
+        sel = {} if x is None else self.str_map(x, f"{p}.nodeSelector")
+        x = task.get("subGroup")
+        sgi = -1 if x is None and spec is None else self.task_sub_group(x, f"{p}.subGroup", spec)
+        x = task.get("claims")
+        claims = {} if x is None else self.claims(
+            x, f"{p}.claims", gpu_task=(gpu is not _BAD and gpu > 0) or (gm is not _BAD and gm > 0))
+        x = task.get("devices")
+        pins = None if x is None else self.device_pins(x, f"{p}.devices", claims, node, nodes)
         if tmpl and k > 0 and len(self.problems) > probs_before:
             # replicas of a bad template: the first replica already reported the same problems
             del self.problems[probs_before:]

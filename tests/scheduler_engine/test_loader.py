@@ -279,6 +279,26 @@ def test_all_problems_are_collected_not_just_the_first():
     assert {"nodes[0].gpus", "jobs[0].tasks[0].gpu", "config.rounds"} <= paths
 
 
+def test_repeated_values_are_checked_each_time_they_appear():
+    """The loader parses each distinct request value once (``_Validator.resource``) and checks a
+    mapping's keys in one set comparison: a value equal to an accepted one but of a refused type
+    (``True`` after ``1``, ``1.0`` is fine), a bad value after a good one, and an unknown key on a
+    mapping shaped like the others must each still be named at their own path."""
+    d = base()
+    tasks = d["jobs"][0]["tasks"]
+    tasks.append({"gpu": True, "cpu": "4", "memory": "16Gi", "state": "Running", "node": "node0"})
+    tasks.append({"gpu": 1.0, "cpu": 4, "memory": "16Gi", "state": "Running", "node": "node1"})
+    tasks.append({"gpu": 1, "cpu": "4", "memory": ["16Gi"], "state": "Running", "node": "node1"})
+    tasks.append({"gpu": 1, "cpu": "4", "memory": "16Gi", "state": "Running", "node": "node1", "gpus": 1})
+    with pytest.raises(ScenarioError) as info:
+        load_dict(d)
+    assert sorted(p for p, _ in info.value.problems) == [
+        "jobs[0].tasks[2].gpu", "jobs[0].tasks[4].memory", "jobs[0].tasks[5].gpus"]
+    del tasks[2]
+    del tasks[3:]
+    snap = load_dict(d)
+    assert snap.tasks.request[2].tolist() == [1.0, 4000.0, 16 * 2**30]
+
 def test_template_problem_reported_once_not_per_replica():
     d = base()
     d["jobs"][1]["replicas"] = 50
