@@ -395,15 +395,40 @@ def test_prop_conserves_capacity_unless_deserved_oversubscribes(queues, total, k
         np.testing.assert_allclose(fs, base)
 
 
+# Amounts a binary float holds exactly: sums and differences of them carry no rounding noise.
+_exact_amount = st.one_of(st.integers(0, 40).map(float), st.sampled_from([0.25, 0.5, 0.75, 2.125]))
+_exact_level = st.lists(st.fixed_dictionaries({
+    "d": st.one_of(st.just(U), _exact_amount), "l": st.one_of(st.just(U), _exact_amount),
+    "w": st.sampled_from([1.0, 2.0, 3.0, 7.0]), "r": _exact_amount, "p": st.sampled_from([0, 1, 2]),
+    "u": st.just(0.0)}), min_size=1, max_size=6)
+
+
 @PROP
-@given(_level, _total)
+@given(_exact_level, st.one_of(st.integers(0, 80).map(float), st.sampled_from([0.5, 10.75])))
 def test_prop_everyone_satisfied_when_capacity_suffices(queues, total):
-    """Classic division with positive weights is work-conserving: enough capacity -> F = requestable."""
-    queues = [dict(q, w=max(q["w"], 1.0)) for q in queues]
+    """Classic division with positive weights is work-conserving: enough capacity -> F = requestable.
+
+    Only with amounts a float holds exactly: the division compares ``remReq <= s`` in float64 as
+    upstream does, so with 1.45-style amounts one ulp decides between "satisfied" and "floor(s) plus a
+    remainder" (see the next test)."""
     fs, arr = _run_level(queues, total, 0.0)
     req = _requestable(arr)
     if req.sum() <= total:
         np.testing.assert_allclose(fs, req, atol=1e-9)
+
+
+def test_float_noise_in_the_over_quota_round_is_kept_as_upstream_computes_it():
+    """Found by hypothesis: six queues whose requests sum to the level's total exactly on paper (55), two
+    of them with 17.55 left to request and 35.1 to share. In float64 ``19 - 1.45`` exceeds ``35.1 / 2`` by
+    one ulp, so (spec a.4, as upstream's float64 comparison does) neither is satisfied in the round: each
+    gets floor(17.55) = 17 with a 0.55 remainder, and the leftover pass hands out 1 then 0.1 by remainder
+    and age, ignoring requests (spec: "This ignores the queue's remaining request"). Pinned so a change
+    of the arithmetic order or an added tolerance shows up as a change of decisions, not silently."""
+    queues = [dict(d=U, l=U, w=1.0, r=r, p=0, u=0.0) for r in (1.45, 1.45, 7.05, 7.05)]
+    queues += [dict(d=1.45, l=U, w=1.0, r=19.0, p=0, u=0.0) for _ in range(2)]
+    fs, _ = _run_level(queues, 55.0, 0.0)
+    assert 19.0 - 1.45 > (55.0 - 1.45 - 1.45 - 7.05 - 7.05 - 1.45 - 1.45) / 2  # the ulp in question
+    np.testing.assert_allclose(fs, [1.45, 1.45, 7.05, 7.05, 19.45, 18.55], atol=1e-9)
 
 
 @PROP
