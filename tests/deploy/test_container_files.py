@@ -221,3 +221,26 @@ def test_a_copied_kernel_cache_is_loaded_not_compiled_again(tmp_path):
     for f in (tmp_path / "pod").rglob("*"):
         os.utime(f, (0, 0))
     assert run(tmp_path / "pod") == ["1", "0"]  # loaded
+
+
+def test_the_image_compiles_kernels_for_any_cpu_of_its_architecture():
+    """numba's cache key holds the CPU name and features the code was generated for; the image
+    builds its cache on the build machine, so it sets NUMBA_CPU_NAME=generic (build and run time):
+    the key's CPU part is then the same on every node ('generic', no features) and a pod on another
+    CPU model loads the image's kernels instead of compiling them again."""
+    pytest.importorskip("numba")
+    import os
+
+    env_lines = " ".join(rest for word, rest in dockerfile_instructions() if word == "ENV")
+    assert re.search(r"\bNUMBA_CPU_NAME=generic\b", env_lines)
+    assert re.search(r"\bKAI_NUMBA_SEED=\S+", env_lines) and re.search(r"\bNUMBA_CACHE_DIR=\S+", env_lines)
+    warm = [rest for word, rest in dockerfile_instructions() if word == "RUN" and "kernels.warm" in rest]
+    assert warm and 'NUMBA_CACHE_DIR="$KAI_NUMBA_SEED"' in warm[0]
+    probe = "from numba.core.registry import cpu_target; print(repr(cpu_target.target_context.codegen().magic_tuple()))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU")}
+    out = subprocess.run([sys.executable, "-c", probe], env={**env, "NUMBA_CPU_NAME": "generic"}, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    import ast
+
+    triple, cpu, features = ast.literal_eval(out)
+    assert (cpu, features) == ("generic", "")
