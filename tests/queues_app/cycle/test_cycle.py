@@ -553,3 +553,65 @@ def test_the_cycle_writes_its_events_in_engine_order_with_a_few_statements(monke
     unschedulable = [r for r in rows if r[3] == "Unschedulable"]
     assert len(unschedulable) == 40 and all(r[5] for r in unschedulable)  # every one says why, with a category
     assert SchedulingEvent.objects.filter(cycle_id=out.cycle_id).values("created_at").distinct().count() == 1
+
+
+class _GcWatchingEngine:
+    """The real engine, noting whether the cyclic collector runs while it computes; with
+    ``lie=True`` it double-books (the refused path) to check the collector is restored then too."""
+
+    def __init__(self, lie: bool = False):
+        self.lie, self.seen = lie, []
+
+    def __call__(self, snapshot):
+        import gc
+
+        from queues_app.cycle import engine_io
+
+        self.seen.append(gc.isenabled())
+        result = engine_io.run_engine(snapshot)
+        if self.lie:
+            result = copy.copy(result)
+            result.jobs = copy.deepcopy(result.jobs)
+            for t in result.jobs["extra"]["tasks"]:
+                t["status"], t["node"], t["gpuGroups"] = "Binding", "n0", []
+        return result
+
+
+def test_the_collector_pauses_for_the_bulk_phases_and_is_restored(monkeypatch):
+    """cycle_run pauses the cyclic GC around snapshot + load and plan + apply (CPU at 10k nodes), not
+    around the engine, and leaves it as it found it whether the cycle applies or is refused."""
+    import gc
+
+    from queues_app.cycle import apply as cycle_apply, run as cycle_run_module
+
+    seen: dict[str, bool] = {}
+    real_snapshot, real_plan = cycle_run_module.take_snapshot, cycle_apply.build_plan
+
+    def snapshot(**kw):
+        seen["snapshot"] = gc.isenabled()
+        return real_snapshot(**kw)
+
+    def plan(**kw):
+        seen["plan"] = gc.isenabled()
+        return real_plan(**kw)
+
+    monkeypatch.setattr(cycle_run_module, "take_snapshot", snapshot)
+    monkeypatch.setattr(cycle_apply, "build_plan", plan)
+    make_cluster(nodes=1, gpus=4)
+    qs = make_queues({"qa": 8})
+    submit(qs["qa"], "fits", replicas=4)
+    engine = _GcWatchingEngine()
+    assert gc.isenabled()
+    assert cycle_run(trigger="test", engine=engine).status == CycleStatus.APPLIED
+    assert seen == {"snapshot": False, "plan": False} and engine.seen == [True] and gc.isenabled()
+    cycle_run(trigger="test")
+    submit(qs["qa"], "extra", replicas=2)
+    out = cycle_run(trigger="test", engine=_GcWatchingEngine(lie=True))
+    assert out.status == CycleStatus.FAILED and gc.isenabled()
+    gc.disable()
+    try:  # a caller that runs with the collector off keeps it off
+        cycle_run(trigger="test")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    assert_invariants()
