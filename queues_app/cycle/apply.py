@@ -713,9 +713,14 @@ def write_events(plan: Plan, index: Any, drops: Mapping[int, str], *, cycle: Sch
     return _insert_events(rows, now=now)
 
 
+#: The categories an event row may carry (``TextChoices.values`` builds a new list at every use, and a
+#: contended 10,000-node cycle checks ~43,000 events).
+_CATEGORIES = frozenset(PendingCategory.values)
+
+
 def _category(value: Any) -> str:
     """An engine event's category if it is one we know ('' otherwise: never a write error)."""
-    return value if value in PendingCategory.values else ""
+    return value if isinstance(value, str) and value in _CATEGORIES else ""
 
 
 def write_exclusion_events(excluded: Mapping[int, str], *, cycle: SchedulingCycle, now: datetime,
