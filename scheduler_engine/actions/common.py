@@ -58,6 +58,33 @@ def _sorted_requests(state: CycleState, tasks: Iterable[int]) -> list[tuple]:
     return sorted(tuple(float(x) for x in state.task_order_req[t]) for t in tasks)
 
 
+def _signature(state: CycleState, j: int) -> tuple:
+    """:func:`_constraint_signature` of job j, kept on the state: it reads the job's static fields
+    only (selectors, subgroups, topology, DRA claims of all its tasks)."""
+    cache = getattr(state, "_constraint_sigs", None)
+    if cache is None:
+        cache = state._constraint_sigs = {}
+    sig = cache.get(j)
+    if sig is None:
+        sig = cache[j] = _constraint_signature(state, j)
+    return sig
+
+
+def _pending_requests(state: CycleState, j: int) -> tuple[int, list[tuple]]:
+    """How many pending tasks job j has and their requests sorted (:func:`_sorted_requests`), kept on
+    the state per job and ``job_version`` (bumped by every change of the job's tasks, rollbacks
+    included): the signature checks compare the same jobs again and again within an action."""
+    cache = getattr(state, "_pending_reqs", None)
+    if cache is None:
+        cache = state._pending_reqs = {}
+    ver = int(state.job_version[j])
+    hit = cache.get(j)
+    if hit is None or hit[0] != ver:
+        p = state.job_pending_tasks(j)
+        hit = cache[j] = (ver, len(p), _sorted_requests(state, p) if p else [])
+    return hit[1], hit[2]
+
+
 def _le(a: tuple, b: tuple) -> bool:
     return all(x <= y + EPS for x, y in zip(a, b))
 
@@ -74,19 +101,20 @@ class FailedShapes:
 
     def blocking(self, j: int) -> int | None:
         """The failed job that makes ``j`` not worth trying, or ``None``."""
-        rep = self.reps.get(_constraint_signature(self.state, j))
+        if not self.reps:
+            return None
+        rep = self.reps.get(_signature(self.state, j))
         if rep is None or self._easier(j, rep):
             return None
         return rep
 
     def _easier(self, j: int, rep: int) -> bool:
-        p1 = self.state.job_pending_tasks(j)
-        p2 = self.state.job_pending_tasks(rep)
-        if not p1 or not p2:
+        n1, r1 = _pending_requests(self.state, j)
+        n2, r2 = _pending_requests(self.state, rep)
+        if not n1 or not n2:
             return False
-        if len(p2) > len(p1):
+        if n2 > n1:
             return True
-        r1, r2 = _sorted_requests(self.state, p1), _sorted_requests(self.state, p2)
         for i, a in enumerate(r1):
             if i >= len(r2):
                 return False
@@ -97,18 +125,17 @@ class FailedShapes:
         return False
 
     def record(self, j: int) -> None:
-        key = _constraint_signature(self.state, j)
+        key = _signature(self.state, j)
         cur = self.reps.get(key)
         if cur is not None and not self._smaller(j, cur):
             return
         self.reps[key] = j
 
     def _smaller(self, j: int, cur: int) -> bool:
-        p1 = self.state.job_pending_tasks(j)
-        p2 = self.state.job_pending_tasks(cur)
-        if not p1 or not p2 or len(p1) > len(p2):
+        n1, r1 = _pending_requests(self.state, j)
+        n2, r2 = _pending_requests(self.state, cur)
+        if not n1 or not n2 or n1 > n2:
             return False
-        r1, r2 = _sorted_requests(self.state, p1), _sorted_requests(self.state, p2)
         return all(_le(a, b) for a, b in zip(r1, r2))
 
 

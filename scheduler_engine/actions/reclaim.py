@@ -55,6 +55,7 @@ class Reclaim(EvictingAction):
         # per cluster state (emptied on commit): candidate jobs per (reclaimer leaf, request), the
         # preemptible-and-active job mask, and interned candidate sets (equal sets, one key)
         self._cands: dict[tuple, tuple[np.ndarray, int]] = {}
+        self._gates: dict[tuple, str | None] = {}  # (leaf, request, preemptible) -> the gate's refusal or None
         self._active: np.ndarray | None = None  # (J,) preemptible with an active task
         self._active_q: np.ndarray | None = None  # (Q,) leaves holding such a job
         self._set_keys: dict[bytes, int] = {}
@@ -86,9 +87,17 @@ class Reclaim(EvictingAction):
         s = self.state
         req = s.task_order_req[tasks].sum(axis=0)
         pre = s.job_is_preemptible(j)
+        # the gate reads the leaf's row of the queue state and the request only: the same verdict
+        # (and text) for every job of the leaf asking the same until the next commit
+        key = (leaf, req.tobytes(), pre)
+        hit = self._gates.get(key, self)
+        if hit is not self:
+            return hit
+        why = None
         if not can_reclaim_resources(shares_now(s), leaf, req, pre):
-            return gate_failure(s, leaf, req, pre)
-        return None
+            why = gate_failure(s, leaf, req, pre)
+        self._gates[key] = why
+        return why
 
     def skip_text(self, j: int, rep: int, leaf: int) -> str:
         s = self.state
@@ -99,6 +108,7 @@ class Reclaim(EvictingAction):
         return f"reclaim failed: {reason}"
 
     def committed(self) -> None:
+        self._gates = {}
         self._cands = {}
         self._active = None
         self._set_keys = {}

@@ -103,6 +103,81 @@ def candidate_gpu(cands: np.ndarray, n_jobs: int, task_state: np.ndarray, active
 
 
 @kernel
+def _le(x: float, y: float, tol: float) -> bool:
+    """``x <= y`` as :func:`scheduler_engine.plugins.proportion.compare_quantities` says it (-1 is
+    +infinity, within ``tol`` is equal)."""
+    if y == -1.0:
+        return True
+    if x == -1.0:
+        return False
+    return x <= y or abs(x - y) <= tol
+
+
+@kernel
+def victim_filter_rows(leaf: int, vl: np.ndarray, req: np.ndarray, mat: np.ndarray, lens: np.ndarray,
+                       allocated: np.ndarray, deserved: np.ndarray, fair_share: np.ndarray, limit: np.ndarray,
+                       tol: float) -> np.ndarray:
+    """The proportion victim filter (:func:`scheduler_engine.plugins.proportion.victim_filter`) of
+    reclaimer leaf ``leaf`` against each victim leaf of ``vl``, one pass per leaf: the leveled pair
+    (A*, B*) from the top-down path rows ``mat`` / ``lens``; if ``A + req <= D`` on A*, keep iff B*
+    holds more than deserved in a requested resource with a deserved quota or less in none; else keep
+    iff B* is above its allocatable share (``allocatable``: D = -1 -> L, else max(D, F) capped by L
+    unless L = -1) in some resource."""
+    n = vl.shape[0]
+    out = np.zeros(n, dtype=np.bool_)
+    la = lens[leaf]
+    for i in range(n):
+        b = vl[i]
+        common = min(la, lens[b])
+        depth = common - 1
+        for d in range(common):
+            if mat[b, d] != mat[leaf, d]:
+                depth = d
+                break
+        qa = mat[leaf, depth]
+        qb = mat[b, depth]
+        fits = True
+        for r in range(3):
+            if not _le(allocated[qa, r] + req[r], deserved[qa, r], tol):
+                fits = False
+                break
+        if fits:
+            over = False
+            under = False
+            for r in range(3):
+                d_r = deserved[qb, r]
+                if req[r] > 0 and d_r != -1.0:
+                    a_r = allocated[qb, r]
+                    if a_r > d_r:
+                        over = True
+                    if a_r < d_r:
+                        under = True
+            out[i] = over or not under
+        else:
+            keep = False
+            for r in range(3):
+                d_r = deserved[qb, r]
+                f_r = fair_share[qb, r]
+                l_r = limit[qb, r]
+                if np.isnan(d_r) or np.isnan(f_r):
+                    base = np.nan
+                else:
+                    base = d_r if d_r >= f_r else f_r
+                if l_r == -1.0:
+                    capped = base
+                elif np.isnan(l_r) or np.isnan(base):
+                    capped = np.nan
+                else:
+                    capped = l_r if l_r <= base else base
+                share = l_r if d_r == -1.0 else capped
+                if not _le(allocated[qb, r], share, tol):
+                    keep = True
+                    break
+            out[i] = keep
+    return out
+
+
+@kernel
 def leaf_runs(jobs: np.ndarray, by_static: np.ndarray, group: np.ndarray, n_active: np.ndarray,
               min_available: np.ndarray, job_queue: np.ndarray, qi: np.ndarray):
     """The victim order inside each leaf for distinct candidate jobs ``jobs`` (no subgroups):
@@ -258,6 +333,37 @@ def _gpu_filter(n_cand: int, pi: np.ndarray, task_node: np.ndarray, task_gpu: np
     m = 0
     for v in range(base.shape[0]):
         c = base[v] + (tsum[v] if tstamp[v] == stamp else rec_gpu[v])
+        if c >= mthr:
+            idxbuf[m] = v
+            capbuf[m] = c
+            m += 1
+    return m > 0 and pack_best_fit(need, sel, masks, idxbuf[:m], capbuf[:m])
+
+
+@kernel
+def local_filter(n_cand: int, pi: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray, nf: np.ndarray,
+                 ni: np.ndarray, ist: np.ndarray, fst: np.ndarray, need: np.ndarray, sel: np.ndarray,
+                 masks: np.ndarray) -> bool:
+    """:func:`_gpu_filter` of the node-local set in ``pi[PI_LOC][:n_cand]`` with the search's flags
+    and thresholds (``ist`` / ``fst``) and a fresh stamp: Python's emissions after :data:`EMIT` ask
+    the very filter the loop asks (``fast``: one GPU task without a selector; else the packing)."""
+    stamp = ist[IS_STAMP] + 1
+    ist[IS_STAMP] = stamp
+    return _gpu_filter(n_cand, pi, task_node, task_gpu, nf, ni, ist[IS_FAST] != 0, fst[FS_THR], fst[FS_MTHR],
+                       need, sel, masks, stamp)
+
+
+@kernel
+def all_filter(nf: np.ndarray, ni: np.ndarray, mthr: float, need: np.ndarray, sel: np.ndarray,
+               masks: np.ndarray) -> bool:
+    """The packing filter (:func:`scheduler_engine.solvers.idle_gpus.may_fit`) of every accumulated,
+    not dropped victim: per node the base plus ``all_gpu``, the nodes that could hold the smallest
+    GPU task (``mthr``) in index order, best-fit packing of ``need``."""
+    base, all_gpu = nf[NF_BASE], nf[NF_ALL_GPU]
+    idxbuf, capbuf = ni[NI_IDXBUF], nf[NF_CAPBUF]
+    m = 0
+    for v in range(base.shape[0]):
+        c = base[v] + all_gpu[v]
         if c >= mthr:
             idxbuf[m] = v
             capbuf[m] = c
@@ -439,15 +545,7 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
             if fast:
                 passes = n_good > 0  # the all-accumulated set passes its filter
             else:
-                idxbuf, capbuf = ni[NI_IDXBUF], nf[NF_CAPBUF]
-                m = 0
-                for v in range(base.shape[0]):
-                    c = base[v] + all_gpu[v]
-                    if c >= mthr:
-                        idxbuf[m] = v
-                        capbuf[m] = c
-                        m += 1
-                passes = m > 0 and pack_best_fit(need, sel, masks, idxbuf[:m], capbuf[:m])
+                passes = all_filter(nf, ni, mthr, need, sel, masks)
         if passes:
             n_log = log0  # Python considers every set of this victim itself
             code = EMIT

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..kernels import victim_run
 from ..state import RES_NAMES, CycleState, fmt_amount
 
 if TYPE_CHECKING:  # annotations only: plugins do not depend on the solvers
@@ -308,23 +309,12 @@ def victim_filter_many(shares: QueueShares, reclaimer_leaf: int, victim_leaves, 
     if vl.size == 0:
         return np.zeros(0, dtype=bool)
     mat, lens = paths if paths is not None else queue_paths_matrix(shares.parent)
-    a_path = mat[int(reclaimer_leaf)]
-    b_paths = mat[vl]
-    common = np.minimum(lens[int(reclaimer_leaf)], lens[vl])
-    cols = np.arange(mat.shape[1])
-    diff = (b_paths != a_path[None, :]) & (cols[None, :] < common[:, None])
-    # leveled_pair: the first depth where the paths differ, else the deepest common depth
-    depth = np.where(diff.any(axis=1), np.argmax(diff, axis=1), common - 1)
-    a_star = a_path[depth]
-    b_star = b_paths[np.arange(vl.size), depth]
-    fits_a = np.asarray(less_equal(shares.allocated[a_star] + req, shares.deserved[a_star]), dtype=bool)
-    alloc_b = shares.allocated[b_star]
-    allocatable_b = allocatable(shares.deserved[b_star], shares.fair_share[b_star], shares.limit[b_star])
-    over_allocatable = ~np.asarray(less_equal(alloc_b, allocatable_b), dtype=bool).reshape(-1)
-    d = shares.deserved[b_star]
-    considered = (req > 0)[None, :] & (d != UNLIMITED)
-    gdq = np.any(considered & (alloc_b > d), axis=1) | ~np.any(considered & (alloc_b < d), axis=1)
-    return np.where(fits_a.reshape(-1), gdq, over_allocatable)
+    # one compiled pass over the victim leaves (the same rules, compare_quantities' tolerance)
+    return victim_run.victim_filter_rows(int(reclaimer_leaf), vl, req, mat, lens,
+                                         np.asarray(shares.allocated, dtype=np.float64),
+                                         np.asarray(shares.deserved, dtype=np.float64),
+                                         np.asarray(shares.fair_share, dtype=np.float64),
+                                         np.asarray(shares.limit, dtype=np.float64), TOLERANCE)
 
 
 def saturation_ratio(allocated: float, fair_share: float) -> float:

@@ -124,8 +124,11 @@ class PrefixSearch:
         if b >= 0:
             self.blocked.add(b)
             p = int(self.kst["ist"][victim_run.IS_POT])
-            self.drop([t for t in self.kst["pi"][victim_run.PI_POT, :p].tolist()
-                       if b in s.queue_path_list[int(s.job_queue_arr[int(s.task_job[t])])]])
+            if p:
+                # the accumulated victims (in accumulation order) whose leaf's path holds b
+                pi = self.kst["pi"]
+                under = (kernel_static(s)[1][s.job_queue_arr[pi[victim_run.PI_JOB, :p]]] == b).any(axis=1)
+                self.drop(pi[victim_run.PI_POT, :p][under].tolist())
 
     # ---------------------------------------------------------------- the search
     def run(self):
@@ -192,7 +195,7 @@ class PrefixSearch:
         vq = VictimQueue(s, cands, proto)
         # the accumulated victims live in the compiled loop's arrays, whoever pops them
         # (:meth:`_arrays`): Python's loop below writes them too and its emissions read them
-        self._arrays(cands, base, rec_gpu, cap_all, need1, rec_best < thr if fast else False,
+        self._arrays(cands, base, rec_gpu, cap_all, need1, fast and rec_best < thr,
                      demand(s, partial) if sel1 else dem)
         vr = victim_run
         k = self.kst
@@ -205,6 +208,13 @@ class PrefixSearch:
         tried: set[frozenset] = {frozenset(recorded)} if recorded else set()
         self.tried_sets = tried  # (tests read it; sets the kernel logged are added when looked up)
         track = self.track
+        rec_key = frozenset(recorded)
+        local_filter = fast and rec_best < thr  # (else every node-local set passes the single-task filter)
+        pack = self.pack
+        # the emissions' GPU-count filters through the compiled loop's own (same sums, same packing);
+        # a beneficiary neither ``fast`` nor ``pack`` (no GPU request) passes every set (may_fit: True)
+        compiled_filter = USE_KERNEL and s.N > 0
+        filter_args = (pi, s.task_node, task_gpu, nf, ni, ist, k["fst"]) + tuple(k["dem"])
         use_kernel = USE_KERNEL and bool(vq) and vq.run_ready()
         if use_kernel:
             self._kernel_args(vq)
@@ -289,13 +299,17 @@ class PrefixSearch:
                 local = pot[loc[:cnt]].tolist()  # in accumulation order
                 if cnt == live:
                     same_as_all = True
-                key = frozenset(local) | frozenset(recorded)
+                key = frozenset(local) | rec_key
                 if key in tried:
                     continue
                 tried.add(key)
-                if fast:
+                if compiled_filter:
+                    # the loop's own filter of this set (pi[PI_LOC][:cnt], just written), compiled
+                    if (local_filter or pack) and not vr.local_filter(cnt, *filter_args):
+                        continue
+                elif fast:
                     # only the victims' nodes change: the same sums, in the same order, per node
-                    if rec_best < thr:
+                    if local_filter:
                         touched: dict[int, float] = {}
                         for t in local:
                             tn = int(s.task_node[t])
@@ -320,6 +334,9 @@ class PrefixSearch:
                 continue
             if fast:
                 if self.n_good == 0:
+                    continue
+            elif compiled_filter:
+                if pack and not vr.all_filter(nf, ni, self.mthr, *k["dem"]):
                     continue
             elif not may_fit(s, partial, base, all_gpu, dem):
                 continue

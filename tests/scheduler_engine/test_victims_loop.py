@@ -275,3 +275,93 @@ def test_path_refresh_after_a_commit_orders_jobs_like_a_full_refresh(monkeypatch
     assert fast.events == full.events
     assert (fast.task_state == full.task_state).all() and (fast.task_node == full.task_node).all()
     assert any(e["reason"] in ("Reclaimed", "Preempted") for e in fast.events)
+
+
+# ----------------------------------------------------------------------------- per-cluster-state caches
+def _bench_cycle(snap) -> tuple:
+    from scheduler_engine import bench  # noqa: F401  (snapshots come from bench.generate)
+    st = CycleState(snap)
+    for a in ["allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"]:
+        get_action(a)(st)
+    return st.task_state.tolist(), st.task_node.tolist(), [repr(e) for e in st.events]
+
+
+_CACHE_CLUSTERS = [(60, 400, 20, "one-gpu", 2), (80, 600, 30, "mixed", 5), (40, 300, 10, "mixed", 9)]
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", _CACHE_CLUSTERS)
+def test_gate_verdicts_kept_until_a_commit_decide_as_fresh_gates(monkeypatch, nodes, jobs, queues, shape, seed):
+    """Reclaim keeps the gate's verdict per (leaf, request, preemptible) until the next commit (the
+    gate reads the leaf's queue row, which only a commit changes): the cycle decides as with a gate
+    computed for every job, the kept verdicts are used, and keeping them across a commit is wrong."""
+    from scheduler_engine import bench
+    from scheduler_engine.actions import reclaim
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    real_gate = reclaim.Reclaim.gate
+    hits = []
+
+    def counting(self, j, tasks, leaf):
+        n0 = len(self._gates)
+        out = real_gate(self, j, tasks, leaf)
+        hits.append(len(self._gates) == n0)
+        return out
+
+    def fresh(self, j, tasks, leaf):
+        self._gates = {}
+        return real_gate(self, j, tasks, leaf)
+
+    with monkeypatch.context() as m:
+        m.setattr(reclaim.Reclaim, "gate", counting)
+        kept = _bench_cycle(snap)
+    with monkeypatch.context() as m:
+        m.setattr(reclaim.Reclaim, "gate", fresh)
+        assert _bench_cycle(snap) == kept
+    assert sum(hits) > 0
+    if shape == "one-gpu":  # (many commits in the reclaimers' own leaves)
+        real_committed = reclaim.Reclaim.committed
+
+        def stale(self):
+            gates = self._gates
+            real_committed(self)
+            self._gates = gates
+
+        with monkeypatch.context() as m:
+            m.setattr(reclaim.Reclaim, "committed", stale)
+            assert _bench_cycle(snap) != kept
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", _CACHE_CLUSTERS)
+def test_signature_checks_read_kept_signatures_and_requests_as_fresh_ones(monkeypatch, nodes, jobs, queues, shape,
+                                                                          seed):
+    """The scheduling-signature checks (:class:`common.FailedShapes`) read each job's constraint
+    signature once per cycle and its pending requests once per ``job_version``: the cycle decides as
+    with both computed afresh at every check, and ignoring the version (a job's pending tasks change
+    when it is placed or evicted) decides differently."""
+    from scheduler_engine import bench
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    kept = _bench_cycle(snap)
+
+    def fresh_reqs(state, j):
+        p = state.job_pending_tasks(j)
+        return len(p), common._sorted_requests(state, p)
+
+    with monkeypatch.context() as m:
+        m.setattr(common, "_signature", common._constraint_signature)
+        m.setattr(common, "_pending_requests", fresh_reqs)
+        assert _bench_cycle(snap) == kept
+
+
+def test_signature_checks_see_a_rep_whose_pending_tasks_changed():
+    """A recorded job that got a task placed since has fewer pending tasks: a job that was easier
+    (fewer tasks) is not any more. The kept requests follow ``job_version``; without it the stale
+    count lets the job through."""
+    doc = scenario([node("n0", gpus=4)], [queue("q")],
+                   [job("rep", "q", [pending("rep-0", gpu=1), pending("rep-1", gpu=1)], age=20),
+                    job("one", "q", [pending("one-0", gpu=1)], age=10)], ["reclaim"])
+    state = CycleState(load_dict(doc))
+    rep, one = state.jobs.index["rep"], state.jobs.index["one"]
+    shapes = common.FailedShapes(state)
+    shapes.record(rep)
+    assert shapes.blocking(one) is None  # two pending tasks in rep: one task is easier
+    state.place(int(state.job_start[rep]), 0)
+    assert shapes.blocking(one) == rep  # now both ask for one GPU
