@@ -201,8 +201,13 @@ class Reclaim(EvictingAction):
         start = shares_now(s, copy=True)  # OnJobSolutionStart
         preemptible = s.job_is_preemptible(j)
 
+        reqs: dict[tuple, np.ndarray] = {}  # per prefix of the job's tasks (the scenario's beneficiaries)
+
         def validator(sc: Scenario) -> str | None:
-            req = s.task_order_req[sc.tasks].sum(axis=0)
+            key = tuple(sc.tasks)
+            req = reqs.get(key)
+            if req is None:
+                req = reqs[key] = s.task_order_req[sc.tasks].sum(axis=0)
             victims = victim_vectors(s, sc)
             verdict = validate_reclaim(start, reclaimer_leaf=leaf, req=req, reclaimer_preemptible=preemptible,
                                        victims=victims, multiplier=self.multiplier)

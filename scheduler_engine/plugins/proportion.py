@@ -406,62 +406,130 @@ def validate_reclaim(
        if ``ratio_X > 1 and F_S > 0 and ratio_X * m >= ratio_S``. A non-preemptible reclaimer also needs
        ``Anp_X + req <= D_X`` on every X of the path.
     """
-    req = np.asarray(req, dtype=np.float64)
+    # Python floats throughout (the same IEEE sums and comparisons as float64 arrays, without numpy's
+    # per-call cost on 3-element vectors: this runs once per simulated scenario that fits)
+    rq = np.asarray(req, dtype=np.float64).tolist()
     parent = np.asarray(shares.parent)
     items = list(victims.items()) if isinstance(victims, Mapping) else list(victims)
-    remaining: dict[int, np.ndarray] = {}
-    involved: dict[int, np.ndarray] = {}
+    allocated = np.asarray(shares.allocated, dtype=np.float64)
+    deserved = np.asarray(shares.deserved, dtype=np.float64)
+    fair_share = np.asarray(shares.fair_share, dtype=np.float64)
+    limit = np.asarray(shares.limit, dtype=np.float64)
+    remaining: dict[int, list[float]] = {}
+    involved: dict[int, list[bool]] = {}
+    paths: dict[int, list[int]] = {}
+
+    def path(q: int) -> list[int]:
+        p = paths.get(q)
+        if p is None:
+            p = paths[q] = path_to_root(parent, q)
+        return p
+
+    rpath = path(int(reclaimer_leaf))
+    top_down_a = rpath[::-1]
 
     # 1. per-chunk strategy checks, then subtraction up the victim's path
     for victim_leaf, vectors in items:
         victim_leaf = int(victim_leaf)
-        vecs = [np.asarray(v, dtype=np.float64) for v in vectors]
-        a_star, b_star = leveled_pair(parent, reclaimer_leaf, victim_leaf)
-        leaf_involved = np.zeros(NRES, dtype=bool)
+        vecs = [np.asarray(v, dtype=np.float64).tolist() for v in vectors]
+        vpath = path(victim_leaf)
+        a_star, b_star = _leveled(top_down_a, vpath[::-1])
+        leaf_involved = [False, False, False]
         for v in vecs:
-            leaf_involved |= v > 0
-        involved[victim_leaf] = involved.get(victim_leaf, np.zeros(NRES, bool)) | leaf_involved
+            for r in range(NRES):
+                if v[r] > 0:
+                    leaf_involved[r] = True
+        inv0 = involved.get(victim_leaf)
+        involved[victim_leaf] = leaf_involved if inv0 is None else [x or y for x, y in zip(inv0, leaf_involved)]
         if b_star not in remaining:
-            remaining[b_star] = shares.allocated[b_star].astype(np.float64).copy()
-        alloc_b = shares.allocatable(b_star)
+            remaining[b_star] = allocated[b_star].tolist()
+        alloc_b = _allocatable_row(deserved[b_star].tolist(), fair_share[b_star].tolist(), limit[b_star].tolist())
+        alloc_a = allocated[a_star].tolist()
+        reclaimer_fits = _le3([x + y for x, y in zip(alloc_a, rq)], deserved[a_star].tolist())
+        deserved_b = deserved[b_star].tolist()
         for v in vecs:
-            ok = fits_reclaim_strategy(
-                req=req,
-                allocated_a=shares.allocated[a_star],
-                deserved_a=shares.deserved[a_star],
-                remaining_b=remaining[b_star],
-                deserved_b=shares.deserved[b_star],
-                allocatable_b=alloc_b,
-            )
+            rem_b = remaining[b_star]
+            # MaintainFairShare, else GuaranteeDeservedQuota (fits_reclaim_strategy)
+            ok = not _le3(rem_b, alloc_b) or (reclaimer_fits and not _le3(rem_b, deserved_b))
             if not ok:
-                return Verdict(False, f"strategy: queue {b_star} may not give up {v.tolist()}", queue=b_star,
+                return Verdict(False, f"strategy: queue {b_star} may not give up {v}", queue=b_star,
                                taken_from=b_star)
-            for q in path_to_root(parent, victim_leaf):
-                if q not in remaining:
-                    remaining[q] = shares.allocated[q].astype(np.float64).copy()
-                remaining[q] = remaining[q] - v
+            leaf_inv = involved[victim_leaf]
+            for q in vpath:
+                cur = remaining.get(q)
+                if cur is None:
+                    cur = allocated[q].tolist()
+                remaining[q] = [x - y for x, y in zip(cur, v)]
                 if q != victim_leaf:
-                    involved[q] = involved.get(q, np.zeros(NRES, bool)) | involved[victim_leaf]
+                    inv = involved.get(q)
+                    involved[q] = list(leaf_inv) if inv is None else [x or y for x, y in zip(inv, leaf_inv)]
 
     # 2. the reclaimer's side must stay less saturated than every touched sibling
-    req_involved = req > 0
-    for x in path_to_root(parent, reclaimer_leaf):
-        x_alloc = (remaining[x] if x in remaining else shares.allocated[x]) + req
-        for s in remaining:
-            if s == x or int(parent[s]) != int(parent[x]):
+    req_involved = [x > 0 for x in rq]
+    for x in rpath:
+        base_x = remaining[x] if x in remaining else allocated[x].tolist()
+        x_alloc = [u + w for u, w in zip(base_x, rq)]
+        px = int(parent[x])
+        fair_x = None
+        for s_ in remaining:
+            if s_ == x or int(parent[s_]) != px:
                 continue
-            inv = involved.get(s, np.zeros(NRES, bool)) | req_involved
-            if not saturation_lower(inv, x_alloc, shares.fair_share[x], remaining[s], shares.fair_share[s], multiplier):
-                return Verdict(False, f"saturation: queue {x} would be more saturated than sibling {s}", queue=x,
-                               taken_from=s)
+            inv = involved.get(s_)
+            inv = req_involved if inv is None else [u or w for u, w in zip(inv, req_involved)]
+            if fair_x is None:
+                fair_x = fair_share[x].tolist()
+            if not saturation_lower(inv, x_alloc, fair_x, remaining[s_], fair_share[s_].tolist(), multiplier):
+                return Verdict(False, f"saturation: queue {x} would be more saturated than sibling {s_}", queue=x,
+                               taken_from=s_)
         if not reclaimer_preemptible:
-            cmp = compare_quantities(shares.allocated_np[x] + req, shares.deserved[x])
-            if np.any(cmp > 0):
-                r = int(np.flatnonzero(cmp > 0)[0])
-                return Verdict(
-                    False, f"non-preemptible over quota: queue {x} for {RESOURCES[r]}", queue=x, resource=r
-                )
+            anp = np.asarray(shares.allocated_np[x], dtype=np.float64).tolist()
+            d = deserved[x].tolist()
+            for r in range(NRES):
+                if not _le1(anp[r] + rq[r], d[r]):
+                    return Verdict(
+                        False, f"non-preemptible over quota: queue {x} for {RESOURCES[r]}", queue=x, resource=r
+                    )
     return Verdict(True)
+
+
+def _allocatable_row(d: list[float], f: list[float], lim: list[float]) -> list[float]:
+    """:func:`allocatable` of one queue's row, in Python floats (NaN propagates as in np.maximum /
+    np.minimum)."""
+    out = []
+    for dr, fr, lr in zip(d, f, lim):
+        if dr == UNLIMITED:
+            out.append(lr)
+            continue
+        base = math.nan if (dr != dr or fr != fr) else (dr if dr >= fr else fr)
+        if lr == UNLIMITED:
+            out.append(base)
+        else:
+            out.append(math.nan if (lr != lr or base != base) else (lr if lr <= base else base))
+    return out
+
+
+def _le1(x: float, y: float) -> bool:
+    """``x <= y`` as :func:`compare_quantities` says it (-1 is +infinity, within the tolerance is equal)."""
+    if y == UNLIMITED:
+        return True
+    if x == UNLIMITED:
+        return False
+    return x <= y or abs(x - y) <= TOLERANCE
+
+
+def _le3(a: list[float], b: list[float]) -> bool:
+    """:func:`less_equal` of two 3-vectors given as Python floats."""
+    return _le1(a[0], b[0]) and _le1(a[1], b[1]) and _le1(a[2], b[2])
+
+
+def _leveled(a: list[int], b: list[int]) -> tuple[int, int]:
+    """:func:`leveled_pair` from the two top-down root paths."""
+    pair = (a[0], b[0])
+    for x, y in zip(a, b):
+        pair = (x, y)
+        if x != y:
+            break
+    return pair
 
 
 # ================================================================================ the reclaim action's view
@@ -516,7 +584,8 @@ def victim_vectors(state: CycleState, sc: Scenario) -> list[tuple[int, list[np.n
                 vecs.append(sc.orig_alloc[t])
         core_kept = [sc.orig_alloc[t] for t in core if t not in replaced]
         if core_kept:
-            vecs.append(np.sum(core_kept, axis=0))
+            # (a single row is its own sum: add.reduce starts from the first element)
+            vecs.append(core_kept[0] if len(core_kept) == 1 else np.sum(core_kept, axis=0))
         if not vecs:
             continue
         q = state.job_queue(vj)

@@ -578,3 +578,138 @@ def test_queue_paths_matrix_pads_top_down_paths():
     mat, lens = queue_paths_matrix(np.array([-1, 0, 1, -1]))
     assert mat.tolist() == [[0, -1, -1], [0, 1, -1], [0, 1, 2], [3, -1, -1]]
     assert lens.tolist() == [1, 2, 3, 1]
+
+
+
+# ------------------------------------------------------------------------------------------------
+# the validator's Python-float form decides and explains as its numpy form did
+
+from scheduler_engine.plugins.proportion import (  # noqa: E402
+    NRES, RESOURCES, Verdict, fits_reclaim_strategy, leveled_pair, path_to_root as _ptr)
+from collections.abc import Mapping  # noqa: E402
+
+
+def _validate_reclaim_numpy(
+    shares: QueueShares,
+    *,
+    reclaimer_leaf: int,
+    req,
+    reclaimer_preemptible: bool,
+    victims: Mapping[int, Sequence] | Iterable[tuple[int, Sequence]],
+    multiplier: float = 1.0,
+) -> Verdict:
+    """The numpy form validate_reclaim had until Session 9 (the oracle of its Python-float form)."""
+    req = np.asarray(req, dtype=np.float64)
+    parent = np.asarray(shares.parent)
+    items = list(victims.items()) if isinstance(victims, Mapping) else list(victims)
+    remaining: dict[int, np.ndarray] = {}
+    involved: dict[int, np.ndarray] = {}
+
+    # 1. per-chunk strategy checks, then subtraction up the victim's path
+    for victim_leaf, vectors in items:
+        victim_leaf = int(victim_leaf)
+        vecs = [np.asarray(v, dtype=np.float64) for v in vectors]
+        a_star, b_star = leveled_pair(parent, reclaimer_leaf, victim_leaf)
+        leaf_involved = np.zeros(NRES, dtype=bool)
+        for v in vecs:
+            leaf_involved |= v > 0
+        involved[victim_leaf] = involved.get(victim_leaf, np.zeros(NRES, bool)) | leaf_involved
+        if b_star not in remaining:
+            remaining[b_star] = shares.allocated[b_star].astype(np.float64).copy()
+        alloc_b = shares.allocatable(b_star)
+        for v in vecs:
+            ok = fits_reclaim_strategy(
+                req=req,
+                allocated_a=shares.allocated[a_star],
+                deserved_a=shares.deserved[a_star],
+                remaining_b=remaining[b_star],
+                deserved_b=shares.deserved[b_star],
+                allocatable_b=alloc_b,
+            )
+            if not ok:
+                return Verdict(False, f"strategy: queue {b_star} may not give up {v.tolist()}", queue=b_star,
+                               taken_from=b_star)
+            for q in _ptr(parent, victim_leaf):
+                if q not in remaining:
+                    remaining[q] = shares.allocated[q].astype(np.float64).copy()
+                remaining[q] = remaining[q] - v
+                if q != victim_leaf:
+                    involved[q] = involved.get(q, np.zeros(NRES, bool)) | involved[victim_leaf]
+
+    # 2. the reclaimer's side must stay less saturated than every touched sibling
+    req_involved = req > 0
+    for x in _ptr(parent, reclaimer_leaf):
+        x_alloc = (remaining[x] if x in remaining else shares.allocated[x]) + req
+        for s in remaining:
+            if s == x or int(parent[s]) != int(parent[x]):
+                continue
+            inv = involved.get(s, np.zeros(NRES, bool)) | req_involved
+            if not saturation_lower(inv, x_alloc, shares.fair_share[x], remaining[s], shares.fair_share[s], multiplier):
+                return Verdict(False, f"saturation: queue {x} would be more saturated than sibling {s}", queue=x,
+                               taken_from=s)
+        if not reclaimer_preemptible:
+            cmp = compare_quantities(shares.allocated_np[x] + req, shares.deserved[x])
+            if np.any(cmp > 0):
+                r = int(np.flatnonzero(cmp > 0)[0])
+                return Verdict(
+                    False, f"non-preemptible over quota: queue {x} for {RESOURCES[r]}", queue=x, resource=r
+                )
+    return Verdict(True)
+
+
+
+_CHUNK = st.sampled_from([0.0, 0.5, 1.0, 1.0 + 1e-10, 2.0, 3.0])
+
+
+@settings(max_examples=400, deadline=None)
+@given(_random_tree_shares(), st.data())
+def test_validate_reclaim_matches_its_numpy_form(case, data):
+    shares, req = case
+    n = shares.parent.size
+    anp = np.array([[data.draw(_AMOUNT) for _ in range(3)] for _ in range(n)], float)
+    shares = QueueShares(parent=shares.parent, deserved=shares.deserved, limit=shares.limit,
+                         fair_share=shares.fair_share, allocated=shares.allocated, allocated_np=np.abs(anp),
+                         total=shares.total)
+    leaf = data.draw(st.integers(0, n - 1))
+    victims = {}
+    for q in data.draw(st.lists(st.integers(0, n - 1), min_size=0, max_size=4, unique=True)):
+        victims[q] = [np.array([data.draw(_CHUNK) for _ in range(3)])
+                      for _ in range(data.draw(st.integers(1, 3)))]
+    pre = data.draw(st.booleans())
+    m = data.draw(st.sampled_from([1.0, 1.25, 3.0]))
+    got = validate_reclaim(shares, reclaimer_leaf=leaf, req=req, reclaimer_preemptible=pre, victims=victims,
+                           multiplier=m)
+    want = _validate_reclaim_numpy(shares, reclaimer_leaf=leaf, req=req, reclaimer_preemptible=pre,
+                                   victims=victims, multiplier=m)
+    assert got == want
+
+
+_NEAR = [2.0 - 2e-10, 2.0, 2.0 + 5e-10, 2.0 + 3e-9, U]
+
+
+@pytest.mark.parametrize("a_b", _NEAR)
+@pytest.mark.parametrize("d_b", _NEAR)
+@pytest.mark.parametrize("f_b", [1.0, 2.0 + 5e-10])
+@pytest.mark.parametrize("anp", [1.0 - 5e-10, 1.0 + 5e-10])
+def test_validate_reclaim_matches_its_numpy_form_at_the_tolerance(a_b, d_b, f_b, anp):
+    """Amounts within (and just beyond) the comparison tolerance of each other, every check."""
+    a_b = abs(a_b)
+    rows = [(-1, U, U, a_b + 3.0), (0, 1.0, 1.0, 0.0, anp), (0, d_b, f_b, a_b), (0, 1.0, 1.0, 3.0)]
+    s = shares_from(rows)
+    for pre in (True, False):
+        for victims in ({2: [g(1.0)]}, {2: [g(1.0 + 5e-10), g(0.5)]}, {2: [g(0.5)], 3: [g(2.0)]}):
+            for req in (g(1.0), g(1.0 + 1e-10), np.array([1.0, 0.0, 2.0])):
+                kw = dict(reclaimer_leaf=1, req=req, reclaimer_preemptible=pre, victims=victims)
+                assert validate_reclaim(s, **kw) == _validate_reclaim_numpy(s, **kw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_vec, _vec, _vec)
+def test_allocatable_row_is_allocatable(d, f, lim):
+    from scheduler_engine.plugins.proportion import _allocatable_row
+    for vec in (d, f, lim):
+        if vec[2] == 0.5:
+            vec[2] = np.nan  # NaN propagates as numpy's maximum / minimum do
+    got = _allocatable_row(d.tolist(), f.tolist(), lim.tolist())
+    want = allocatable(d, f, lim).tolist()
+    assert [("nan" if x != x else x) for x in got] == [("nan" if x != x else x) for x in want]
