@@ -41,6 +41,14 @@ def run(state: CycleState) -> None:
     Reclaim(state).run()
 
 
+def _request(state: CycleState, tasks: list[int]) -> np.ndarray:
+    """What tasks ``tasks`` request together (a single task's row is its own sum: ``add.reduce``
+    starts from the first row; read only)."""
+    if len(tasks) == 1:
+        return state.task_order_req[tasks[0]]
+    return state.task_order_req[tasks].sum(axis=0)
+
+
 class Reclaim(EvictingAction):
     """Reclaim plugged into the shared job loop (:func:`~scheduler_engine.actions.common.run_evicting`)."""
 
@@ -85,7 +93,7 @@ class Reclaim(EvictingAction):
 
     def gate(self, j: int, tasks: list[int], leaf: int) -> str | None:
         s = self.state
-        req = s.task_order_req[tasks].sum(axis=0)
+        req = _request(s, tasks)
         pre = s.job_is_preemptible(j)
         # the gate reads the leaf's row of the queue state and the request only: the same verdict
         # (and text) for every job of the leaf asking the same until the next commit
@@ -123,7 +131,7 @@ class Reclaim(EvictingAction):
         built when a solve needs it. ``j`` is never a candidate (its own leaf is excluded).
         """
         s = self.state
-        full_req = s.task_order_req[tasks].sum(axis=0)
+        full_req = _request(s, tasks)
         key = (leaf, np.asarray(full_req, dtype=np.float64).tobytes())
         hit = self._cands.get(key)
         if hit is not None:
@@ -207,7 +215,7 @@ class Reclaim(EvictingAction):
             key = tuple(sc.tasks)
             req = reqs.get(key)
             if req is None:
-                req = reqs[key] = s.task_order_req[sc.tasks].sum(axis=0)
+                req = reqs[key] = _request(s, sc.tasks)
             victims = victim_vectors(s, sc)
             verdict = validate_reclaim(start, reclaimer_leaf=leaf, req=req, reclaimer_preemptible=preemptible,
                                        victims=victims, multiplier=self.multiplier)

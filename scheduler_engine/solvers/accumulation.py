@@ -48,6 +48,30 @@ _ACTIVE_LUT[[int(TaskState.RUNNING), int(TaskState.BINDING), int(TaskState.PIPEL
 USE_KERNEL = True
 
 
+def _scratch(state: CycleState) -> list:
+    """The per-job and per-task rows of the accumulated victims (``ji``: all -1, ``ti``: recorded 0,
+    position -1), kept on the state and lent to one prefix search at a time: the last search's
+    entries (its accumulated victims' tasks and jobs, its recorded tasks) are reset here, O(victims),
+    instead of new (J,) and (T,) rows per search. Searches run one after another (the solvers are
+    sequential and a search's rows are not read after the next one starts)."""
+    vr = victim_run
+    sc = getattr(state, "_victims_scratch", None)
+    if sc is None:
+        ti = np.empty((2, state.T), dtype=np.int64)
+        ti[vr.TI_REC] = 0
+        ti[vr.TI_POS] = -1
+        sc = state._victims_scratch = [np.full((2, state.J), -1, dtype=np.int64), ti, None]
+    elif sc[2] is not None:
+        k, rec = sc[2]
+        p = int(k["ist"][vr.IS_POT])
+        sc[1][vr.TI_POS, k["pi"][vr.PI_POT, :p]] = -1
+        sc[0][:, k["pi"][vr.PI_JOB, :p]] = -1
+        if rec:
+            sc[1][vr.TI_REC, rec] = 0
+    sc[2] = None
+    return sc
+
+
 class PrefixSearch:
     """One prefix's search: accumulate victims, emit scenarios, let the solver simulate them.
 
@@ -379,12 +403,10 @@ class PrefixSearch:
         cap_t = int(s.job_count[cands].sum()) + 1  # every task accumulated at most once
         pi = np.empty((8, cap_t), dtype=np.int64)
         pi[vr.PI_DROP] = -1
-        ji = np.full((2, s.J), -1, dtype=np.int64)
-        ti = np.empty((2, s.T), dtype=np.int64)
-        ti[vr.TI_REC] = 0
+        scratch = _scratch(s)
+        ji, ti = scratch[0], scratch[1]
         if self.recorded:
             ti[vr.TI_REC, self.recorded] = 1
-        ti[vr.TI_POS] = -1
         ist = np.zeros(19, dtype=np.int64)
         ist[vr.IS_BUDGET] = solver.search_budget
         ist[vr.IS_MAX_JOBS] = solver.max_victim_jobs
@@ -398,6 +420,7 @@ class PrefixSearch:
         if dem is None:  # (only read by the packing filter)
             dem = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, N), dtype=np.bool_))
         self.kst = {"nf": nf, "ni": ni, "pi": pi, "ji": ji, "ti": ti, "log": log, "ist": ist, "fst": fst, "dem": dem}
+        scratch[2] = (self.kst, list(self.recorded))  # what the next search resets
         self.drop_seq = pi[vr.PI_DROP]
 
     def _kernel_args(self, vq: VictimQueue) -> None:

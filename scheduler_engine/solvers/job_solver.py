@@ -172,12 +172,12 @@ class VictimSolver:
         cp = s.checkpoint()
         # what the victims held before (one gather each; the per-task dicts are built only for a
         # scenario that places, most do not)
-        orig_allocs = s.task_alloc[victims]
-        orig_nodes = s.task_node[victims].tolist()
+        v = np.asarray(victims, dtype=np.int64)  # (one conversion of the list for the gathers)
+        orig_allocs = s.task_alloc[v]
+        orig_nodes = s.task_node[v].tolist()
         if not self.sim.run(j, partial, victims):
             if self.prune:
                 # re-placed before the beneficiary's turn (back on their node, or elsewhere)
-                v = np.asarray(victims, dtype=np.int64)
                 self._served_first = v[_ACTIVE_LUT[s.task_state[v]]].tolist()
             self.sim.rollback(cp)
             return None

@@ -397,3 +397,39 @@ def test_job_loop_memo_decides_as_fresh_searches(monkeypatch, nodes, jobs, queue
         fresh = _cycle(snap)
     assert len(hits) - n_memo > n_memo  # fewer fit_base computations with the memo
     assert with_memo == fresh
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed,features", [
+    (60, 400, 20, "mixed", 3, {}),
+    (80, 600, 30, "one-gpu", 2, {}),
+    (40, 300, 10, "mixed", 9, {"sub_groups": 0.3}),
+    (50, 360, 20, "mixed", 5, {"dra_nodes": 0.3}),
+])
+def test_victim_rows_lent_to_each_search_come_back_clean(monkeypatch, nodes, jobs, queues, shape, seed, features):
+    """The per-job / per-task rows of the accumulated victims are kept on the state and lent to
+    one prefix search after another (``accumulation._scratch``): each search gets them in the state
+    fresh rows have (every job -1, every task unrecorded and not accumulated), and the cycle decides
+    as with fresh rows per search."""
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    if features:
+        snap = bench.with_features(snap, seed=seed, **features)
+    real = accumulation._scratch
+    lent = []
+
+    def checked(state):
+        sc = real(state)
+        assert (sc[0] == -1).all() and (sc[1][victim_run.TI_REC] == 0).all() and (sc[1][victim_run.TI_POS] == -1).all()
+        lent.append(1)
+        return sc
+
+    def fresh(state):
+        state._victims_scratch = None
+        return real(state)
+
+    with monkeypatch.context() as m:
+        m.setattr(accumulation, "_scratch", checked)
+        kept = _cycle(snap)
+    assert len(lent) > 10
+    with monkeypatch.context() as m:
+        m.setattr(accumulation, "_scratch", fresh)
+        assert _cycle(snap) == kept
