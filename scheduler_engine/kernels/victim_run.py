@@ -86,20 +86,30 @@ FS_BEST, FS_THR, FS_NEED_LO, FS_MTHR = range(4)
 
 
 @kernel
-def candidate_gpu(cands: np.ndarray, n_jobs: int, task_state: np.ndarray, active: np.ndarray, task_job: np.ndarray,
-                  task_node: np.ndarray, task_gpu: np.ndarray, out: np.ndarray) -> None:
+def candidate_gpu(cands: np.ndarray, job_start: np.ndarray, job_count: np.ndarray, task_state: np.ndarray,
+                  active: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray, out: np.ndarray) -> None:
     """Add to ``out`` (per node) the GPUs of every active, placed task of the jobs ``cands``, in task
     order: the prefix search's bound "even evicting every candidate" (``np.add.at`` / the weighted
-    ``np.bincount`` it replaced add in that same order, one task at a time), in one pass over the
-    tasks instead of three masks and a gather over them."""
-    is_c = np.zeros(n_jobs, dtype=np.bool_)
-    for x in cands:
-        is_c[x] = True
-    for t in range(task_state.shape[0]):
-        if active[task_state[t]] and is_c[task_job[t]]:
-            n = task_node[t]
-            if n >= 0:
-                out[n] = out[n] + task_gpu[t]
+    ``np.bincount`` it replaced add in that same order, one task at a time). A job's tasks are the
+    contiguous range ``job_start[j]:job_start[j] + job_count[j]``, so the candidates' ranges taken by
+    start are the candidates' tasks in task order: O(their tasks), not a pass over every task (a
+    preempt search has a few candidates of one leaf)."""
+    m = cands.shape[0]
+    n_jobs = job_start.shape[0]
+    keys = np.empty(m, dtype=np.int64)
+    for i in range(m):
+        keys[i] = job_start[cands[i]] * n_jobs + cands[i]
+    keys.sort()
+    for i in range(m):
+        j = keys[i] % n_jobs
+        if i > 0 and keys[i] == keys[i - 1]:
+            continue  # (a repeated candidate counts once)
+        t0 = job_start[j]
+        for t in range(t0, t0 + job_count[j]):
+            if active[task_state[t]]:
+                n = task_node[t]
+                if n >= 0:
+                    out[n] = out[n] + task_gpu[t]
 
 
 @kernel
@@ -178,26 +188,26 @@ def victim_filter_rows(leaf: int, vl: np.ndarray, req: np.ndarray, mat: np.ndarr
 
 
 @kernel
-def leaf_runs(jobs: np.ndarray, by_static: np.ndarray, group: np.ndarray, n_active: np.ndarray,
-              min_available: np.ndarray, job_queue: np.ndarray, qi: np.ndarray):
+def leaf_runs(jobs: np.ndarray, by_static: np.ndarray, static_pos: np.ndarray, group: np.ndarray,
+              n_active: np.ndarray, min_available: np.ndarray, job_queue: np.ndarray, qi: np.ndarray):
     """The victim order inside each leaf for distinct candidate jobs ``jobs`` (no subgroups):
-    ``by_static`` (every job by (leaf, priority) group, then older first / name descending) masked
-    to the candidates, then stably re-sorted by group and elastic state descending where that is not
+    ``by_static`` (every job by (leaf, priority) group, then older first / name descending; its
+    inverse ``static_pos``) masked to the candidates, then stably re-sorted by group and elastic state descending where that is not
     already the order. Writes each leaf's run ``[ptr, hi)`` into ``qi``; returns the candidates in
     that order, the leaves in run order and ``True`` (``False``: ``jobs`` repeats a job, nothing
     written: the caller sorts those itself)."""
     n = jobs.shape[0]
-    is_c = np.zeros(by_static.shape[0], dtype=np.bool_)
-    for x in jobs:
-        if is_c[x]:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), False
-        is_c[x] = True
+    # the candidates' places in ``by_static`` (``static_pos`` is its inverse), ascending: the static
+    # order masked to them, in O(n log n) instead of a pass over every job
+    at = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        at[i] = static_pos[jobs[i]]
+    at.sort()
     cj = np.empty(n, dtype=np.int64)
-    k = 0
-    for x in by_static:
-        if is_c[x]:
-            cj[k] = x
-            k += 1
+    for i in range(n):
+        if i > 0 and at[i] == at[i - 1]:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), False
+        cj[i] = by_static[at[i]]
     # ``cj`` is in group order: the stable sort by (group, elastic state descending) is, inside each
     # group's stretch, the jobs above minAvailable, then at it, then below it, each in rank order
     els = np.empty(n, dtype=np.int64)
@@ -252,6 +262,7 @@ def refresh_heads(cj: np.ndarray, job_version: np.ndarray, seen: np.ndarray, job
     (ascending, distinct), which Python recomputes from their representatives."""
     n = cj.shape[0]
     mark = np.zeros(job_version.shape[0], dtype=np.bool_)
+    out = np.empty(n, dtype=np.int64)
     m = 0
     for i in range(n):
         j = cj[i]
@@ -271,14 +282,11 @@ def refresh_heads(cj: np.ndarray, job_version: np.ndarray, seen: np.ndarray, job
             gt[t] = t
             seen[j] = job_version[j]
         else:
+            out[m] = j
             m += 1
-    out = np.empty(m, dtype=np.int64)
-    k = 0
-    for j in range(mark.shape[0]):
-        if mark[j] and seen[j] != job_version[j]:
-            out[k] = j
-            k += 1
-    return out[:k]
+    out = out[:m]
+    out.sort()  # (distinct: each job marked once)
+    return out
 
 
 @kernel

@@ -187,7 +187,7 @@ class PrefixSearch:
             every = hit[1]
         else:
             every = rec_gpu.copy() if recorded else np.zeros(s.N)
-            victim_run.candidate_gpu(cands, s.J, s.task_state, _ACTIVE_LUT, s.task_job, s.task_node,
+            victim_run.candidate_gpu(cands, s.job_start, s.job_count, s.task_state, _ACTIVE_LUT, s.task_node,
                                      s.task_alloc[:, GPU], every)
             if memo is not None and not recorded:
                 memo[("every", id(cands))] = (cands, every)

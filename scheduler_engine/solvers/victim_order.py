@@ -107,6 +107,18 @@ def _victim_static_ranks(state: CycleState) -> tuple[np.ndarray, np.ndarray, np.
     return hit
 
 
+def _static_pos(state: CycleState) -> np.ndarray:
+    """Each job's place in the static victim order (the inverse of :func:`_victim_static_ranks`'
+    sorted jobs); cached on the state."""
+    hit = getattr(state, "_victims_static_pos", None)
+    if hit is None:
+        by_static = _victim_static_ranks(state)[2]
+        hit = np.empty(by_static.shape[0], dtype=np.int64)
+        hit[by_static] = np.arange(by_static.shape[0], dtype=np.int64)
+        state._victims_static_pos = hit
+    return hit
+
+
 def queue_tiebreaks(state: CycleState, victim: bool) -> np.ndarray | None:
     """Rules 7-8 as one integer per queue for the queue order (``victim``: reversed), or ``None``
     when some parent's children are not totally ordered by them (:func:`ordering.chain_tiebreaks`);
@@ -206,7 +218,7 @@ class VictimQueue:
             if not s.any_sg:
                 # the same order in one compiled pass (distinct candidates, elastic state from the
                 # active-task counts); it also writes each leaf's run
-                cj, firsts, done = victim_run.leaf_runs(jobs, by_static, group, s.job_num_active_arr,
+                cj, firsts, done = victim_run.leaf_runs(jobs, by_static, _static_pos(s), group, s.job_num_active_arr,
                                                         s.job_min_available, s.job_queue_arr, self.qi)
                 if done:
                     self.cj = cj

@@ -306,12 +306,13 @@ def test_leaf_runs_is_the_victim_order_inside_leaves(seed):
         if state.task_state[t] in (1, 6, 7):
             state.evict(t)
     act = state.job_num_active_arr
-    cands = np.array(sorted(rng.sample(range(state.J), rng.randint(1, state.J))), dtype=np.int64)
+    cands = np.array(rng.sample(range(state.J), rng.randint(1, state.J)), dtype=np.int64)  # (any order)
     el = np.where(act[cands] < state.job_min_available[cands], 0,
                   np.where(act[cands] == state.job_min_available[cands], 1, 2))
     want = cands[np.lexsort((rank[cands], 2 - el, group[cands]))]
     qi = np.zeros((6, state.Q), dtype=np.int64)
-    cj, firsts, done = victim_run.leaf_runs(cands, by_static, group, act, state.job_min_available,
+    cj, firsts, done = victim_run.leaf_runs(cands, by_static, victim_order._static_pos(state), group, act,
+                                            state.job_min_available,
                                             state.job_queue_arr, qi)
     assert done
     assert cj.tolist() == want.tolist()
@@ -324,7 +325,8 @@ def test_leaf_runs_is_the_victim_order_inside_leaves(seed):
     vq = victim_order.VictimQueue(state, cands)
     assert vq.cj.tolist() == want.tolist()
     twice = np.concatenate([cands, cands[:1]])
-    assert not victim_run.leaf_runs(twice, by_static, group, act, state.job_min_available, state.job_queue_arr,
+    assert not victim_run.leaf_runs(twice, by_static, victim_order._static_pos(state), group, act,
+                                    state.job_min_available, state.job_queue_arr,
                                     np.zeros((6, state.Q), dtype=np.int64))[2]
 
 
@@ -340,7 +342,11 @@ def test_candidate_gpu_adds_in_task_order(seed):
     task_state = rng.integers(0, 8, T).astype(np.int8)
     gpu = rng.choice([0.1, 0.2, 0.3, 1 / 3, 0.7, 1.0, 0.0], T)
     lut = accumulation._ACTIVE_LUT
-    cands = np.flatnonzero(rng.random(J) < 0.6).astype(np.int64)
+    # jobs own contiguous task ranges (some jobs none); candidates in any order, one repeated
+    job_count = np.bincount(task_job, minlength=J).astype(np.int64)
+    job_start = (np.cumsum(job_count) - job_count).astype(np.int64)
+    cands = rng.permutation(np.flatnonzero(rng.random(J) < 0.6)).astype(np.int64)
+    cands = np.concatenate([cands, cands[:1]])
     is_c = np.zeros(J, dtype=bool)
     is_c[cands] = True
     act = lut[task_state] & is_c[task_job] & (task_node >= 0)
@@ -348,10 +354,10 @@ def test_candidate_gpu_adds_in_task_order(seed):
         want = start.copy()
         np.add.at(want, task_node[act], gpu[act])
         got = start.copy()
-        victim_run.candidate_gpu(cands, J, task_state, lut, task_job, task_node, gpu, got)
+        victim_run.candidate_gpu(cands, job_start, job_count, task_state, lut, task_node, gpu, got)
         assert got.tobytes() == want.tobytes()
     zero = np.zeros(N)
-    victim_run.candidate_gpu(cands, J, task_state, lut, task_job, task_node, gpu, zero)
+    victim_run.candidate_gpu(cands, job_start, job_count, task_state, lut, task_node, gpu, zero)
     assert zero.tobytes() == np.bincount(task_node[act], weights=gpu[act], minlength=N).astype(float).tobytes()
 
 
