@@ -686,16 +686,24 @@ class CycleState:
             out &= ~self.job_has_sg[jobs]
         return out
 
-    def node_idle_gpus(self) -> np.ndarray:
-        out = np.maximum((self.dev_free * self.dev_valid).sum(axis=1), 0.0) if self.G else np.zeros(self.N)
-        if self.D and self.M and self.dc_gpu.any():  # free devices of gpu classes are GPUs too
-            out = out + ((self.dra_free[:, self.dc_gpu] >= 1 - EPS) & self.dra_valid[:, self.dc_gpu]).sum(axis=(1, 2))
-        return out
+    def node_idle_gpus(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """(N,) free GPUs per node; ``rows``: those nodes only (the same per-row sums)."""
+        return self._node_gpus(self.dev_free, self.dra_free if self.D else None, rows)
 
-    def node_releasing_gpus(self) -> np.ndarray:
-        out = np.maximum((self.dev_rel * self.dev_valid).sum(axis=1), 0.0) if self.G else np.zeros(self.N)
-        if self.D and self.M and self.dc_gpu.any():
-            out = out + ((self.dra_rel[:, self.dc_gpu] >= 1 - EPS) & self.dra_valid[:, self.dc_gpu]).sum(axis=(1, 2))
+    def node_releasing_gpus(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """(N,) releasing GPUs per node; ``rows``: those nodes only (the same per-row sums)."""
+        return self._node_gpus(self.dev_rel, self.dra_rel if self.D else None, rows)
+
+    def _node_gpus(self, dev: np.ndarray, dra: np.ndarray | None, rows: np.ndarray | None) -> np.ndarray:
+        valid = self.dev_valid
+        if rows is not None:
+            dev, valid = dev[rows], valid[rows]
+        out = np.maximum((dev * valid).sum(axis=1), 0.0) if self.G else np.zeros(valid.shape[0])
+        if self.D and self.M and self.dc_gpu.any():  # free / releasing devices of gpu classes are GPUs too
+            dvalid = self.dra_valid if rows is None else self.dra_valid[rows]
+            if rows is not None:
+                dra = dra[rows]
+            out = out + ((dra[:, self.dc_gpu] >= 1 - EPS) & dvalid[:, self.dc_gpu]).sum(axis=(1, 2))
         return out
 
     def node_idle_devices(self) -> np.ndarray:

@@ -48,6 +48,27 @@ _ACTIVE_LUT[[int(TaskState.RUNNING), int(TaskState.BINDING), int(TaskState.PIPEL
 USE_KERNEL = True
 
 
+def _fit_base(state: CycleState) -> np.ndarray:
+    """:func:`.idle_gpus.fit_base` kept on the state across the job loop's commits and brought up to
+    date on the nodes ``state.node_log`` names since (every change of a node's resources, rollbacks
+    included, is logged): a commit changes the beneficiary's and the victims' nodes only, so the
+    next search recomputes those rows (the same per-row sums) instead of every node. A new array
+    each time it changes (a caller may hold the previous one)."""
+    log = state.node_log
+    end = len(log)
+    hit = getattr(state, "_victims_fit_base", None)
+    if hit is None or end - hit[1] > state.N:
+        base = fit_base(state)
+    else:
+        base, pos = hit
+        if pos < end:
+            rows = np.unique(np.asarray(log[pos:end], dtype=np.int64))
+            base = base.copy()
+            base[rows] = fit_base(state, rows)
+    state._victims_fit_base = (base, end)
+    return base
+
+
 def _scratch(state: CycleState) -> list:
     """The per-job and per-task rows of the accumulated victims (``ji``: all -1, ``ti``: recorded 0,
     position -1), kept on the state and lent to one prefix search at a time: the last search's
@@ -172,7 +193,7 @@ class PrefixSearch:
         else:
             base = memo.get("base")
             if base is None:
-                base = memo["base"] = fit_base(s)
+                base = memo["base"] = _fit_base(s)
         self.base = base
         rec_gpu = np.zeros(s.N)
         for t in recorded:

@@ -14,11 +14,12 @@ from ..kernels.gpu_fit import pack_best_fit
 from ..state import EPS, CycleState
 
 
-def fit_base(state: CycleState) -> np.ndarray:
-    """Per-node GPUs a pipelined task could use now (free + releasing); unschedulable nodes 0."""
+def fit_base(state: CycleState, rows: np.ndarray | None = None) -> np.ndarray:
+    """Per-node GPUs a pipelined task could use now (free + releasing); unschedulable nodes 0.
+    ``rows``: those nodes only (the same values as the full array's rows)."""
     s = state
-    base = s.node_idle_gpus() + s.node_releasing_gpus()
-    return np.where(s.node_schedulable, base, 0.0)
+    base = s.node_idle_gpus(rows) + s.node_releasing_gpus(rows)
+    return np.where(s.node_schedulable if rows is None else s.node_schedulable[rows], base, 0.0)
 
 
 def may_fit(state: CycleState, partial: list[int], base: np.ndarray, victim_gpu: np.ndarray,

@@ -392,14 +392,14 @@ def test_job_loop_memo_decides_as_fresh_searches(monkeypatch, nodes, jobs, queue
         real_vq(self, state, jobs, proto)
 
     with monkeypatch.context() as m:
-        m.setattr(accumulation, "fit_base", lambda s: hits.append(1) or real_fit_base(s))
+        m.setattr(accumulation, "fit_base", lambda s, *rows: hits.append(1) or real_fit_base(s, *rows))
         m.setattr(victim_order.VictimQueue, "__init__", vq_init)
         with_memo = _cycle(snap)
     n_memo = len(hits)
     assert any(restored) or shape == "one-gpu"  # (one-gpu: no candidate set repeats between commits)
     with monkeypatch.context() as m:
         m.setattr(job_solver.VictimSolver, "__init__", no_memo)
-        m.setattr(accumulation, "fit_base", lambda s: hits.append(1) or real_fit_base(s))
+        m.setattr(accumulation, "fit_base", lambda s, *rows: hits.append(1) or real_fit_base(s, *rows))
         fresh = _cycle(snap)
     assert len(hits) - n_memo > n_memo  # fewer fit_base computations with the memo
     assert with_memo == fresh
@@ -439,3 +439,52 @@ def test_victim_rows_lent_to_each_search_come_back_clean(monkeypatch, nodes, job
     with monkeypatch.context() as m:
         m.setattr(accumulation, "_scratch", fresh)
         assert _cycle(snap) == kept
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed,features", [
+    (60, 400, 20, "mixed", 3, {}),
+    (80, 600, 30, "one-gpu", 2, {}),
+    (40, 300, 10, "mixed", 9, {"sub_groups": 0.3}),
+    (50, 360, 20, "mixed", 5, {"dra_nodes": 0.3}),
+])
+def test_fit_base_patched_on_logged_nodes_is_the_full_one(monkeypatch, nodes, jobs, queues, shape, seed, features):
+    """The per-node GPU base kept across commits (``accumulation._fit_base``: only the nodes in
+    ``state.node_log`` since the last search recomputed) is, bit for bit, what ``fit_base`` gives on
+    the whole cluster at every search (shared fractions, DRA GPU classes); patching no row fails."""
+    from scheduler_engine.solvers import idle_gpus
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    if features:
+        snap = bench.with_features(snap, seed=seed, **features)
+    real = accumulation._fit_base
+    patched = []
+
+    def checked(state):
+        pos = getattr(state, "_victims_fit_base", (None, len(state.node_log)))[1]
+        base = real(state)
+        assert base.tobytes() == idle_gpus.fit_base(state).tobytes()
+        patched.append(len(state.node_log) > pos)
+        return base
+
+    with monkeypatch.context() as m:
+        m.setattr(accumulation, "_fit_base", checked)
+        _cycle(snap)
+    assert sum(patched) > 5
+
+    def unpatched(state):
+        hit = getattr(state, "_victims_fit_base", None)
+        if hit is not None:
+            return hit[0]
+        return real(state)
+
+    with monkeypatch.context() as m:
+        m.setattr(accumulation, "_fit_base", unpatched)
+        stale = []
+        orig_may_fit = accumulation.may_fit
+
+        def may_fit(state, partial, base, gpu, dem=None):
+            stale.append(base.tobytes() != idle_gpus.fit_base(state).tobytes())
+            return orig_may_fit(state, partial, base, gpu, dem)
+
+        m.setattr(accumulation, "may_fit", may_fit)
+        _cycle(snap)
+    assert any(stale)
