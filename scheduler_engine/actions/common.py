@@ -35,6 +35,25 @@ def job_ready(state: CycleState, j: int) -> bool:
     return state.job_num_active(j) + len(state.job_pending_tasks(j)) >= int(state.job_min_available[j])
 
 
+def pending_ready_jobs(state: CycleState) -> list[int]:
+    """Jobs of leaf queues with a pending task that are ready (:func:`job_ready`), ascending: the
+    jobs reclaim and preempt try. One pass over the tasks instead of a pending-task list per job;
+    jobs with subgroups ask :func:`scheduler_engine.subgroups.job_ready`."""
+    s = state
+    if s.J == 0:
+        return []
+    npend = np.bincount(s.task_job[s.task_state == _PEND], minlength=s.J)
+    leaf = np.asarray(s.queue_is_leaf, dtype=bool)[s.job_queue_arr]
+    out = []
+    for j in np.flatnonzero(leaf & (npend > 0)).tolist():
+        if s._sg_list[j]:
+            if subgroups.job_ready(s, j):
+                out.append(j)
+        elif int(s.job_num_active_arr[j]) + int(npend[j]) >= int(s.job_min_available[j]):
+            out.append(j)
+    return out
+
+
 def within_preemption_delay(state: CycleState, j: int) -> bool:
     """A job younger than its ``preemptionDelay`` may not cause evictions (spec i)."""
     delay = float(state.jobs.preemption_delay[j])

@@ -14,7 +14,7 @@ import numpy as np
 from ..plugins.minruntime import min_runtime_elastic, preempt_min_runtime, protected_non_elastic
 from ..snapshot import NRES, UNLIMITED
 from ..state import CycleState, RES_NAMES, fmt_amount
-from .common import EvictingAction, job_ready, run_evicting
+from .common import EvictingAction, pending_ready_jobs, run_evicting
 
 
 def run(state: CycleState) -> None:
@@ -52,10 +52,7 @@ class Preempt(EvictingAction):
         self._leaf_jobs: dict[int, np.ndarray] | None = None  # leaf -> its jobs (static)
 
     def run(self) -> None:
-        s = self.state
-        jobs = [j for j in range(s.J)
-                if s.queue_is_leaf[s.job_queue(j)] and s.job_pending_tasks(j) and job_ready(s, j)]
-        run_evicting(s, jobs, self)
+        run_evicting(self.state, pending_ready_jobs(self.state), self)
 
     def delay_text(self, j: int) -> str:
         return (f"job is within its preemption delay ({self.state.jobs.preemption_delay[j]:g}s) and may not "

@@ -31,7 +31,7 @@ from ..plugins.proportion import (can_reclaim_resources, effective_multiplier, g
 from ..snapshot import UNLIMITED
 from ..solvers.simulation import Scenario
 from ..state import CycleState, fmt_amount
-from .common import EvictingAction, job_ready, run_evicting
+from .common import EvictingAction, pending_ready_jobs, run_evicting
 
 
 _MAX_CANDIDATE_ARRAYS = 64
@@ -72,15 +72,7 @@ class Reclaim(EvictingAction):
         self._any_mr: bool | None = None
 
     def candidate_jobs(self) -> list[int]:
-        s = self.state
-        out = []
-        for j in range(s.J):
-            if not s.queue_is_leaf[s.job_queue(j)]:
-                continue
-            if not s.job_pending_tasks(j) or not job_ready(s, j):
-                continue
-            out.append(j)
-        return out
+        return pending_ready_jobs(self.state)
 
     def run(self) -> None:
         run_evicting(self.state, self.candidate_jobs(), self)

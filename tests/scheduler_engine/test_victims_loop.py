@@ -365,3 +365,35 @@ def test_signature_checks_see_a_rep_whose_pending_tasks_changed():
     assert shapes.blocking(one) is None  # two pending tasks in rep: one task is easier
     state.place(int(state.job_start[rep]), 0)
     assert shapes.blocking(one) == rep  # now both ask for one GPU
+
+
+@pytest.mark.parametrize("shape,features", [("mixed", {}), ("one-gpu", {}), ("mixed", {"sub_groups": 0.3})])
+def test_pending_ready_jobs_are_the_jobs_the_loop_tried_one_by_one(shape, features):
+    """The jobs reclaim and preempt try (``common.pending_ready_jobs``: one pass over the tasks) are
+    the leaf jobs with a pending task that are ready, asked job by job, also after allocate and
+    consolidation changed task states (elastic jobs partly running, subgroup jobs)."""
+    from scheduler_engine import bench
+    snap = bench.generate(nodes=40, jobs=300, queues=12, seed=4, shape=shape)
+    if features:
+        snap = bench.with_features(snap, seed=4, **features)
+    st = CycleState(snap)
+    for a in [None, "allocate", "consolidation", "reclaim"]:
+        if a:
+            get_action(a)(st)
+        want = [j for j in range(st.J) if st.queue_is_leaf[st.job_queue(j)] and st.job_pending_tasks(j)
+                and common.job_ready(st, j)]
+        assert common.pending_ready_jobs(st) == want
+        assert want
+
+
+def test_pending_ready_jobs_count_running_tasks_toward_min_available():
+    """A gang with tasks running and one pending is ready when running + pending reach
+    minAvailable (and not ready below it: a releasing task does not count); a job with nothing
+    pending is not tried."""
+    doc = scenario([node("n0", gpus=8)], [queue("dept"), queue("q", parent="dept")],
+                   [job("g", "q", [running("g-0", "n0"), running("g-1", "n0"), pending("g-2")], minAvailable=3),
+                    job("short", "q", [running("s-0", "n0"), pending("s-1"),
+                                       running("s-2", "n0", state="Releasing")], minAvailable=3),
+                    job("done", "q", [running("d-0", "n0")])], ["reclaim"])
+    st = CycleState(load_dict(doc))
+    assert [st.jobs.names[j] for j in common.pending_ready_jobs(st)] == ["g"]
