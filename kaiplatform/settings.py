@@ -21,6 +21,7 @@ KAI_HEARTBEAT_SECONDS       period of the worker heartbeat task
 KAI_MAX_QUEUE_DEPTH         deepest allowed queue tree level (top level = 1)
 KAI_DASHBOARD_REFRESH_SECONDS  how often the admin dashboard refreshes itself (default 5)
 KAI_DASHBOARD_RACK_LABELS   node labels that name a node's rack on the dashboard's node map
+KAI_WORKER_PRELOAD_ENGINE   a worker on the cycle's queue loads the engine's kernels at start (default on)
 ==========================  ==================================================================
 """
 from __future__ import annotations
@@ -277,6 +278,9 @@ KAI_USAGE_PROVIDER = envstr("KAI_USAGE_PROVIDER") or None
 # operator setting in the admin; extra triggers are no-ops).  Unset KAI_USAGE_PROVIDER means
 # fairshare_app's normalised usage feeds the engine.
 KAI_ACCOUNTING_SECONDS = envint("KAI_ACCOUNTING_SECONDS", 30, minimum=1)
+# A Celery worker that consumes the scheduling cycle's queue loads the engine's compiled kernels before
+# it takes tasks (compiling them if the cache is cold), so no cycle pays for it inside its time limits.
+KAI_WORKER_PRELOAD_ENGINE = envbool("KAI_WORKER_PRELOAD_ENGINE", True)
 
 # --------------------------------------------------------------------------- kubernetes (issue #7)
 # Off unless configured: ``embedded`` keeps the database as the cluster (the demo default).

@@ -792,6 +792,14 @@ def load_scenario_file(path: str) -> Snapshot:
     return engine_loader.load_scenario(path)
 
 
+def preload_engine() -> None:
+    """Load (or compile, on a cold cache) every engine kernel now, by running the engine's own
+    warm-up cycles on small generated clusters (the Celery worker calls it before forking)."""
+    from scheduler_engine.kernels.warm import compile_all
+
+    compile_all()
+
+
 def run_engine(snapshot: Snapshot, *, time_budget: float | None = None) -> Any:
     """One scheduling cycle of the engine: ``scheduler_engine.cycle.run_cycle(snapshot)``, its
     evicting actions stopped after ``time_budget`` seconds (the result's ``budget`` says where).
