@@ -51,6 +51,12 @@ a 3,000,000-step Python loop], best of 2; about 0.6 s on an idle 2-core developm
 reports ``ratio`` = full cycle / calibration, wall clock and CPU seconds each. Targets are stated
 as ratios (issue 17: 2,000 nodes / 11,200 mixed jobs within 3x, 10,000 / 56,000 within 15x, 500 /
 4,000 one-GPU within 0.4x); ``--no-calibration`` skips it.
+
+Kernels: before the timed cycles the command loads the compiled kernels (``kernels.warm``'s small
+cycles; with an empty ``NUMBA_CACHE_DIR`` this compiles them, 20-25 s of CPU) and reports that time
+apart (``kernels``), so a cycle is timed as a process that has run one before (a control-plane worker)
+runs it; the first cycle of a fresh process pays about 0.2-0.4 s more (numba's own start-up and the
+cache loads). ``--no-warm`` leaves that inside the first timed cycle.
 """
 from __future__ import annotations
 
@@ -624,7 +630,7 @@ def reference_size(nodes: int, jobs: int, queues: int, reference_nodes: int | No
 def run_bench(*, nodes: int, jobs: int, queues: int, seed: int = 1, shape: str = "mixed", repeat: int = 1,
               compare: bool = False, actions: Sequence[str] | None = None,
               reference_nodes: int | None = REFERENCE_NODES, calibrate: bool = True, sub_groups: float = 0.0,
-              dra_nodes: float = 0.0) -> dict[str, Any]:
+              dra_nodes: float = 0.0, warm: bool = False) -> dict[str, Any]:
     """Generate, run ``repeat`` full cycles, report the best (and all) timings.
 
     ``calibrate``: also time the calibration workload (:func:`calibration_seconds`) right before
@@ -633,12 +639,25 @@ def run_bench(*, nodes: int, jobs: int, queues: int, seed: int = 1, shape: str =
 
     ``compare``: also time allocate alone against the plain-Python reference, on the cluster of
     :func:`reference_size` (the same seed and shape).
+
+    ``warm``: first load (or compile) the kernels, untimed by the cycles, reported as ``kernels``
+    (wall, CPU seconds, how many were compiled / loaded from the cache); the command line does this
+    unless ``--no-warm``.
     """
     t0 = time.perf_counter()
     snap = generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
     snap = with_features(snap, sub_groups=sub_groups, dra_nodes=dra_nodes, seed=seed)
     gen = time.perf_counter() - t0
     rss_generated = _peak_rss_bytes()
+    kernels = None
+    if warm:
+        from .kernels import JIT_ENABLED
+
+        if JIT_ENABLED:
+            from .kernels.warm import warm_up
+
+            k = warm_up()
+            kernels = {"wall": k.wall, "cpu": k.cpu, "compiled": len(k.compiled), "loaded": len(k.loaded)}
     cal = calibration_seconds() if calibrate else None
     runs = []
     decisions = None
@@ -658,6 +677,8 @@ def run_bench(*, nodes: int, jobs: int, queues: int, seed: int = 1, shape: str =
         "all_totals": [r["total"] for r in runs], "decisions": decisions,
         "peak_rss_bytes_after_generate": rss_generated,
     }
+    if kernels is not None:
+        out["kernels"] = kernels
     if cal is not None:
         out["calibration"] = cal
         out["ratio"] = {"wall": best["total"] / cal["wall"], "cpu": best["total_cpu"] / cal["cpu"]}
@@ -700,6 +721,10 @@ def format_text(rep: dict[str, Any]) -> str:
         f"generated in {rep['generate_seconds']:.2f}s; actions {','.join(rep['params']['actions'])}; "
         f"best of {len(rep['all_totals'])} cycle(s):",
     ]
+    if "kernels" in rep:
+        k = rep["kernels"]
+        lines.insert(-1, f"kernels ready before the timed cycles in {k['wall']:.2f} s ({k['cpu']:.2f} s CPU; "
+                         f"{k['compiled']} compiled, {k['loaded']} loaded from the cache)")
     for ph in _PHASES:
         if ph in t:
             lines.append(f"  {ph:<18} {t[ph] * 1000:10.1f} ms")
@@ -761,6 +786,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-ratio", type=float, metavar="R",
                    help="with --target: the time target is R times the calibration workload of this run")
     p.add_argument("--no-calibration", action="store_true", help="do not time the calibration workload")
+    p.add_argument("--no-warm", action="store_true",
+                   help="do not load (or compile) the kernels before the timed cycles: the first cycle includes it")
     p.add_argument("--write-scenario", metavar="FILE", help="also write the generated snapshot as a scenario (JSON)")
     p.add_argument("--subgroups", type=float, default=0.0, metavar="F",
                    help="turn a fraction F of the pending jobs into subgroup trees (2-3 levels; e.g. 0.05)")
@@ -814,7 +841,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     rep = run_bench(nodes=args.nodes, jobs=args.jobs, queues=args.queues, seed=args.seed, shape=args.shape,
                     repeat=args.repeat, compare=args.compare_reference, actions=actions,
                     reference_nodes=args.reference_nodes, calibrate=not args.no_calibration,
-                    sub_groups=args.subgroups, dra_nodes=args.dra_nodes)
+                    sub_groups=args.subgroups, dra_nodes=args.dra_nodes, warm=not args.no_warm)
     if args.target:
         rep["target"] = target_summary(rep, seconds=args.target_seconds, ratio=args.target_ratio)
     if args.write_scenario:

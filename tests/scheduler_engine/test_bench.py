@@ -93,6 +93,26 @@ def test_cli_text_and_json(capsys):
     assert "allocate" in text and "reclaim" not in text and "peak memory" in text
 
 
+def test_kernels_are_loaded_before_the_timed_cycles_unless_no_warm(capsys):
+    """The command line loads (or compiles) the kernels first and reports that apart from the cycle;
+    ``--no-warm`` times the first cycle with it; the decisions do not depend on it."""
+    from scheduler_engine.kernels import JIT_ENABLED
+
+    argv = ["bench", "--nodes", "12", "--jobs", "40", "--queues", "9", "--json", "--no-calibration"]
+    assert cli.main(argv) == 0
+    warm = json.loads(capsys.readouterr().out)
+    assert cli.main([*argv, "--no-warm"]) == 0
+    cold = json.loads(capsys.readouterr().out)
+    assert "kernels" not in cold and warm["decisions"]["digest"] == cold["decisions"]["digest"]
+    if JIT_ENABLED:
+        k = warm["kernels"]
+        assert k["compiled"] + k["loaded"] > 10 and k["wall"] > 0 and k["cpu"] > 0
+        assert cli.main([a for a in argv if a != "--json"]) == 0
+        assert "kernels ready before the timed cycles" in capsys.readouterr().out
+    else:  # nothing to compile
+        assert "kernels" not in warm
+
+
 @pytest.mark.parametrize("args,msg", [
     (["--nodes", "0", "--jobs", "1"], "--nodes"),
     (["--nodes", "2", "--jobs", "-1"], "--jobs"),
