@@ -1,7 +1,9 @@
-"""Device choice of a placement (:meth:`scheduler_engine.state.CycleState.choose_devices`) for a task
-that takes whole GPUs or none (not shared, no DRA claims), as a kernel over the state's device rows,
-so compiled callers (allocate's per-job attempt, a compiled scenario simulation) and the Python
-method choose the same devices.
+"""Device choice of a placement (:meth:`scheduler_engine.state.CycleState.choose_devices`) as kernels
+over the state's device rows: :func:`choose_whole` for a task that takes whole GPUs or none (not
+shared, no DRA claims; the Python method delegates to it, so compiled callers - allocate's per-job
+attempt, a compiled scenario simulation - and the Python method choose the same devices) and
+:func:`choose_shared` for a task sharing one GPU (the compiled scenario simulation; the Python
+method keeps its own list code, the reference the tests compare this kernel with).
 
 Whole devices: a device is free when its free share is at least ``1 - EPS``; a pipelined placement
 may also take devices whose only load is releasing (free + releasing at least ``1 - EPS``), fully
@@ -10,6 +12,8 @@ free ones first, each group in device order. The first ``k`` such devices are ta
 from __future__ import annotations
 
 import numpy as np
+
+import math
 
 from . import kernel
 
@@ -50,3 +54,29 @@ def choose_whole(dev_free: np.ndarray, dev_rel: np.ndarray, n: int, nd: int, k: 
             if c == k:
                 return k
     return -1
+
+
+@kernel
+def choose_shared(dev_free: np.ndarray, dev_rel: np.ndarray, n: int, nd: int, f: float, pipelined: bool,
+                  spread: bool) -> int:
+    """The device of node n (``nd`` devices) a task sharing a GPU with fraction ``f`` takes, or -1
+    (``CycleState.choose_devices``' shared branch): the devices with room for ``f`` on free (plus
+    releasing, ``pipelined``) within EPS; releasing load counts as occupied (occupied = 1 - free);
+    binpack takes the first in ``(-occupied, device)`` order, spread in ``(occupied, device)``
+    order (a later device only when its value is strictly smaller, as ``min`` over those tuples)."""
+    if nd == 0 or not math.isfinite(f) or f > 1 + EPS:
+        return -1
+    lo = f - EPS
+    best = -1
+    bv = 0.0
+    for d in range(nd):
+        a = dev_free[n, d]
+        room = a + dev_rel[n, d] if pipelined else a
+        if room >= lo:
+            v = 1.0 - a
+            if not spread:
+                v = -v
+            if best < 0 or v < bv:
+                best = d
+                bv = v
+    return best

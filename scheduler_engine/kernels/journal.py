@@ -32,7 +32,8 @@ its Python list (DRA device rows included), which these kernels never touch.
 Releasing, or a placement of this cycle -> Pending): record, then the node, device, task and
 queue sums in the order the Python code adds them (same float operations, elementwise).
 ``place`` / ``unevict`` likewise for ``CycleState.place`` of a whole-GPU / CPU-only task and for
-``simulation.unevict`` (Releasing -> Running again).
+``simulation.unevict`` (Releasing -> Running again); ``place_dev`` is ``place`` with a share per
+device (a task sharing one GPU: its fraction on the node; its gpuGroup is the caller's).
 """
 from __future__ import annotations
 
@@ -304,16 +305,31 @@ def place(i, t, n, pipelined, preemptible, input_state, task_state, task_node, t
           num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
           tdev, tndev, ttake, tntake, ji, jf, task_request, devs, ndevs):
     """Record entry ``i``, then place pending task t (no DRA claims, not shared: its request is the
-    same on every node) on node n with devices ``devs[:ndevs]``: ``CycleState.place`` / ``_charge``.
-    Binding takes its request and whole devices from free; pipelined takes
+    same on every node) on node n with whole devices ``devs[:ndevs]``: ``CycleState.place`` /
+    ``_charge`` (:func:`place_dev` with a share of 1.0 per device)."""
+    place_dev(i, t, n, pipelined, preemptible, input_state, task_state, task_node, task_job, job_queue, path_mat,
+              num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
+              tdev, tndev, ttake, tntake, ji, jf, task_request, devs, ndevs, 1.0, False)
+
+
+@kernel
+def place_dev(i, t, n, pipelined, preemptible, input_state, task_state, task_node, task_job, job_queue, path_mat,
+              num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
+              tdev, tndev, ttake, tntake, ji, jf, task_request, devs, ndevs, per, shared):
+    """Record entry ``i``, then place pending task t (no DRA claims) on node n with devices
+    ``devs[:ndevs]``, taking ``per`` of each (1.0 for whole devices; for a task sharing one GPU
+    (``shared``) its fraction on this node, which is also its GPU request there:
+    ``task_request_on_node``): ``CycleState.place`` / ``_charge``.
+    Binding takes its request and its devices' shares from free; pipelined takes
     ``min(max(releasing, 0), request)`` from releasing (numpy's min / max) and the rest from free,
-    and per device ``min(max(releasing, 0.0), 1.0)`` (Python's), recorded per device; the request
-    joins the job's queue path (both rows for a non-preemptible job); one more active task."""
+    and per device ``min(max(releasing, 0.0), per)`` (Python's), recorded per device; the request
+    joins the job's queue path (both rows for a non-preemptible job); one more active task. (A
+    shared task's gpuGroup, an object, is the caller's: ``CycleState.place`` names it.)"""
     record(i, t, n, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
            queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake,
            ji, jf)
     for r in range(3):
-        q_r = task_request[t, r]
+        q_r = per if (shared and r == 0) else task_request[t, r]
         task_alloc[t, r] = q_r
         if pipelined:
             take = np_min(np_max(node_both[n, 1, r], 0.0), q_r)
@@ -328,12 +344,12 @@ def place(i, t, n, pipelined, preemptible, input_state, task_state, task_node, t
         d = devs[p]
         tdev[t, p] = d
         if pipelined:
-            take = py_min(py_max(dev_rel[n, d], 0.0), 1.0)
+            take = py_min(py_max(dev_rel[n, d], 0.0), per)
             dev_rel[n, d] -= take
-            dev_free[n, d] -= 1.0 - take
+            dev_free[n, d] -= per - take
             ttake[t, p] = take
         else:
-            dev_free[n, d] -= 1.0
+            dev_free[n, d] -= per
     tndev[t] = ndevs
     if pipelined:
         tntake[t] = ndevs

@@ -11,19 +11,21 @@ not journal primitives:
   call. ``Placer._place_one`` hands the rare cases back to its Python path (see the return codes).
 * :func:`run_scenario`: ``Simulation.run`` of a whole scenario whose jobs are all plain, in one call
   (evictions, each victim job's tasks to re-place, the per-leaf job order, the leaf tournament of
-  :mod:`.victim_keys`, every placement through :func:`place_one_whole` and the Python scan's order
-  when the index's first node refuses, gang rollback through :func:`journal.undo`); the caller
-  (``Simulation._run_compiled``) writes the journal's object half and the change log afterwards.
+  :mod:`.victim_keys`, every placement through :func:`place_one_whole` - or, for a task sharing one
+  GPU (a fraction, or GPU memory), :func:`node_index.query_shared`, :func:`devices.choose_shared`
+  and :func:`journal.place_dev` - and the Python scan's order when the index's first node refuses,
+  gang rollback through :func:`journal.undo`); the caller (``Simulation._run_compiled``) writes the
+  journal's object half (gpuGroup lists and maps, new gpuGroups named) and the change log afterwards.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import kernel
-from .devices import choose_whole
-from .journal import (_BIND, _PEND, _PIPE, _REL, _RUN, add_to_path, evict, give_back_pipelined, place, record, undo,
-                      unevict)
-from .node_index import placement_key, query_whole
+from .devices import choose_shared, choose_whole
+from .journal import (_BIND, _PEND, _PIPE, _REL, _RUN, add_to_path, evict, give_back_pipelined, place, place_dev,
+                      record, undo, unevict)
+from .node_index import placement_key, query_shared, query_whole
 from .victim_keys import build, rekey_path
 
 #: :func:`place_one_whole` return codes besides a node (placed there)
@@ -79,6 +81,28 @@ def old_node_key(n, ndev, top, cap, col, spread, node_both, dev_free, dev_rel):
     if col == 1 and nd == 0:
         tier += 10.0
     return placement_key(free, overall, top, spread, tier)
+
+
+@kernel
+def old_node_key_shared(n, ndev, top, spread, f, dev_free, dev_rel, dev_shared):
+    """``nodeplacement.node_key_one(s, t, n, False, GPU, spread)`` for a task sharing one GPU with
+    fraction ``f`` on node n, on a cluster without DRA GPUs: whole devices free or releasing as
+    the amount, and under binpack the GPU-sharing tier when a device in shared use (not wholly
+    released) has room for ``f``."""
+    nd = ndev[n]
+    c = 0
+    for d in range(nd):
+        if dev_free[n, d] + dev_rel[n, d] >= 1 - EPS:
+            c += 1
+    tier = 0.0
+    if nd > 0 and not spread:
+        for d in range(nd):
+            a = dev_free[n, d]
+            b = dev_rel[n, d]
+            if dev_shared[n, d] and a + b < 1 - EPS and a + b >= f - EPS:
+                tier += 10000.0
+                break
+    return placement_key(float(c), float(nd), top, spread, tier)
 
 
 @kernel
@@ -158,14 +182,16 @@ UNKNOWN_JOB = -10  # a job of the scenario has no kernel flag yet (``jst[j, J_OK
 NOT_PLAIN = -11  # a job or victim the kernel does not simulate (Python's path does): nothing changed
 ROOM = -12  # the journal, log or flag arrays are too short for ``io[IO_NEED]`` entries: nothing changed
 
-#: ``clear`` codes of :func:`run_scenario`: what the entry's task's gpuGroup list becomes
-GROUPS_KEEP, GROUPS_CLEAR, GROUPS_INPUT = 0, 1, 2  # unchanged, ``[]``, its input list (a moved task evicted)
+#: ``clear[:, 0]`` codes of :func:`run_scenario`: what the entry's task's gpuGroup list becomes: unchanged,
+#: ``[]``, its input list (a moved task evicted), or the name of the gpuGroup of its device
+#: (``clear[:, 1]``) on its node, which exists (JOIN) or is new (NEW: named by the caller)
+GROUPS_KEEP, GROUPS_CLEAR, GROUPS_INPUT, GROUPS_JOIN, GROUPS_NEW = 0, 1, 2, 3, 4
 
 # columns of ``jst`` (per job), ``tst`` (per task), ``sint`` / ``sfl`` (per shape row) and ``io``
 J_START, J_COUNT, J_MIN, J_OK, J_PRIO, J_RANK = 0, 1, 2, 3, 4, 5
 T_ORD, T_POS, T_ROW = 0, 1, 2
-S_K, S_COL, S_SPREAD, S_SEL = 0, 1, 2, 3
-S_RC, S_RM, S_TOP = 0, 1, 2
+S_K, S_COL, S_SPREAD, S_SEL, S_SHARED, S_FRAC = 0, 1, 2, 3, 4, 5
+S_RC, S_RM, S_TOP, S_FGPU = 0, 1, 2, 3
 IO_I0, IO_LOG, IO_PROTECT, IO_END, IO_LOG_END, IO_PROTECT_END, IO_FREED, IO_NEED = 0, 1, 2, 3, 4, 5, 6, 7
 
 
@@ -204,17 +230,53 @@ def stable_order(keys: np.ndarray) -> np.ndarray:
 
 
 @kernel
-def _place_task(t, qcheck, row, i, log, lo, sint, sfl, sched, sel, no_sel, ndev, cap, idle_ok, any_ok, key, hk, hn,
-                hs, pos, preempt, quota_req, lim, des, task_request, devs, input_state, task_state, task_node,
-                task_job, job_queue, path_mat, num_active, job_version, queue_version, node_both, dev_free, dev_rel,
-                task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
+def _try_shared(t, n, released, old, f, spread, mem, newg, i, pre, nds, lim, des, task_request, devs, input_state,
+                task_state, task_node, task_job, job_queue, path_mat, num_active, job_version, queue_version, node_both,
+                dev_free, dev_rel, dev_shared, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
+    """``Placer._try_node`` of task t sharing one GPU (fraction ``f`` on node n; ``mem``: a GPU-memory
+    task, whose request on n is checked against its queue path first): the device
+    (:func:`devices.choose_shared`, pipelined); a released victim back on its own device is
+    un-evicted (:func:`journal.unevict`), otherwise t is placed pipelined (:func:`journal.place_dev`;
+    a released victim made Pending first) and the device carries a gpuGroup from now on
+    (``newg[0]``: 1 when it is a new one, which the caller names). Returns False, nothing changed,
+    when it does not go there."""
+    j = task_job[t]
+    if mem and over_capacity(path_mat, job_queue[j], f, task_request[t, 1], task_request[t, 2], not pre, lim, des,
+                             qab) >= 0:
+        return False
+    d = choose_shared(dev_free, dev_rel, n, nds[n], f, True, spread)
+    if d < 0:
+        return False
+    if released and n == old and tndev[t] == 1 and tdev[t, 0] == d:
+        return unevict(i, t, pre, True, input_state, task_state, task_node, task_job, job_queue, path_mat,
+                       num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc,
+                       task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf)
+    if released:
+        task_state[t] = _PEND
+    devs[0] = d
+    newg[0] = 0 if dev_shared[n, d] else 1
+    place_dev(i, t, n, True, pre, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active,
+              job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev,
+              ttake, tntake, ji, jf, task_request, devs, 1, f, True)
+    dev_shared[n, d] = True
+    return True
+
+
+@kernel
+def _place_task(t, qcheck, row, i, log, lo, sint, sfl, sched, sel, no_sel, no_frac, ndev, cap, idle_ok, any_ok, key,
+                hk, hn, hs, pos, newg, preempt, quota_req, lim, des, task_request, devs, input_state, task_state,
+                task_node, task_job, job_queue, path_mat, num_active, job_version, queue_version, node_both, dev_free,
+                dev_rel, dev_shared, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
     """``Placer._place_one`` of task t (shape row ``row``; ``qcheck`` as ``place_job`` passes it) with
-    the log entries ``log[pos[row]:lo]`` as the index's delta: :func:`place_one_whole`, and when the
-    index's first node refuses the task (``SCAN``), Python's scan of every candidate node in
-    placement order (``Placer.node_order`` + ``_try_node``: the index, just caught up, holds each
-    node's fit flag and key; the victim's own node outside the fit mask is keyed by
-    :func:`old_node_key`). Returns the node, :data:`NO_NODE` or :data:`QUEUE`; journal entry ``i``
-    is written when it is placed."""
+    the log entries ``log[pos[row]:lo]`` as the index's delta. A task of whole GPUs or none:
+    :func:`place_one_whole`; a task sharing one GPU (``sint[row, S_SHARED]``): the index's query
+    (:func:`node_index.query_shared`), the victim's own node as a candidate outside the fit mask
+    (:func:`old_node_key_shared`) and :func:`_try_shared` on the first candidate(s), as the Python
+    code tries them. When that first node refuses the task (``SCAN``), Python's scan of every
+    candidate node in placement order (``Placer.node_order`` + ``_try_node``: the index, just caught
+    up, holds each node's fit flag and key; the victim's own node outside the fit mask is keyed as
+    one that does not fit on free resources). Returns the node, :data:`NO_NODE` or :data:`QUEUE`;
+    journal entry ``i`` is written when it is placed."""
     released = task_state[t] == _REL
     old = task_node[t] if released else -1
     delta = log[pos[row]:lo]
@@ -222,22 +284,59 @@ def _place_task(t, qcheck, row, i, log, lo, sint, sfl, sched, sel, no_sel, ndev,
     k = sint[row, S_K]
     col = sint[row, S_COL]
     spread = sint[row, S_SPREAD] != 0
+    shared = sint[row, S_SHARED] != 0
+    mem = sint[row, S_FRAC] != 0
     selr = sel[row] if sint[row, S_SEL] != 0 else no_sel
+    fr = cap[row] if mem else no_frac
+    fg = sfl[row, S_FGPU]
     pre = preempt[task_job[t]]
-    r = place_one_whole(t, released, old, qcheck, delta, hk[row], hn[row], i, pre, sched[row], selr,
-                        sfl[row, S_RC], sfl[row, S_RM], k, ndev[row], sfl[row, S_TOP], cap[row], col, spread,
-                        idle_ok[row], any_ok[row], key[row], hs[row], quota_req, lim, des, task_request, devs,
-                        input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
-                        queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev,
-                        ttake, tntake, ji, jf)
-    if r != SCAN:
-        return r
-    # the scan: candidates in (key, node) order (a stable sort of ascending nodes by key)
     aok = any_ok[row]
     kr = key[row]
-    N = aok.shape[0]
     nds = ndev[row]
     sch = sched[row]
+    if shared:
+        n = query_shared(delta, 0, delta.shape[0], sch, selr, sfl[row, S_RC], sfl[row, S_RM], fr, fg, nds,
+                         sfl[row, S_TOP], spread, node_both, dev_free, dev_rel, dev_shared, idle_ok[row], aok, kr,
+                         hk[row], hn[row], hs[row])
+        if qcheck and over_capacity(path_mat, job_queue[task_job[t]], quota_req[t, 0], quota_req[t, 1],
+                                    quota_req[t, 2], not pre, lim, des, qab) >= 0:
+            return QUEUE
+        r = SCAN
+        first = n
+        if released and old >= 0 and not aok[old] and sch[old]:
+            fo = fg
+            if mem:
+                fo = fr[old]
+            ko = old_node_key_shared(old, nds, sfl[row, S_TOP], spread, fo, dev_free, dev_rel, dev_shared)
+            if n < 0 or ko < kr[n] or (ko == kr[n] and old < n):
+                if _try_shared(t, old, released, old, fo, spread, mem, newg, i, pre, nds, lim,
+                               des, task_request, devs, input_state, task_state, task_node, task_job, job_queue,
+                               path_mat, num_active, job_version, queue_version, node_both, dev_free, dev_rel,
+                               dev_shared, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
+                    return old
+                if n < 0:
+                    return NO_NODE  # the old node was the only candidate
+        if first < 0:
+            return NO_NODE
+        fo = fg
+        if mem:
+            fo = fr[first]
+        if _try_shared(t, first, released, old, fo, spread, mem, newg, i, pre, nds, lim, des,
+                       task_request, devs, input_state, task_state, task_node, task_job, job_queue, path_mat,
+                       num_active, job_version, queue_version, node_both, dev_free, dev_rel, dev_shared, task_alloc,
+                       task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
+            return first
+    else:
+        r = place_one_whole(t, released, old, qcheck, delta, hk[row], hn[row], i, pre, sch, selr,
+                            sfl[row, S_RC], sfl[row, S_RM], k, nds, sfl[row, S_TOP], cap[row], col, spread,
+                            idle_ok[row], aok, kr, hs[row], quota_req, lim, des, task_request, devs,
+                            input_state, task_state, task_node, task_job, job_queue, path_mat, num_active,
+                            job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
+                            tdev, tndev, ttake, tntake, ji, jf)
+        if r != SCAN:
+            return r
+    # the scan: candidates in (key, node) order (a stable sort of ascending nodes by key)
+    N = aok.shape[0]
     cand = np.empty(N, dtype=np.int64)
     ck = np.empty(N, dtype=np.float64)
     m = 0
@@ -245,8 +344,16 @@ def _place_task(t, qcheck, row, i, log, lo, sint, sfl, sched, sel, no_sel, ndev,
         if n == old:
             if sch[n]:
                 cand[m] = n
-                ck[m] = kr[n] if aok[n] else old_node_key(n, nds, sfl[row, S_TOP], cap[row], col, spread,
-                                                          node_both, dev_free, dev_rel)
+                if aok[n]:
+                    ck[m] = kr[n]
+                elif shared:
+                    fo = fg
+                    if mem:
+                        fo = fr[n]
+                    ck[m] = old_node_key_shared(n, nds, sfl[row, S_TOP], spread, fo, dev_free, dev_rel, dev_shared)
+                else:
+                    ck[m] = old_node_key(n, nds, sfl[row, S_TOP], cap[row], col, spread, node_both, dev_free,
+                                         dev_rel)
                 m += 1
         elif aok[n]:
             cand[m] = n
@@ -255,6 +362,16 @@ def _place_task(t, qcheck, row, i, log, lo, sint, sfl, sched, sel, no_sel, ndev,
     order = stable_order(ck[:m])
     for p in range(m):
         n = cand[order[p]]
+        if shared:
+            fo = fg
+            if mem:
+                fo = fr[n]
+            if _try_shared(t, n, released, old, fo, spread, mem, newg, i, pre, nds, lim, des,
+                           task_request, devs, input_state, task_state, task_node, task_job, job_queue, path_mat,
+                           num_active, job_version, queue_version, node_both, dev_free, dev_rel, dev_shared,
+                           task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
+                return n
+            continue
         if released and n == old:
             if unevict(i, t, pre, False, input_state, task_state, task_node, task_job, job_queue, path_mat,
                        num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc,
@@ -278,16 +395,16 @@ def _place_task(t, qcheck, row, i, log, lo, sint, sfl, sched, sel, no_sel, ndev,
 
 
 @kernel
-def evict_moved(i, t, n, preemptible, shared, input_node, input_tdev, input_tndev, task_request, input_state,
-                task_state,
-                task_node, task_job, job_queue, path_mat, num_active, job_version, queue_version, node_both, dev_free,
-                dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
+def evict_moved(i, t, n, preemptible, shared, gin, input_node, input_tdev, input_tndev, task_request, input_state,
+                task_state, task_node, task_job, job_queue, path_mat, num_active, job_version, queue_version,
+                node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
     """``CycleState.evict`` of a moved task (Running in the input, evicted and pipelined on node n in
-    this cycle; no DRA claims, no GPU memory): record entry ``i``, give back on n what it took (from
-    releasing and from free, per device too, as :func:`journal.evict` does for a pipelined task),
-    then it is Releasing again on its input node with its input devices and its request there as
-    allocation (``_evict_general``; its gpuGroup list the caller restores); its allocation leaves
-    its queue path, one active task less."""
+    this cycle; no DRA claims): record entry ``i``, give back on n what it took (from releasing and
+    from free, per device too, as :func:`journal.evict` does for a pipelined task), then it is
+    Releasing again on its input node with its input devices and its request there as allocation
+    (``_evict_general``: ``gin`` its GPU request there, which differs from ``task_request`` for a
+    GPU-memory task; its gpuGroup list the caller restores); its allocation leaves its queue path,
+    one active task less."""
     record(i, t, n, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
            queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake,
            ji, jf)
@@ -307,7 +424,8 @@ def evict_moved(i, t, n, preemptible, shared, input_node, input_tdev, input_tnde
     tndev[t] = k
     task_state[t] = _REL
     task_node[t] = input_node[t]
-    for r in range(3):
+    task_alloc[t, 0] = gin
+    for r in range(1, 3):
         task_alloc[t, r] = task_request[t, r]
     j = task_job[t]
     add_to_path(qab, path_mat, job_queue[j], preemptible, -a0, -a1, -a2)
@@ -317,17 +435,19 @@ def evict_moved(i, t, n, preemptible, shared, input_node, input_tdev, input_tnde
 @kernel
 def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, input_node, input_tdev, input_tndev,
                  jmark, tmark, qmark,
-                 sint, sfl, sched, sel, no_sel, ndev, cap, idle_ok, any_ok, key, hk, hn, hs, pos, log,
+                 sint, sfl, sched, sel, no_sel, no_frac, ndev, cap, idle_ok, any_ok, key, hk, hn, hs, pos, log,
                  by_depth, path, kid_ptr, kids, stat, tot, prio, tb, qalloc, leaf_live, req, qkey, vrep,
-                 preempt, quota_req, lim, des, task_request, devs,
+                 dev_shared, newg, preempt, quota_req, lim, des, task_request, devs,
                  input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
                  queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake,
                  tntake, ji, jf):
     """``Simulation.run`` of one scenario in one call: evict ``victims``, then place job j's
     ``partial`` tasks and re-place the victims' jobs in queue/job order (``_allocate_in_order``),
     for scenarios whose jobs are all plain (``jst[:, J_OK] == 1``: no subgroups, no topology, every
-    task of whole GPUs or none on a shape row of its own index, no DRA claims) and whose victims
-    are active (a moved one goes back to Releasing on its input node: :func:`evict_moved`). Returns
+    task on a shape row of its own compiled index - whole GPUs or none, or one shared GPU
+    (``sint[row, S_SHARED]``: a fraction ``sfl[row, S_FGPU]``, or GPU memory with its fraction per
+    node in the ``cap`` row) - no DRA claims) and whose victims are active (a moved one goes back
+    to Releasing on its input node: :func:`evict_moved`). Returns
     1 / 0 (the beneficiary placed or not; like the Python code it does not roll back a failed
     scenario: the caller does) or, before changing anything,
     :data:`UNKNOWN_JOB`, :data:`NOT_PLAIN`, :data:`ROOM`.
@@ -349,7 +469,11 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
     :data:`ROOM`, the entries needed. Nodes are appended to ``log`` as the Python code appends them
     to ``state.node_log`` (each entry's node, each undone entry's node in backward order).
     ``clear[i - i0]``: what entry i's task's gpuGroup list becomes (``GROUPS_*``: the Python code's
-    ``[]`` after a placement or an undone placement, its input list when a moved task is evicted)."""
+    ``[]`` after a placement or an undone placement, its input list when a moved task is evicted,
+    the group of its device ``clear[i - i0, 1]`` after a shared placement). ``dev_shared`` is kept
+    as ``CycleState.place`` keeps it (a device of a shared placement carries a gpuGroup; a group
+    made by a placement a gang rollback undoes is gone again); the caller names new groups
+    (``CycleState._new_group_name``) in entry order. ``newg``: one int64 of scratch."""
     nv = victims.shape[0]
     i0 = io[IO_I0]
     lo = io[IO_LOG]
@@ -400,16 +524,20 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
         n = task_node[t]
         rel[x] = s == _RUN
         if s == _PIPE and input_state[t] == _RUN and input_node[t] >= 0:  # moved: back to Releasing
-            evict_moved(i, t, n, preempt[task_job[t]], shared[t], input_node, input_tdev, input_tndev, task_request,
-                        input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
-                        queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev,
-                        ttake, tntake, ji, jf)
-            clear[i - i0] = GROUPS_INPUT
+            gin = task_request[t, 0]
+            row = tst[t, T_ROW]
+            if sint[row, S_FRAC] != 0:  # GPU memory: its fraction of a device on its input node
+                gin = cap[row, input_node[t]]
+            evict_moved(i, t, n, preempt[task_job[t]], shared[t], gin, input_node, input_tdev, input_tndev,
+                        task_request, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active,
+                        job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
+                        tdev, tndev, ttake, tntake, ji, jf)
+            clear[i - i0, 0] = GROUPS_INPUT
         else:
             evict(i, t, n, preempt[task_job[t]], shared[t], input_state, task_state, task_node, task_job, job_queue,
                   path_mat, num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc,
                   task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf)
-            clear[i - i0] = GROUPS_CLEAR if s != _RUN else GROUPS_KEEP  # (a placement of this cycle undone)
+            clear[i - i0, 0] = GROUPS_CLEAR if s != _RUN else GROUPS_KEEP  # (a placement of this cycle undone)
         i += 1
         log[lo] = n
         lo += 1
@@ -562,15 +690,21 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
         cp = i
         for p in range(a, b):
             t = tf[p]
-            n = _place_task(t, single, tst[t, T_ROW], i, log, lo, sint, sfl, sched, sel, no_sel, ndev, cap,
-                            idle_ok, any_ok, key, hk, hn, hs, pos, preempt, quota_req, lim, des,
+            n = _place_task(t, single, tst[t, T_ROW], i, log, lo, sint, sfl, sched, sel, no_sel, no_frac, ndev, cap,
+                            idle_ok, any_ok, key, hk, hn, hs, pos, newg, preempt, quota_req, lim, des,
                             task_request, devs, input_state, task_state, task_node, task_job, job_queue,
                             path_mat, num_active, job_version, queue_version, node_both, dev_free, dev_rel,
-                            task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf)
+                            dev_shared, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf)
             if n < 0:
                 ok = False
                 break
-            clear[i - i0] = GROUPS_CLEAR if task_state[t] != _RUN else GROUPS_KEEP
+            if task_state[t] == _RUN:
+                clear[i - i0, 0] = GROUPS_KEEP
+            elif shared[t]:  # CycleState.place names the device's gpuGroup (a new one: undone below)
+                clear[i - i0, 0] = GROUPS_NEW if newg[0] else GROUPS_JOIN
+                clear[i - i0, 1] = tdev[t, 0]
+            else:
+                clear[i - i0, 0] = GROUPS_CLEAR
             i += 1
             log[lo] = n
             lo += 1
@@ -582,6 +716,9 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
                 undo(cp, i, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
                      queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev,
                      ttake, tntake, ji, jf)
+                for e in range(cp, i):  # a gpuGroup made by an undone placement is gone again
+                    if clear[e - i0, 0] == GROUPS_NEW:
+                        dev_shared[ji[e, 4], clear[e - i0, 1]] = False
                 for e in range(i - 1, cp - 1, -1):
                     n = ji[e, 4]
                     if n >= 0:

@@ -16,8 +16,8 @@ evicts for a placement that would then not happen.
   action's node order, from its incremental per-shape index when possible).
 * :class:`Simulation`: evicts a scenario's victims and re-places everybody in queue/job order
   (:class:`LeafTournament` decides which leaf places next), and sorts the victims by how they ended.
-  A scenario whose jobs are all plain (no subgroups, no topology, tasks of whole GPUs or none, no
-  DRA claims) runs in one compiled call (:func:`kernels.scenario.run_scenario` over
+  A scenario whose jobs are all plain (no subgroups, no topology, no DRA claims; whole GPUs, GPU
+  fractions, GPU memory) runs in one compiled call (:func:`kernels.scenario.run_scenario` over
   :class:`ScenarioArrays`); the Python steps stay the reference for the rest
   (``Simulation.use_kernel = False`` or ``CycleState.fast_paths = False``: Python for every scenario).
 * :class:`Scenario`: what a validator sees.
@@ -388,6 +388,10 @@ class Simulation:
     #: ``False``: every scenario takes the Python steps below (with the compiled single placements);
     #: the tests compare both (``CycleState.fast_paths = False`` switches this off too)
     use_kernel = True
+    #: ``False``: the compiled scenario's callers leave it to the kernel to refuse a scenario with a job
+    #: it does not simulate or has not looked at (the tests exercise those checks; a refused call
+    #: costs more than the Python look at the victims' jobs)
+    check_first = True
 
     def __init__(self, state: CycleState) -> None:
         self.state = state
@@ -426,10 +430,23 @@ class Simulation:
             ka = self._ka = ScenarioArrays.of(s, self.placer)
             if ka is None:
                 return -1
-        if ka.jst[j, _scenario_k.J_OK] == 0:  # (the kernel would say NOT_PLAIN: spare the call)
+        jok = ka.jst[:, _scenario_k.J_OK]
+        if jok[j] == 0:  # (the kernel would say NOT_PLAIN: spare the call)
             return -1
         pa = np.asarray(partial, dtype=np.int64)
         va = np.asarray(victims, dtype=np.int64)
+        # the victims' jobs too, before the call (a refused call costs its dispatch and checks)
+        vj = s.task_job[va]
+        m = int(jok[vj].min()) if vj.shape[0] else 1
+        if not self.check_first:  # (tests: the kernel's own checks)
+            m = 1
+        elif m < 0 or jok[j] < 0:
+            ka.learn([j] + vj.tolist())
+            if jok[j] == 0:
+                return -1
+            m = int(jok[vj].min()) if vj.shape[0] else 1
+        if m == 0:
+            return -1
         io = ka.io
         while True:
             lo = ka.sync_log()
@@ -455,15 +472,24 @@ class Simulation:
         s._protect_len = int(io[5])
         s.resources_freed += len(victims) + int(io[6])
         if i1 > i0:
-            jo, tg = s._journal, s.task_gpu_groups
+            # the journal's object half, entry by entry as CycleState._record_objects writes it (a
+            # shared task's entry copies its node's gpuGroup map), and each task's gpuGroup list as
+            # the Python steps leave it (a shared placement names its device's group: new ones here)
+            jo, tg, dg, sl = s._journal, s.task_gpu_groups, s.dev_group, s._shared_list
             ji = s._ji
-            for t, n, c in zip(ji[i0:i1, 0].tolist(), ji[i0:i1, 4].tolist(), ka.clear[:i1 - i0].tolist()):
-                jo.append((t, n, tg[t], None, None))
+            for t, n, (c, d) in zip(ji[i0:i1, 0].tolist(), ji[i0:i1, 4].tolist(), ka.clear[:i1 - i0].tolist()):
+                jo.append((t, n, tg[t], dict(dg[n]) if sl[t] and n >= 0 else None, None))
                 if c == _scenario_k.GROUPS_CLEAR:
                     if tg[t]:
                         tg[t] = []
-                elif c:
+                elif c == _scenario_k.GROUPS_INPUT:
                     tg[t] = s._input_groups[t]
+                elif c:  # JOIN / NEW
+                    gm = dg[n]
+                    name = gm.get(d)
+                    if name is None:
+                        name = gm[d] = s._new_group_name(n, d)  # (the kernel set dev_shared[n, d])
+                    tg[t] = [name]
         return r
 
     def outcome(self, victims: list[int]) -> tuple[list[int], list[int], list[int]]:
@@ -717,15 +743,17 @@ class ScenarioArrays:
     """Per state: what :func:`kernels.scenario.run_scenario` reads besides the journal's arrays.
 
     * per job (``jst``): first task, task count, minAvailable, a flag (-1 not looked at yet, 0 the
-      Python steps simulate its scenarios: subgroups, topology, a shared-GPU, GPU-memory or DRA task,
-      a task whose index is not compiled; 1 the kernel may), ``-priority`` and the rank of
+      Python steps simulate its scenarios: subgroups, topology, a task with DRA claims, a task whose
+      index is not compiled; 1 the kernel may), ``-priority`` and the rank of
       ``(-age, name)`` (``job_order_key`` without the elastic state);
     * per task (``tst``): its job's tasks in task order (``ordering.task_order``, static), its place in
       that order, its shape row;
     * the simulation's shape indexes (``Placer._shape_index``, one per task shape and state) stacked
-      as rows of 2-D arrays: an index taken in is re-homed onto its rows (its arrays become views of
-      them), so the Python placements and the kernel update the same arrays; the kernel keeps each
-      row's position in the change log in ``pos`` (``Placer._place_one_compiled`` uses it too);
+      as rows of 2-D arrays (a shared-GPU index: its fraction in ``sfl``, a GPU-memory task's
+      fraction per node in its ``cap`` row): an index taken in is re-homed onto its rows (its
+      arrays become views of them), so the Python placements and the kernel update the same
+      arrays; the kernel keeps each row's position in the change log in ``pos``
+      (``Placer._place_one_compiled`` uses it too);
     * ``log``: ``state.node_log`` as an int64 array, copied up lazily (each entry once) before a call;
       the kernel appends to it and the caller extends the list with what it appended.
     """
@@ -758,7 +786,8 @@ class ScenarioArrays:
         self.tmark = np.zeros(T, dtype=np.bool_)
         self.qmark = np.full(s.Q, -1, dtype=np.int64)
         self.io = np.zeros(8, dtype=np.int64)
-        self.clear = np.zeros(64, dtype=np.int8)
+        self.clear = np.zeros((64, 2), dtype=np.int64)
+        self.newg = np.zeros(1, dtype=np.int64)
         self.devs = np.empty(max(s.G, 1), dtype=np.int64)
         self.log = np.empty(max(1024, 2 * len(s.node_log)), dtype=np.int64)
         self.synced = 0
@@ -771,6 +800,7 @@ class ScenarioArrays:
         self._tour = (by_depth, path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, np.zeros(Q, dtype=np.bool_),
                       np.zeros((Q, 3)), np.zeros((Q, 6)), np.full(Q, -1, dtype=np.int64))
         self._no_sel = np.zeros(0, dtype=np.bool_)
+        self._no_frac = np.zeros(0, dtype=np.float64)
         self._args()
 
     @classmethod
@@ -785,7 +815,7 @@ class ScenarioArrays:
 
     def _alloc_stack(self, cap: int) -> None:
         N, H, S = self.state.N, self.H, self.S
-        new = dict(sint=np.zeros((cap, 4), dtype=np.int64), sfl=np.zeros((cap, 3)),
+        new = dict(sint=np.zeros((cap, 6), dtype=np.int64), sfl=np.zeros((cap, 4)),
                    sched=np.zeros((cap, N), dtype=np.bool_), sel=np.zeros((cap, N), dtype=np.bool_),
                    ndev=np.zeros((cap, N), dtype=np.int64), cap=np.zeros((cap, N)),
                    idle_ok=np.zeros((cap, N), dtype=np.bool_), any_ok=np.zeros((cap, N), dtype=np.bool_),
@@ -806,25 +836,31 @@ class ScenarioArrays:
     def _args(self) -> None:
         st = self.state
         self.args = (self.jst, self.tst, st.task_order_req, st.task_is_shared, st._input_node, st._input_tdev,
-                     st._input_tndev, self.jmark, self.tmark, self.qmark, self.sint, self.sfl, self.sched, self.sel, self._no_sel,
-                     self.ndev, self.cap, self.idle_ok, self.any_ok, self.key, self.hk, self.hn, self.hs, self.pos,
-                     self.log, *self._tour, self.state.job_preemptible_arr, self.state.task_quota_req)
+                     st._input_tndev, self.jmark, self.tmark, self.qmark, self.sint, self.sfl, self.sched, self.sel,
+                     self._no_sel, self._no_frac, self.ndev, self.cap, self.idle_ok, self.any_ok, self.key, self.hk,
+                     self.hn, self.hs, self.pos, self.log, *self._tour, st.dev_shared, self.newg,
+                     st.job_preemptible_arr, st.task_quota_req)
 
     def row(self, idx: ShapeIndex) -> int:
-        """idx's row, taking it in first (-1: not a compiled-update index of whole GPUs)."""
+        """idx's row, taking it in first (-1: not a compiled-update index)."""
         r = self.rows.get(idx)
         if r is not None:
             return r
-        if idx._fast is None or idx._shared or idx.hk.shape[0] != self.H:
+        if idx._fast is None or idx.hk.shape[0] != self.H:
             return -1
         if self.S == self.sint.shape[0]:
             self._alloc_stack(2 * self.S)
             self._args()
         r = self.S
         self.S += 1
-        sched, sel, rc, rm, k, ndev, top, cap = idx._fast
-        self.sint[r] = (k, idx.col, int(bool(idx.spread)), int(sel.shape[0] > 0))
-        self.sfl[r] = (rc, rm, top)
+        if idx._shared:  # one shared GPU: fraction fgpu, or per node (GPU memory) in the cap row
+            sched, sel, rc, rm, cap, ndev, top, fgpu = idx._fast
+            self.sint[r] = (0, idx.col, int(bool(idx.spread)), int(sel.shape[0] > 0), 1, int(cap.shape[0] > 0))
+        else:
+            sched, sel, rc, rm, k, ndev, top, cap = idx._fast
+            fgpu = 0.0
+            self.sint[r] = (k, idx.col, int(bool(idx.spread)), int(sel.shape[0] > 0), 0, 0)
+        self.sfl[r] = (rc, rm, top, fgpu)
         self.sched[r] = sched
         if sel.shape[0]:
             self.sel[r] = sel
@@ -847,7 +883,7 @@ class ScenarioArrays:
                 continue
             t0, cnt = int(s.job_start[jj]), int(s.job_count[jj])
             ts = range(t0, t0 + cnt)
-            ok = pl._plain[jj] and not any(s._claims_list[t] or s._shared_list[t] or s.task_is_mem[t] for t in ts)
+            ok = pl._plain[jj] and not any(s._claims_list[t] for t in ts)
             if ok:
                 for t in ts:
                     r = self.row(pl._shape_index(t))
@@ -864,7 +900,7 @@ class ScenarioArrays:
     def room(self, need: int) -> None:
         """Room for ``need`` more entries (flags) and twice as many log entries."""
         if need > self.clear.shape[0]:
-            self.clear = np.zeros(2 * need, dtype=np.int8)
+            self.clear = np.zeros((2 * need, 2), dtype=np.int64)
         want = self.synced + 2 * need
         if want > self.log.shape[0]:
             log = np.empty(max(want, 2 * self.log.shape[0]), dtype=np.int64)

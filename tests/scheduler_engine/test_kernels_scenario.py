@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -148,7 +150,7 @@ def test_compiled_placement_simulates_like_the_python_path(seed, shape, sg, dra,
         j = int(rng.choice(pend_jobs))
         partial = fast.job_pending_tasks(j)[:max(1, int(fast.job_min_available[j]))]
         if k % 10 == 5 and sims[0]._ka is not None:
-            sims[0]._ka.clear = np.zeros(1, dtype=np.int8)  # too short: the call asks for room first
+            sims[0]._ka.clear = np.zeros((1, 2), dtype=np.int64)  # too short: the call asks for room first
         if k % 4 == 1:  # a failure point of allocate above: rolling back below it bumps resources_freed
             fast._protect_len = slow._protect_len = len(fast._journal) + 10_000
         cps = (fast.checkpoint(), slow.checkpoint())
@@ -178,7 +180,7 @@ _SCENARIO_CODES: dict[int, int] = {}  # return codes of kernels.scenario.run_sce
 
 def _victim_sets(s: CycleState, rng: np.random.Generator, k: int) -> list[int]:
     """Victims as the solvers pick them (every active task of 1-5 jobs, gangs included; or part of
-    them), now and then a few random active tasks (moved ones, shared GPUs: the kernel hands those back)."""
+    them), now and then a few random active tasks (moved ones and shared GPUs among them)."""
     act = np.flatnonzero(np.isin(s.task_state, (_RUN, int(TaskState.BINDING), int(TaskState.PIPELINED))))
     if k % 5 == 4:
         return rng.permutation(act)[:int(rng.integers(1, 12))].tolist()
@@ -195,10 +197,40 @@ def _victim_sets(s: CycleState, rng: np.random.Generator, k: int) -> list[int]:
     return out
 
 
+def _with_gpu_memory(snap, seed: int):
+    """Half of the Running half-GPU tasks ask for half of their node's device memory instead (the
+    bench clusters' GPU-memory tasks are all pending): GPU-memory victims, moved ones among them."""
+    tasks = snap.tasks
+    req = np.array(tasks.request, dtype=float).copy()
+    gm = np.array(tasks.gpu_memory, dtype=float).copy()
+    node = np.asarray(tasks.node)
+    half = np.flatnonzero((np.asarray(tasks.state) == _RUN) & (req[:, 0] == 0.5))
+    pick = np.random.default_rng(seed).permutation(half)[:half.size // 2]
+    gm[pick] = 0.5 * np.asarray(snap.nodes.gpu_memory, dtype=float)[node[pick]]
+    req[pick, 0] = 0.0
+    return dataclasses.replace(snap, tasks=dataclasses.replace(tasks, request=req, gpu_memory=gm))
+
+
+def _with_shared_gangs(snap, seed: int):
+    """A third of the pending gangs ask for GPU fractions (0.25 or 0.5 per task; the bench clusters'
+    shared tasks are all single): gangs that make gpuGroups and are rolled back part-way."""
+    tasks, jobs = snap.tasks, snap.jobs
+    req = np.array(tasks.request, dtype=float).copy()
+    rng = np.random.default_rng(seed)
+    start, count = np.asarray(jobs.task_start), np.asarray(jobs.task_count)
+    state = np.asarray(tasks.state)
+    for jj in np.flatnonzero(count > 1).tolist():
+        ts = np.arange(start[jj], start[jj] + count[jj])
+        if (state[ts] == int(TaskState.PENDING)).all() and rng.random() < 0.33:
+            req[ts, 0] = rng.choice([0.25, 0.5])
+    return dataclasses.replace(snap, tasks=dataclasses.replace(tasks, request=req))
+
+
 def _move(s: CycleState, rng: np.random.Generator, count: int) -> None:
-    """Move ``count`` Running whole-GPU tasks as consolidation does (evict, then pipeline the
-    Releasing task on another node): evicting such a task again sends it back to its input node."""
-    run = np.flatnonzero((s.task_state == _RUN) & ~s.task_is_shared & ~s.task_is_mem)
+    """Move ``count`` Running tasks (whole GPUs, a GPU fraction, GPU memory) as consolidation does
+    (evict, then pipeline the Releasing task on another node): evicting such a task again sends it
+    back to its input node (device and gpuGroup)."""
+    run = np.flatnonzero(s.task_state == _RUN)
     for t in rng.permutation(run)[:count].tolist():
         s.evict(t)
         for n in rng.permutation(s.N).tolist():
@@ -211,13 +243,17 @@ def _move(s: CycleState, rng: np.random.Generator, count: int) -> None:
                 break
 
 
-@pytest.mark.parametrize("seed,shape,sg", [(1, "mixed", 0.0), (2, "one-gpu", 0.0), (3, "mixed", 0.2),
-                                           (4, "mixed", 0.0), (6, "one-gpu", 0.2), (7, "mixed", 0.0)])
-def test_compiled_scenario_simulates_like_the_python_steps(seed, shape, sg, monkeypatch):
+@pytest.mark.parametrize("seed,shape,sg,gpu", [(1, "mixed", 0.0, "binpack"), (2, "one-gpu", 0.0, "binpack"),
+                                               (3, "mixed", 0.2, "binpack"), (4, "mixed", 0.0, "binpack"),
+                                               (6, "one-gpu", 0.2, "binpack"), (7, "mixed", 0.0, "binpack"),
+                                               (8, "mixed", 0.0, "spread"), (9, "mixed", 0.1, "spread")])
+def test_compiled_scenario_simulates_like_the_python_steps(seed, shape, sg, gpu, monkeypatch):
     """Whole scenarios in one compiled call (``kernels.scenario.run_scenario``) leave the state, the
-    change log, the journal's object half, ``resources_freed`` and the outcome of the Python steps
-    (``Simulation.use_kernel = False``), scenario after scenario and after each rollback; the
-    kernel simulates most of them (placed and not placed) and hands the others back."""
+    change log, the journal's object half (gpuGroup maps included), ``resources_freed`` and the
+    outcome of the Python steps (``Simulation.use_kernel = False``), scenario after scenario and
+    after each rollback; the kernel simulates most of them (placed and not placed), those with
+    shared-GPU tasks (GPU fractions: device choice, gpuGroups made and joined, binpack and spread)
+    among them, and hands the others back."""
     codes = _SCENARIO_CODES
     from scheduler_engine.kernels import scenario
 
@@ -230,6 +266,9 @@ def test_compiled_scenario_simulates_like_the_python_steps(seed, shape, sg, monk
 
     monkeypatch.setattr(scenario, "run_scenario", counting)
     snap = _snapshot(seed, shape, sg, 0.0)
+    snap = dataclasses.replace(snap, config=dataclasses.replace(snap.config, placement={"gpu": gpu, "cpu": "binpack"}))
+    if shape == "mixed":
+        snap = _with_shared_gangs(_with_gpu_memory(snap, seed), seed)
     fast, slow = CycleState(snap), CycleState(snap)
     for s in (fast, slow):  # the same placements of this cycle first (binds and pipelines), and moves
         r = np.random.default_rng(seed)
@@ -242,6 +281,7 @@ def test_compiled_scenario_simulates_like_the_python_steps(seed, shape, sg, monk
     rng = np.random.default_rng(seed + 11)
     placed = {True: 0, False: 0}
     before = dict(codes)
+    shared_ran = mem_ran = 0  # scenarios with a shared-GPU (a GPU-memory) task the kernel simulated
     for k in range(80):
         victims = _victim_sets(fast, rng, k)
         pend_jobs = np.unique(fast.task_job[(fast.task_state == int(TaskState.PENDING)) & (fast.task_node < 0)])
@@ -250,14 +290,22 @@ def test_compiled_scenario_simulates_like_the_python_steps(seed, shape, sg, monk
         if k % 7 == 3 and len(partial) > 1:
             partial = partial[::-1]  # (the kernel puts them into task order as place_job does)
         if k % 10 == 5 and sims[0]._ka is not None:
-            sims[0]._ka.clear = np.zeros(1, dtype=np.int8)  # too short: the call asks for room first
+            sims[0]._ka.clear = np.zeros((1, 2), dtype=np.int64)  # too short: the call asks for room first
         if k % 4 == 1:  # a failure point of allocate above: rolling back below it bumps resources_freed
             fast._protect_len = slow._protect_len = len(fast._journal) + 10_000
+        sims[0].check_first = k % 6 != 0  # (now and then the kernel's own checks refuse)
+        jobs = {j, *fast.task_job[victims].tolist()}
+        has_shared = any(fast.task_is_shared[fast.job_task_range(x)].any() for x in jobs)
+        has_mem = any(fast.task_is_mem[fast.job_task_range(x)].any() for x in jobs)
+        n_ran = codes.get(1, 0) + codes.get(0, 0)
         cps = (fast.checkpoint(), slow.checkpoint())
         a = sims[0].run(j, partial, victims)
         b = sims[1].run(j, partial, victims)
         assert a == b, k
         placed[a] += 1
+        kernel_ran = codes.get(1, 0) + codes.get(0, 0) > n_ran
+        shared_ran += has_shared and kernel_ran
+        mem_ran += has_mem and kernel_ran
         assert _image(fast) == _image(slow), k
         assert fast.node_log == slow.node_log, k
         assert [e[:4] for e in fast._journal] == [e[:4] for e in slow._journal], k
@@ -273,6 +321,8 @@ def test_compiled_scenario_simulates_like_the_python_steps(seed, shape, sg, monk
     assert placed[True] > 0, placed  # (failed scenarios: code 0 below, on the mixed clusters)
     ran = {c: n - before.get(c, 0) for c, n in codes.items()}
     assert ran.get(1, 0) + ran.get(0, 0) > (10 if sg == 0 else 4), ran  # (subgroup jobs stay in Python)
+    if shape == "mixed":  # (GPU fractions and GPU memory among the beneficiaries and victims)
+        assert shared_ran > 15 and mem_ran > 2, (shared_ran, mem_ran)
 
 
 def test_every_return_code_of_the_compiled_scenario_was_met():
@@ -318,6 +368,48 @@ def test_old_node_key_is_node_key_one(seed, shape):
                 assert np.float64(got).tobytes() == np.float64(want).tobytes(), (t, n, col, spread)
                 checked += 1
     assert checked > 500
+
+
+@pytest.mark.parametrize("seed,gpu", [(1, "binpack"), (4, "spread"), (6, "binpack")])
+def test_shared_device_choice_and_old_node_key_are_the_python_code(seed, gpu):
+    """The compiled shared-GPU pieces of a scenario equal the Python code they stand for, on every
+    node of a cluster with placements, evictions, fractions and GPU memory (compiled and
+    interpreted): ``devices.choose_shared`` = ``CycleState.choose_devices``' shared branch (free
+    only and pipelined, binpack and spread) and ``scenario.old_node_key_shared`` =
+    ``nodeplacement.node_key_one`` of a node that does not fit on free resources, bit for bit."""
+    from scheduler_engine.kernels import devices, scenario
+    from scheduler_engine.plugins.nodeplacement import node_key_one
+
+    snap = _with_gpu_memory(_snapshot(seed, "mixed"), seed)
+    snap = dataclasses.replace(snap, config=dataclasses.replace(snap.config, placement={"gpu": gpu, "cpu": "binpack"}))
+    s = CycleState(snap)
+    rng = np.random.default_rng(seed)
+    spread = gpu == "spread"
+    shared = np.flatnonzero(s.task_is_shared)
+    assert s.task_is_mem[shared].any() and (~s.task_is_mem[shared]).any()
+    fns = [(devices.choose_shared, scenario.old_node_key_shared)]
+    if hasattr(devices.choose_shared, "py_func"):
+        fns.append((devices.choose_shared.py_func, scenario.old_node_key_shared.py_func))
+    seen = {"none": 0, "dev": 0, "tier": 0}
+    top = float(max(s.G, 1))
+    for _ in range(6):
+        for _ in range(15):
+            _step(s, rng)
+        for t in rng.permutation(shared)[:12].tolist():
+            for n in range(s.N):
+                f = s._shared_fraction(t, n)
+                for pipelined in (False, True):
+                    want = s.choose_devices(t, n, pipelined)
+                    for choose, _key in fns:
+                        got = choose(s.dev_free, s.dev_rel, n, int(s.node_devices[n]), f, pipelined, spread)
+                        assert (want is None and got == -1) or want == [got], (t, n, pipelined)
+                    seen["none" if want is None else "dev"] += 1
+                want = node_key_one(s, t, n, False, 0, spread)
+                seen["tier"] += want < -1000
+                for _choose, key in fns:
+                    got = key(n, s.node_devices, top, spread, f, s.dev_free, s.dev_rel, s.dev_shared)
+                    assert np.float64(got).tobytes() == np.float64(want).tobytes(), (t, n)
+    assert seen["none"] > 100 and seen["dev"] > 100 and (spread or seen["tier"] > 20), seen
 
 
 def test_stable_order_is_a_stable_argsort():
