@@ -142,8 +142,8 @@ def _preload_engine(sender=None, **_kwargs) -> None:
 
     t0 = time.perf_counter()
     try:
-        preload_engine()
+        report = preload_engine()
     except Exception:  # noqa: BLE001 - the cycle still works (and says why) without the preload
         logger.exception("could not preload the engine's kernels; the first cycle loads them")
         return
-    logger.info("engine kernels ready in %.1f s", time.perf_counter() - t0)
+    logger.info("engine kernels ready in %.1f s (%s)", time.perf_counter() - t0, report)

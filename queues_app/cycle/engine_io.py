@@ -792,12 +792,13 @@ def load_scenario_file(path: str) -> Snapshot:
     return engine_loader.load_scenario(path)
 
 
-def preload_engine() -> None:
+def preload_engine() -> str:
     """Load (or compile, on a cold cache) every engine kernel now, by running the engine's own
-    warm-up cycles on small generated clusters (the Celery worker calls it before forking)."""
-    from scheduler_engine.kernels.warm import compile_all
+    warm-up cycles on small generated clusters (the Celery worker calls it before forking); returns
+    the warm-up's one-line report (kernels compiled / loaded, seconds)."""
+    from scheduler_engine.kernels.warm import warm_up
 
-    compile_all()
+    return warm_up().text()
 
 
 def run_engine(snapshot: Snapshot, *, time_budget: float | None = None) -> Any:

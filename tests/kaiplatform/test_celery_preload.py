@@ -20,7 +20,7 @@ def preloads(monkeypatch):
     calls = []
     from queues_app.cycle import engine_io
 
-    monkeypatch.setattr(engine_io, "preload_engine", lambda: calls.append(1))
+    monkeypatch.setattr(engine_io, "preload_engine", lambda: calls.append(1) or "1 kernels ready")
     return calls
 
 
@@ -60,7 +60,8 @@ def loaded():
     return sum(1 for f in vars(node_index).values() if getattr(f, "signatures", None))
 before = loaded()
 from queues_app.cycle.engine_io import preload_engine
-preload_engine()
+text = preload_engine()
+assert "kernels ready" in text, text
 print(before, loaded())
 """
 
