@@ -212,8 +212,9 @@ def _with_gpu_memory(snap, seed: int):
 
 
 def _with_shared_gangs(snap, seed: int):
-    """A third of the pending gangs ask for GPU fractions (0.25 or 0.5 per task; the bench clusters'
-    shared tasks are all single): gangs that make gpuGroups and are rolled back part-way."""
+    """A third of the pending gangs ask for GPU fractions (0.25, 0.5 or 0.75 per task; the bench
+    clusters' shared tasks are all single): gangs that make gpuGroups (0.75: mostly new ones, on
+    devices of their own) and are rolled back part-way."""
     tasks, jobs = snap.tasks, snap.jobs
     req = np.array(tasks.request, dtype=float).copy()
     rng = np.random.default_rng(seed)
@@ -222,7 +223,7 @@ def _with_shared_gangs(snap, seed: int):
     for jj in np.flatnonzero(count > 1).tolist():
         ts = np.arange(start[jj], start[jj] + count[jj])
         if (state[ts] == int(TaskState.PENDING)).all() and rng.random() < 0.33:
-            req[ts, 0] = rng.choice([0.25, 0.5])
+            req[ts, 0] = rng.choice([0.25, 0.5, 0.75])
     return dataclasses.replace(snap, tasks=dataclasses.replace(tasks, request=req))
 
 
@@ -276,6 +277,15 @@ def test_compiled_scenario_simulates_like_the_python_steps(seed, shape, sg, gpu,
             _step(s, r)
         _move(s, np.random.default_rng(seed + 3), 8)
     assert (fast.task_state == int(TaskState.PIPELINED)).sum() > 0
+    # GPU limits a little above today's allocation on some queues: queue checks refuse some jobs, a
+    # GPU-memory task on some nodes only (its fraction differs by the node's device memory)
+    lrng = np.random.default_rng(seed + 5)
+    pick = lrng.random(fast.Q) < 0.4
+    lim = np.full((fast.Q, 3), UNLIMITED)
+    lim[pick, 0] = fast.queue_alloc[pick, 0] + lrng.choice([0.3, 0.6, 2.0], int(pick.sum()))
+    for s in (fast, slow):
+        s.queue_limit = lim.copy()
+        s._lim_rows = None
     sims = (simulation.Simulation(fast), simulation.Simulation(slow))
     sims[1].use_kernel = False
     rng = np.random.default_rng(seed + 11)
@@ -323,6 +333,48 @@ def test_compiled_scenario_simulates_like_the_python_steps(seed, shape, sg, gpu,
     assert ran.get(1, 0) + ran.get(0, 0) > (10 if sg == 0 else 4), ran  # (subgroup jobs stay in Python)
     if shape == "mixed":  # (GPU fractions and GPU memory among the beneficiaries and victims)
         assert shared_ran > 15 and mem_ran > 2, (shared_ran, mem_ran)
+
+
+def test_compiled_scenario_undoes_the_gpu_group_of_a_gang_rolled_back():
+    """A gang of GPU fractions whose first task opens a gpuGroup on the only free device and whose
+    second task fits nowhere: the kernel rolls the gang back, and the device carries no group
+    again (``dev_shared``), as the Python rollback leaves it from the journaled gpuGroup map."""
+    from scheduler_engine.kernels import scenario as scenario_k
+    from scheduler_engine.loader import load_dict
+    from tests.scheduler_engine.test_reclaim import job, node, pending, queue, running, scenario
+
+    qs = [queue("dept"), queue("a", parent="dept")]
+    nodes = [node("n0", gpus=2), node("n1", gpus=2)]
+    jobs = [job("w0", "a", [running("w0-0", "n0", gpu=1)], age=10),
+            job("w1", "a", [running("w1-0", "n1", gpu=2)], age=10),
+            job("c", "a", [running("c-0", "n1", gpu=0)], age=10),
+            job("g", "a", [pending("g-0", gpu=0.75), pending("g-1", gpu=0.75)], age=1, minAvailable=2)]
+    snap = load_dict(scenario(nodes, qs, jobs, ["reclaim"]))
+    fast, slow = CycleState(snap), CycleState(snap)
+    sims = (simulation.Simulation(fast), simulation.Simulation(slow))
+    sims[1].use_kernel = False
+    j = fast.jobs.index["g"]
+    partial = fast.job_pending_tasks(j)
+    victims = [fast.tasks.index["c-0"]]
+    calls = []
+    run = scenario_k.run_scenario
+
+    def counting(*a):
+        calls.append(run(*a))
+        return calls[-1]
+
+    scenario_k.run_scenario = counting
+    try:
+        assert sims[0].run(j, partial, victims) is False
+    finally:
+        scenario_k.run_scenario = run
+    assert sims[1].run(j, partial, victims) is False
+    assert calls == [0]  # (the kernel simulated it)
+    assert _image(fast) == _image(slow)
+    assert not fast.dev_shared.any() and fast.dev_group == [{}, {}]
+    assert fast.node_log == slow.node_log
+    assert [e[:4] for e in fast._journal] == [e[:4] for e in slow._journal]
+    assert fast.resources_freed == slow.resources_freed
 
 
 def test_every_return_code_of_the_compiled_scenario_was_met():
