@@ -87,15 +87,26 @@ FS_BEST, FS_THR, FS_NEED_LO, FS_MTHR = range(4)
 
 @kernel
 def candidate_gpu(cands: np.ndarray, job_start: np.ndarray, job_count: np.ndarray, task_state: np.ndarray,
-                  active: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray, out: np.ndarray) -> None:
+                  active: np.ndarray, task_job: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray,
+                  out: np.ndarray) -> None:
     """Add to ``out`` (per node) the GPUs of every active, placed task of the jobs ``cands``, in task
     order: the prefix search's bound "even evicting every candidate" (``np.add.at`` / the weighted
-    ``np.bincount`` it replaced add in that same order, one task at a time). A job's tasks are the
-    contiguous range ``job_start[j]:job_start[j] + job_count[j]``, so the candidates' ranges taken by
-    start are the candidates' tasks in task order: O(their tasks), not a pass over every task (a
-    preempt search has a few candidates of one leaf)."""
+    ``np.bincount`` it replaced add in that same order, one task at a time). Many candidates: one
+    pass over every task. Few (a preempt search's, of one leaf): a job's tasks are the contiguous
+    range ``job_start[j]:job_start[j] + job_count[j]``, so the candidates' ranges taken by start are
+    their tasks in the same task order, O(their tasks)."""
     m = cands.shape[0]
     n_jobs = job_start.shape[0]
+    if m * 8 > n_jobs:
+        is_c = np.zeros(n_jobs, dtype=np.bool_)
+        for x in cands:
+            is_c[x] = True
+        for t in range(task_state.shape[0]):
+            if active[task_state[t]] and is_c[task_job[t]]:
+                n = task_node[t]
+                if n >= 0:
+                    out[n] = out[n] + task_gpu[t]
+        return
     keys = np.empty(m, dtype=np.int64)
     for i in range(m):
         keys[i] = job_start[cands[i]] * n_jobs + cands[i]
@@ -197,17 +208,28 @@ def leaf_runs(jobs: np.ndarray, by_static: np.ndarray, static_pos: np.ndarray, g
     that order, the leaves in run order and ``True`` (``False``: ``jobs`` repeats a job, nothing
     written: the caller sorts those itself)."""
     n = jobs.shape[0]
-    # the candidates' places in ``by_static`` (``static_pos`` is its inverse), ascending: the static
-    # order masked to them, in O(n log n) instead of a pass over every job
-    at = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        at[i] = static_pos[jobs[i]]
-    at.sort()
     cj = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        if i > 0 and at[i] == at[i - 1]:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), False
-        cj[i] = by_static[at[i]]
+    if n * 8 > by_static.shape[0]:  # many candidates: mask the static order in one pass
+        is_c = np.zeros(by_static.shape[0], dtype=np.bool_)
+        for x in jobs:
+            if is_c[x]:
+                return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), False
+            is_c[x] = True
+        k = 0
+        for x in by_static:
+            if is_c[x]:
+                cj[k] = x
+                k += 1
+    else:
+        # few: their places in ``by_static`` (``static_pos`` is its inverse), ascending, O(n log n)
+        at = np.empty(n, dtype=np.int64)
+        for i in range(n):
+            at[i] = static_pos[jobs[i]]
+        at.sort()
+        for i in range(n):
+            if i > 0 and at[i] == at[i - 1]:
+                return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), False
+            cj[i] = by_static[at[i]]
     # ``cj`` is in group order: the stable sort by (group, elastic state descending) is, inside each
     # group's stretch, the jobs above minAvailable, then at it, then below it, each in rank order
     els = np.empty(n, dtype=np.int64)

@@ -57,7 +57,7 @@ def _fit_base(state: CycleState) -> np.ndarray:
     log = state.node_log
     end = len(log)
     hit = getattr(state, "_victims_fit_base", None)
-    if hit is None or end - hit[1] > state.N:
+    if hit is None or 8 * (end - hit[1]) > state.N:  # (many logged: all rows, the same values)
         base = fit_base(state)
     else:
         base, pos = hit
@@ -208,8 +208,8 @@ class PrefixSearch:
             every = hit[1]
         else:
             every = rec_gpu.copy() if recorded else np.zeros(s.N)
-            victim_run.candidate_gpu(cands, s.job_start, s.job_count, s.task_state, _ACTIVE_LUT, s.task_node,
-                                     s.task_alloc[:, GPU], every)
+            victim_run.candidate_gpu(cands, s.job_start, s.job_count, s.task_state, _ACTIVE_LUT, s.task_job,
+                                     s.task_node, s.task_alloc[:, GPU], every)
             if memo is not None and not recorded:
                 memo[("every", id(cands))] = (cands, every)
         dem = demand(s, partial) if len(partial) > 1 else None  # the kernel's input, once per prefix

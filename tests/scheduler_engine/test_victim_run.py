@@ -310,6 +310,11 @@ def test_leaf_runs_is_the_victim_order_inside_leaves(seed):
     el = np.where(act[cands] < state.job_min_available[cands], 0,
                   np.where(act[cands] == state.job_min_available[cands], 1, 2))
     want = cands[np.lexsort((rank[cands], 2 - el, group[cands]))]
+    # few candidates (their static places sorted) and many (the static order masked)
+    few = cands[:max(1, state.J // 8)]
+    cj_few = victim_run.leaf_runs(few, by_static, victim_order._static_pos(state), group, act,
+                                  state.job_min_available, state.job_queue_arr, np.zeros((6, state.Q), dtype=np.int64))[0]
+    assert cj_few.tolist() == [x for x in want.tolist() if x in set(few.tolist())]
     qi = np.zeros((6, state.Q), dtype=np.int64)
     cj, firsts, done = victim_run.leaf_runs(cands, by_static, victim_order._static_pos(state), group, act,
                                             state.job_min_available,
@@ -324,10 +329,10 @@ def test_leaf_runs_is_the_victim_order_inside_leaves(seed):
     # the queue built on them pops the same jobs as the reference order allows
     vq = victim_order.VictimQueue(state, cands)
     assert vq.cj.tolist() == want.tolist()
-    twice = np.concatenate([cands, cands[:1]])
-    assert not victim_run.leaf_runs(twice, by_static, victim_order._static_pos(state), group, act,
-                                    state.job_min_available, state.job_queue_arr,
-                                    np.zeros((6, state.Q), dtype=np.int64))[2]
+    for twice in (np.concatenate([cands, cands[:1]]), np.concatenate([few, few[:1]])):
+        assert not victim_run.leaf_runs(twice, by_static, victim_order._static_pos(state), group, act,
+                                        state.job_min_available, state.job_queue_arr,
+                                        np.zeros((6, state.Q), dtype=np.int64))[2]
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -354,10 +359,18 @@ def test_candidate_gpu_adds_in_task_order(seed):
         want = start.copy()
         np.add.at(want, task_node[act], gpu[act])
         got = start.copy()
-        victim_run.candidate_gpu(cands, job_start, job_count, task_state, lut, task_node, gpu, got)
+        victim_run.candidate_gpu(cands, job_start, job_count, task_state, lut, task_job, task_node, gpu, got)
         assert got.tobytes() == want.tobytes()
+        few = cands[:max(1, J // 10)]  # (few candidates: their task ranges; many: a pass over the tasks)
+        want_few = start.copy()
+        act_few = lut[task_state] & np.isin(task_job, few) & (task_node >= 0)
+        np.add.at(want_few, task_node[act_few], gpu[act_few])
+        got_few = start.copy()
+        victim_run.candidate_gpu(np.concatenate([few, few[:1]]), job_start, job_count, task_state, lut, task_job,
+                                 task_node, gpu, got_few)
+        assert got_few.tobytes() == want_few.tobytes()
     zero = np.zeros(N)
-    victim_run.candidate_gpu(cands, job_start, job_count, task_state, lut, task_node, gpu, zero)
+    victim_run.candidate_gpu(cands, job_start, job_count, task_state, lut, task_job, task_node, gpu, zero)
     assert zero.tobytes() == np.bincount(task_node[act], weights=gpu[act], minlength=N).astype(float).tobytes()
 
 
