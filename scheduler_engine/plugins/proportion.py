@@ -190,14 +190,7 @@ def leveled_pair(parent: np.ndarray, reclaimer_leaf: int, victim_leaf: int) -> t
     path is a prefix of the other (only possible when a "leaf" is an ancestor of the other), the
     deepest common-depth pair is returned, as upstream does.
     """
-    a = path_to_root(parent, reclaimer_leaf)[::-1]
-    b = path_to_root(parent, victim_leaf)[::-1]
-    pair = (a[0], b[0])
-    for x, y in zip(a, b):
-        pair = (x, y)
-        if x != y:
-            break
-    return pair
+    return _leveled(path_to_root(parent, reclaimer_leaf)[::-1], path_to_root(parent, victim_leaf)[::-1])
 
 
 # --------------------------------------------------------------------------------------------------
