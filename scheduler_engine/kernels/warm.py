@@ -128,13 +128,13 @@ def _direct_calls() -> None:
 def warm_up() -> Report:
     """Run the small cycles of :data:`CLUSTERS` (and :func:`_direct_calls`); returns what they
     compiled or loaded."""
-    from .. import bench
+    from .. import clusters
     from ..cycle import run_cycle
 
     t0, c0 = time.perf_counter(), time.process_time()
     for nodes, jobs, queues, shape, sub_groups, dra_nodes in CLUSTERS:
-        snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=3, shape=shape)
-        run_cycle(bench.with_features(snap, sub_groups=sub_groups, dra_nodes=dra_nodes, seed=3))
+        snap = clusters.generate(nodes=nodes, jobs=jobs, queues=queues, seed=3, shape=shape)
+        run_cycle(clusters.with_features(snap, sub_groups=sub_groups, dra_nodes=dra_nodes, seed=3))
     _direct_calls()
     return report(time.perf_counter() - t0, time.process_time() - c0)
 
