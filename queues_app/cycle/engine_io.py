@@ -374,7 +374,6 @@ def _values(queryset: Any, fields: tuple[str, ...], json_fields: tuple[str, ...]
     return out
 
 
-
 # ----------------------------------------------------------------------------- DB -> scenario
 
 
