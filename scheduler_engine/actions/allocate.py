@@ -29,7 +29,7 @@ from .. import subgroups
 from ..kernels import allocate as _attempt_k
 from ..ordering import JobQueue, next_tasks_to_allocate, task_order
 from ..plugins.nodeplacement import ShapeIndex, node_keys, placement_strategy
-from ..plugins.topology import allocation_domains, preferred_tiers
+from ..plugins.topology import allocation_domains, domain_nodes, preferred_tiers
 from ..result import PENDING_GANG, Reason, reason_category
 from ..snapshot import CPU, GPU, MEM, UNLIMITED, TaskState
 from ..state import EPS, CycleState, fmt_amount
@@ -677,13 +677,7 @@ class Allocator:
         s = self.state
         values = s.label_values(label)
         allowed = {values[int(s.task_node[t])] for t in active if s.task_node[t] >= 0} if active else None
-        groups: dict[str, list[int]] = {}
-        for n, v in enumerate(values):
-            if v is None or not s.node_schedulable[n] or (within is not None and not within[n]):
-                continue
-            if allowed is not None and v not in allowed:
-                continue
-            groups.setdefault(v, []).append(n)
+        groups = domain_nodes(s, label, within, allowed)
         best, why = 0, ""
         for v in sorted(groups):
             mask = np.zeros(s.N, dtype=bool)

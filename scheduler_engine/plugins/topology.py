@@ -80,7 +80,10 @@ def _domain_ratio(state: CycleState, ns_a: np.ndarray, total: np.ndarray) -> flo
     return ratio
 
 
-def _groups(state: CycleState, label: str, within: np.ndarray | None, allowed: set | None) -> dict[str, list[int]]:
+def domain_nodes(state: CycleState, label: str, within: np.ndarray | None, allowed: set | None) -> dict[str, list[int]]:
+    """The schedulable nodes (inside ``within``) of each domain of ``label`` (its label values;
+    only those in ``allowed`` when given), by node index: the domains real and probing placements
+    try, in one place so that both see the same ones."""
     s = state
     values = s.label_values(label)
     groups: dict[str, list[int]] = {}
@@ -100,7 +103,7 @@ def rank_domains(state: CycleState, label: str, within: np.ndarray | None, total
     fit (ratio above 1) are left out. The one ranking of real and simulated placement."""
     s = state
     scored = []
-    for v, ns in _groups(s, label, within, allowed).items():
+    for v, ns in domain_nodes(s, label, within, allowed).items():
         ns_a = np.asarray(ns)
         ratio = _domain_ratio(s, ns_a, total)
         if fitting and ratio > 1.0 + EPS:
