@@ -1,49 +1,54 @@
-"""Pop and accumulate victims in victim order until Python has to act (the accumulation loop of
-:class:`scheduler_engine.solvers.accumulation.PrefixSearch` over
-:class:`scheduler_engine.solvers.victim_order.VictimQueue` in its total-order mode).
+"""Pop and accumulate victims in victim order and emit their scenarios until Python has a set to
+simulate (the accumulation loop of :class:`scheduler_engine.solvers.accumulation.PrefixSearch`
+over :class:`scheduler_engine.solvers.victim_order.VictimQueue` in its total-order mode).
 
-One call runs the loop for as long as every step is a plain array update: the next leaf's head is
-a whole candidate job from the leaf's sorted run (no pushed-back elastic remainder in that leaf)
-that Python would evict whole: its single active task, or a gang at or below ``minAvailable``
-(all its active tasks, in reversed task order), without subgroups; the victim is either passed
-over (its leaf retook or is under a queue the validator refused: ``skip_leaf``; its single task
-was recorded by the previous prefix) or accumulated (per-node GPU sums, the single-task GPU-count
-filter, the best node). While no node could hold the beneficiary's single task yet, the loop goes
-on; after that, for a single GPU task without a node selector (``fast``), or several tasks with
-GPUs or one with a node selector (``pack``: the best-fit packing of :func:`.gpu_fit.pack_best_fit`,
-selectors honoured, on the nodes that could hold the smallest task), the loop also decides the victim's scenarios when none of them can be simulated: the
-node-local set of each node it ran on (every accumulated, not dropped victim of the jobs on that
-node) fails the GPU-count filter and the all-accumulated set is one of them or fails too. Such a
-node-local set is one Python would have added to its tried sets: it is logged (node, accumulated
-count, dropped count, set size) and Python rebuilds it when a set of that size is looked up
-(:meth:`~scheduler_engine.solvers.accumulation.PrefixSearch._tried_logged`). It returns:
+One call pops for as long as every step is a plain array update: the next leaf's head is a whole
+candidate job from the leaf's sorted run (no pushed-back elastic remainder in that leaf) that
+Python would evict whole: its single active task, or a gang at or below ``minAvailable`` (all its
+active tasks, in reversed task order), without subgroups; the victim is either passed over (its
+leaf retook or is under a queue the validator refused: ``skip_leaf``; its single task was recorded
+by the previous prefix) or accumulated (per-node GPU sums, the single-task GPU-count filter, the
+best node). While no node could hold the beneficiary's single task yet, the loop goes on; after
+that it emits the victim's scenarios as Python's emission does (``phase`` in ``ist``): the
+node-local set of each node it ran on, ascending (every accumulated, not dropped victim of the
+jobs on that node), then all accumulated, not dropped victims (unless one node-local set was all
+of them, or none is left). A set already tried is skipped; a node-local set is added to the tried
+sets before its GPU-count filter, the all-accumulated set after it (``fast``: a single GPU task
+without a node selector, some node with base + recorded + victims >= need; ``pack``: several
+tasks with GPUs or one with a node selector, the best-fit packing of :func:`.gpu_fit.pack_best_fit`,
+selectors honoured, on the nodes that could hold the smallest task; otherwise every set passes).
+The tried sets are a hash table of the sets' accumulation positions, ascending (:func:`tried_add`;
+every set also holds the recorded victims, which are never accumulated). It returns:
 
-* :data:`EMIT`: a victim was accumulated and the scenarios it opens must be considered by Python
-  (which keeps the tried sets and simulates); its nodes are ``ni[NI_HOSTS, :ist[IS_HOSTS]]``;
+* :data:`SIM`: a set to simulate, its positions in ``pi[PI_LOC, :ist[IS_SETLEN]]``; the next call
+  goes on with the same victim's next set (after Python's pruning, which it reads: drops, skips);
+* :data:`DONE`: a victim's emission ended and Python asked (``IS_STOP``) to check its limits
+  first, as it does between two victims;
+* :data:`ROOM`: the tried-set table or its pool is full (nothing consumed): Python grows them;
 * :data:`PY`: the next head is not plain (elastic remainder or surplus, subgroups, no active task,
   a gang holding a recorded task): Python pops that victim itself (nothing of it was consumed, not
-  even a step);
+  even a step) and hands its hosts back for the emission (``phase`` 0);
 * :data:`END`: no live leaf is left;
 * :data:`BUDGET`: the search budget (steps) is exhausted (the step was counted);
 * :data:`JOBS`: the victim-job budget is spent (the victim was popped, not accumulated).
 
-Few arguments (the call is made once per stretch, thousands of times per cycle, and each array
-argument costs the dispatcher): besides :mod:`.victim_keys`' tree arrays, same-length arrays come
-packed as rows of one 2-D array, their rows named by the constants below. The victim order:
-``qi`` (per leaf: end and next position of its run in ``cj``, gave up something, holds pushed-back
-remainders; the search's skip flag; leaves emptied by this call), ``popped`` (Q, 3) what each leaf
-gave up so far, ``cj`` all leaves' sorted runs concatenated; per job its whole allocation
-``walloc`` (J, 3) and the tasks Python evicts when it pops the job whole: ``glen`` of them at
-``gt[gstart[j]:]`` (0: not plain). The accumulation: ``ti`` (per task: recorded, position among
-the accumulated victims), ``nf`` / ``ni`` (per node: recorded + accumulated GPUs, best capacity,
-filter base, recorded GPUs, scratch; good nodes of the single-task filter, scratch, the head of
-the node's job entries, the victim's nodes), ``pi`` (per accumulated victim: task, job, node, the
-job's next one, when it was dropped (-1: kept), the node entries' job and next entry, scratch),
-``ji`` (per job: first and last accumulated victim), ``need`` / ``sel`` / ``masks`` the
-beneficiary's GPU requests as :func:`scheduler_engine.solvers.idle_gpus.demand` gives them,
-``log`` (rows node, accumulated, dropped, size), ``ist`` / ``fst`` counters, flags and thresholds.
-These arrays are also Python's own record of the accumulated victims (its emissions read them),
-so nothing is copied back after a call.
+Few arguments (the call is made once per scenario or stretch, thousands of times per cycle, and
+each array argument costs the dispatcher): besides :mod:`.victim_keys`' tree arrays, same-length
+arrays come packed as rows of one 2-D array, their rows named by the constants below. The victim
+order: ``qi`` (per leaf: end and next position of its run in ``cj``, gave up something, holds
+pushed-back remainders; the search's skip flag; leaves emptied by this call), ``popped`` (Q, 3)
+what each leaf gave up so far, ``cj`` all leaves' sorted runs concatenated; per job its whole
+allocation ``walloc`` (J, 3) and the tasks Python evicts when it pops the job whole: ``glen`` of
+them at ``gt[gstart[j]:]`` (0: not plain). The accumulation: ``ti`` (per task: recorded, position
+among the accumulated victims), ``nf`` / ``ni`` (per node: recorded + accumulated GPUs, best
+capacity, filter base, recorded GPUs, scratch; good nodes of the single-task filter, scratch, the
+head of the node's job entries, the victim's nodes), ``pi`` (per accumulated victim: task, job,
+node, the job's next one, when it was dropped (-1: kept), the node entries' job and next entry,
+the set being emitted), ``ji`` (per job: first and last accumulated victim), ``need`` / ``sel`` /
+``masks`` the beneficiary's GPU requests as :func:`scheduler_engine.solvers.idle_gpus.demand`
+gives them, ``tt`` / ``pool`` the tried sets, ``ist`` / ``fst`` counters, flags and thresholds.
+These arrays are also Python's own record of the accumulated victims (its pops write them, its
+pruning reads them), so nothing is copied back after a call.
 
 Room for what stays in Python: subgroup jobs and elastic surpluses (one task per step, the rest
 pushed back into a per-leaf heap by key) are popped by the Python path, which writes the same
@@ -57,11 +62,13 @@ from . import kernel
 from .gpu_fit import pack_best_fit
 from .victim_keys import rekey_path
 
-EMIT = 0
 PY = 1
 END = 2
 BUDGET = 3
 JOBS = 4
+SIM = 5
+DONE = 6
+ROOM = 7
 
 
 #: rows of ``qi`` (Q columns, int64): the victim order's per-leaf run (shared with
@@ -79,10 +86,32 @@ JI_FIRST, JI_LAST = range(2)
 #: accumulated victims (-1: not accumulated)
 TI_REC, TI_POS = range(2)
 #: ``ist`` fields
-(IS_NEXT, IS_STEPS, IS_BUDGET, IS_JOBS, IS_MAX_JOBS, IS_POT, IS_GOOD, IS_EMPTIED, IS_DROPPED, IS_ENTRIES, IS_LOG,
- IS_STAMP, IS_REC, IS_POT0, IS_FAST, IS_SINGLE, IS_LOCAL_FILTER, IS_PACK, IS_HOSTS) = range(19)
+(IS_NEXT, IS_STEPS, IS_BUDGET, IS_JOBS, IS_MAX_JOBS, IS_POT, IS_GOOD, IS_EMPTIED, IS_DROPPED, IS_ENTRIES, IS_TRIED,
+ IS_STAMP, IS_REC, IS_POT0, IS_FAST, IS_SINGLE, IS_LOCAL_FILTER, IS_PACK, IS_HOSTS, IS_PHASE, IS_SAME, IS_STOP,
+ IS_SETLEN, IS_POOL, IS_GEN) = range(25)
+#: rows of the tried-set table ``tt`` (4 x capacity, a power of two; open addressing, linear probing):
+#: the set's hash, its offset and length in ``pool`` (its accumulation positions, ascending), and the
+#: search (generation) that wrote the slot: a slot of an older search is empty, so the table is lent
+#: from one search to the next without clearing
+TT_HASH, TT_OFF, TT_LEN, TT_GEN = range(4)
+_HMASK = (1 << 61) - 1
 #: ``fst`` fields
 FS_BEST, FS_THR, FS_NEED_LO, FS_MTHR = range(4)
+
+
+def entry_point(disp, args: tuple):
+    """The compiled code of kernel ``disp`` to call again and again with the arguments ``args`` it
+    was just called with (through ``disp``, which compiled or loaded it): the dispatcher works out
+    the type of each of :func:`run_victims`' 34 arguments on every call, about a third of the call's
+    cost, and a prefix search calls the loop once per scenario with one argument tuple. Only when
+    ``disp`` holds a single compiled version (the engine passes one set of types), which is then the
+    one that call ran: ``disp`` itself otherwise (several versions: the dispatcher chooses; not
+    compiled: ``NUMBA_DISABLE_JIT=1`` or no numba). (Looking the version up by the arguments' types
+    in Python costs ~1 ms: more than the calls of a search save.)"""
+    overloads = getattr(disp, "overloads", None)
+    if not overloads or len(overloads) != 1:
+        return disp
+    return next(iter(overloads.values())).entry_point
 
 
 @kernel
@@ -371,19 +400,6 @@ def _gpu_filter(n_cand: int, pi: np.ndarray, task_node: np.ndarray, task_gpu: np
 
 
 @kernel
-def local_filter(n_cand: int, pi: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray, nf: np.ndarray,
-                 ni: np.ndarray, ist: np.ndarray, fst: np.ndarray, need: np.ndarray, sel: np.ndarray,
-                 masks: np.ndarray) -> bool:
-    """:func:`_gpu_filter` of the node-local set in ``pi[PI_LOC][:n_cand]`` with the search's flags
-    and thresholds (``ist`` / ``fst``) and a fresh stamp: Python's emissions after :data:`EMIT` ask
-    the very filter the loop asks (``fast``: one GPU task without a selector; else the packing)."""
-    stamp = ist[IS_STAMP] + 1
-    ist[IS_STAMP] = stamp
-    return _gpu_filter(n_cand, pi, task_node, task_gpu, nf, ni, ist[IS_FAST] != 0, fst[FS_THR], fst[FS_MTHR],
-                       need, sel, masks, stamp)
-
-
-@kernel
 def all_filter(nf: np.ndarray, ni: np.ndarray, mthr: float, need: np.ndarray, sel: np.ndarray,
                masks: np.ndarray) -> bool:
     """The packing filter (:func:`scheduler_engine.solvers.idle_gpus.may_fit`) of every accumulated,
@@ -401,6 +417,103 @@ def all_filter(nf: np.ndarray, ni: np.ndarray, mthr: float, need: np.ndarray, se
     return m > 0 and pack_best_fit(need, sel, masks, idxbuf[:m], capbuf[:m])
 
 
+
+@kernel
+def tried_add(loc: np.ndarray, cnt: int, tt: np.ndarray, pool: np.ndarray, ist: np.ndarray) -> int:
+    """Add the set of accumulation positions ``loc[:cnt]`` (ascending) to the search's tried sets
+    (``tt`` / ``pool``, generation ``ist[IS_GEN]``): 1 if it was new, 0 if it was tried already, -1
+    (nothing done) when the table or the pool is too full: the caller grows them
+    (:func:`tried_grown`) and asks again. Every set of a search also holds the recorded victims,
+    which have no position (never accumulated), so positions alone tell two sets apart."""
+    cap = tt.shape[1]
+    used = ist[IS_POOL]
+    n_t = ist[IS_TRIED]
+    if 2 * (n_t + 1) > cap or used + cnt > pool.shape[0]:
+        return -1
+    gen = ist[IS_GEN]
+    h = 1469598103934665603 & _HMASK
+    for i in range(cnt):
+        h = ((h ^ int(loc[i])) * 1099511628211) & _HMASK
+    slot = h & (cap - 1)
+    while tt[TT_GEN, slot] == gen:
+        if tt[TT_HASH, slot] == h and tt[TT_LEN, slot] == cnt:
+            off = tt[TT_OFF, slot]
+            same = True
+            for i in range(cnt):
+                if pool[off + i] != loc[i]:
+                    same = False
+                    break
+            if same:
+                return 0
+        slot = (slot + 1) & (cap - 1)
+    tt[TT_HASH, slot] = h
+    tt[TT_OFF, slot] = used
+    tt[TT_LEN, slot] = cnt
+    tt[TT_GEN, slot] = gen
+    for i in range(cnt):
+        pool[used + i] = loc[i]
+    ist[IS_POOL] = used + cnt
+    ist[IS_TRIED] = n_t + 1
+    return 1
+
+
+def tried_grown(tt: np.ndarray, gen: int) -> np.ndarray:
+    """The tried-set table ``tt`` twice as large, with its generation ``gen`` entries rehashed (same
+    hashes, same pool offsets; the slot order of the probes does not matter). Plain Python: a table
+    grows a few times per cycle (it is lent from one search to the next and keeps its size)."""
+    cap = 2 * tt.shape[1]
+    out = np.zeros((4, cap), dtype=np.int64)
+    gens = out[TT_GEN]
+    for x in np.flatnonzero(tt[TT_GEN] == gen).tolist():
+        slot = int(tt[TT_HASH, x]) & (cap - 1)
+        while gens[slot] == gen:
+            slot = (slot + 1) & (cap - 1)
+        out[:, slot] = tt[:, x]
+    return out
+
+
+@kernel
+def drop_served(served: np.ndarray, ti: np.ndarray, pi: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray,
+                task_job: np.ndarray, job_queue: np.ndarray, own: int, nf: np.ndarray, ni: np.ndarray,
+                ist: np.ndarray, fst: np.ndarray, skip: np.ndarray, out: np.ndarray) -> int:
+    """The pruning after a failed scenario (:meth:`~scheduler_engine.solvers.accumulation.PrefixSearch.
+    prune`) of its victims ``served`` that the simulation re-placed before the beneficiary's turn:
+    each one not recorded leaves the accumulated set as ``PrefixSearch.drop`` takes it out (numbered
+    in drop order from ``ist[IS_DROPPED]``, its GPUs off its node's sum, the single-task filter's
+    good nodes and ``ist[IS_GOOD]`` updated), and its leaf, unless the beneficiary's own, is passed
+    over from now on (``skip``). Writes the leaves newly marked into ``out``; returns how many."""
+    is_rec, tpos, drop_seq = ti[TI_REC], ti[TI_POS], pi[PI_DROP]
+    all_gpu, base, good = nf[NF_ALL_GPU], nf[NF_BASE], ni[NI_GOOD]
+    fast = ist[IS_FAST] != 0
+    thr = fst[FS_THR]
+    n_drop = ist[IS_DROPPED]
+    n_good = ist[IS_GOOD]
+    m = 0
+    for t in served:
+        if is_rec[t]:
+            continue
+        u = tpos[t]
+        if u >= 0 and drop_seq[u] < 0:
+            drop_seq[u] = n_drop
+            n_drop += 1
+            n = task_node[t]
+            if n >= 0:
+                all_gpu[n] = all_gpu[n] - task_gpu[t]
+                if fast:
+                    ok = base[n] + all_gpu[n] >= thr
+                    if ok != (good[n] != 0):
+                        good[n] = 1 if ok else 0
+                        n_good += 1 if ok else -1
+        q = job_queue[task_job[t]]
+        if q != own and skip[q] == 0:
+            skip[q] = 1
+            out[m] = q
+            m += 1
+    ist[IS_DROPPED] = n_drop
+    ist[IS_GOOD] = n_good
+    return m
+
+
 @kernel
 def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray, tot: np.ndarray,
                 prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, leaf_live: np.ndarray, req: np.ndarray,
@@ -408,15 +521,16 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
                 walloc: np.ndarray, glen: np.ndarray, gstart: np.ndarray, gt: np.ndarray, ti: np.ndarray,
                 task_node: np.ndarray,
                 task_gpu: np.ndarray, nf: np.ndarray, ni: np.ndarray, pi: np.ndarray, ji: np.ndarray,
-                need: np.ndarray, sel: np.ndarray, masks: np.ndarray, log: np.ndarray, ist: np.ndarray,
-                fst: np.ndarray) -> int:
-    """The accumulation loop (module docstring); returns the code of the point where it stopped."""
+                need: np.ndarray, sel: np.ndarray, masks: np.ndarray, tt: np.ndarray, pool: np.ndarray,
+                ist: np.ndarray, fst: np.ndarray) -> int:
+    """The accumulation loop and the emission of each victim's scenarios (module docstring);
+    returns the code of the point where it stopped."""
     hi, ptr, has_popped, heap_live = qi[QI_HI], qi[QI_PTR], qi[QI_HAS_POPPED], qi[QI_HEAP_LIVE]
     skip_leaf, emptied = qi[QI_SKIP], qi[QI_EMPTIED]
     all_gpu, cap, base = nf[NF_ALL_GPU], nf[NF_CAP], nf[NF_BASE]
     good, node_head, hosts = ni[NI_GOOD], ni[NI_NODE_HEAD], ni[NI_HOSTS]
     pot, pot_job, pot_node, pot_next, drop_seq = pi[PI_POT], pi[PI_JOB], pi[PI_NODE], pi[PI_NEXT], pi[PI_DROP]
-    ent_job, ent_next = pi[PI_ENT_JOB], pi[PI_ENT_NEXT]
+    ent_job, ent_next, loc = pi[PI_ENT_JOB], pi[PI_ENT_NEXT], pi[PI_LOC]
     job_first, job_last = ji[JI_FIRST], ji[JI_LAST]
     is_rec, tpos = ti[TI_REC], ti[TI_POS]
     knext = ist[IS_NEXT]
@@ -429,9 +543,11 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
     n_empt = ist[IS_EMPTIED]
     n_drop = ist[IS_DROPPED]
     n_ent = ist[IS_ENTRIES]
-    n_log = ist[IS_LOG]
     stamp = ist[IS_STAMP]
-    n_rec = ist[IS_REC]
+    n_hosts = ist[IS_HOSTS]
+    phase = ist[IS_PHASE]
+    same_as_all = ist[IS_SAME] != 0
+    stop = ist[IS_STOP] != 0
     fast = ist[IS_FAST] != 0
     single = ist[IS_SINGLE] != 0
     local_filter = ist[IS_LOCAL_FILTER] != 0
@@ -446,139 +562,166 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
     mthr = fst[FS_MTHR]
     code = END
     while True:
-        leaf = knext
-        if leaf < 0:
-            code = END
-            break
-        i = ptr[leaf]
-        if heap_live[leaf] or i >= hi[leaf]:
-            code = PY
-            break
-        vj = cj[i]
-        c0 = gstart[vj]
-        c1 = c0 + glen[vj]
-        if c0 == c1:  # not a plain victim
-            code = PY
-            break
-        if c1 - c0 > 1 and not skip_leaf[leaf]:
-            # a gang with a recorded task: Python pushes the rest back
-            rec_in = False
-            for k in range(c0, c1):
-                if is_rec[gt[k]]:
-                    rec_in = True
-            if rec_in:
+        if phase < 0:
+            leaf = knext
+            if leaf < 0:
+                code = END
+                break
+            i = ptr[leaf]
+            if heap_live[leaf] or i >= hi[leaf]:
                 code = PY
                 break
-        steps += 1
-        if 0 <= budget < steps:
-            code = BUDGET
-            break
-        # pop the leaf's head: what the leaf gave up grows by its whole allocation
-        ptr[leaf] = i + 1
-        if has_popped[leaf]:
-            for r in range(3):
-                popped[leaf, r] = popped[leaf, r] + walloc[vj, r]
-        else:
-            for r in range(3):
-                popped[leaf, r] = walloc[vj, r]
-            has_popped[leaf] = 1
-        if i + 1 < hi[leaf]:
-            nj = cj[i + 1]
-            for r in range(3):
-                req[leaf, r] = popped[leaf, r] + walloc[nj, r]
-        else:
-            leaf_live[leaf] = False
-            emptied[n_empt] = leaf
-            n_empt += 1
-        knext = rekey_path(victim_mode, leaf, path, kid_ptr, kids, stat, tot, prio, tb, alloc, leaf_live, req, key, vrep)
-        # accumulate it (a job popped whole from its leaf's run is new to the accumulated set)
-        if skip_leaf[leaf] or (c1 - c0 == 1 and is_rec[gt[c0]]):
-            continue
-        if 0 <= max_jobs <= n_jobs:
-            code = JOBS
-            break
-        n_jobs += 1
-        n_hosts = 0
-        for k in range(c0, c1):
-            t = gt[k]
-            u = n_pot
-            pot[u] = t
-            tpos[t] = u
-            pot_job[u] = vj
-            pot_next[u] = -1
-            drop_seq[u] = -1
-            if k == c0:
-                job_first[vj] = u
+            vj = cj[i]
+            c0 = gstart[vj]
+            c1 = c0 + glen[vj]
+            if c0 == c1:  # not a plain victim
+                code = PY
+                break
+            if c1 - c0 > 1 and not skip_leaf[leaf]:
+                # a gang with a recorded task: Python pushes the rest back
+                rec_in = False
+                for k in range(c0, c1):
+                    if is_rec[gt[k]]:
+                        rec_in = True
+                if rec_in:
+                    code = PY
+                    break
+            steps += 1
+            if 0 <= budget < steps:
+                code = BUDGET
+                break
+            # pop the leaf's head: what the leaf gave up grows by its whole allocation
+            ptr[leaf] = i + 1
+            if has_popped[leaf]:
+                for r in range(3):
+                    popped[leaf, r] = popped[leaf, r] + walloc[vj, r]
             else:
-                pot_next[job_last[vj]] = u
-            job_last[vj] = u
-            n_pot += 1
-            n = task_node[t]
-            pot_node[u] = n
-            if n >= 0:
-                # the job's entry on n (once per node), n among the victim's hosts (ascending)
-                h = n_hosts
-                while h > 0 and hosts[h - 1] > n:
-                    h -= 1
-                if h == 0 or hosts[h - 1] != n:
-                    for x in range(n_hosts, h, -1):
-                        hosts[x] = hosts[x - 1]
-                    hosts[h] = n
-                    n_hosts += 1
-                    ent_job[n_ent] = vj
-                    ent_next[n_ent] = node_head[n]
-                    node_head[n] = n_ent
-                    n_ent += 1
-                g = task_gpu[t]
-                all_gpu[n] = all_gpu[n] + g
-                if fast:
-                    ok = base[n] + all_gpu[n] >= thr
-                    if ok != (good[n] != 0):
-                        good[n] = 1 if ok else 0
-                        n_good += 1 if ok else -1
-                c = cap[n] + g
-                cap[n] = c
-                if c > best_all:
-                    best_all = c
-        if single and best_all < need_lo:
-            continue
-        ist[IS_HOSTS] = n_hosts
-        if not (fast or pack) or n_hosts == 0:
-            code = EMIT
-            break
-        # the scenarios of this victim: each host's node-local set (ascending), then all
-        # accumulated victims; a set that passes its filter goes to Python with the whole victim
-        live = n_pot - n_drop
-        same_as_all = False
-        passes = False
-        log0 = n_log
-        for h in range(n_hosts):
-            n = hosts[h]
-            cnt = node_local(n, pi, ji, node_head)
-            if cnt == 0:
+                for r in range(3):
+                    popped[leaf, r] = walloc[vj, r]
+                has_popped[leaf] = 1
+            if i + 1 < hi[leaf]:
+                nj = cj[i + 1]
+                for r in range(3):
+                    req[leaf, r] = popped[leaf, r] + walloc[nj, r]
+            else:
+                leaf_live[leaf] = False
+                emptied[n_empt] = leaf
+                n_empt += 1
+            knext = rekey_path(victim_mode, leaf, path, kid_ptr, kids, stat, tot, prio, tb, alloc, leaf_live, req,
+                               key, vrep)
+            # accumulate it (a job popped whole from its leaf's run is new to the accumulated set)
+            if skip_leaf[leaf] or (c1 - c0 == 1 and is_rec[gt[c0]]):
                 continue
-            if cnt == live:
-                same_as_all = True
-            if fast and not local_filter:
-                passes = True  # the recorded victims alone already pass: every set passes the filter
+            if 0 <= max_jobs <= n_jobs:
+                code = JOBS
                 break
-            stamp += 1
-            if _gpu_filter(cnt, pi, task_node, task_gpu, nf, ni, fast, thr, mthr, need, sel, masks, stamp):
-                passes = True
+            n_jobs += 1
+            n_hosts = 0
+            for k in range(c0, c1):
+                t = gt[k]
+                u = n_pot
+                pot[u] = t
+                tpos[t] = u
+                pot_job[u] = vj
+                pot_next[u] = -1
+                drop_seq[u] = -1
+                if k == c0:
+                    job_first[vj] = u
+                else:
+                    pot_next[job_last[vj]] = u
+                job_last[vj] = u
+                n_pot += 1
+                n = task_node[t]
+                pot_node[u] = n
+                if n >= 0:
+                    # the job's entry on n (once per node), n among the victim's hosts (ascending)
+                    h = n_hosts
+                    while h > 0 and hosts[h - 1] > n:
+                        h -= 1
+                    if h == 0 or hosts[h - 1] != n:
+                        for x in range(n_hosts, h, -1):
+                            hosts[x] = hosts[x - 1]
+                        hosts[h] = n
+                        n_hosts += 1
+                        ent_job[n_ent] = vj
+                        ent_next[n_ent] = node_head[n]
+                        node_head[n] = n_ent
+                        n_ent += 1
+                    g = task_gpu[t]
+                    all_gpu[n] = all_gpu[n] + g
+                    if fast:
+                        ok = base[n] + all_gpu[n] >= thr
+                        if ok != (good[n] != 0):
+                            good[n] = 1 if ok else 0
+                            n_good += 1 if ok else -1
+                    c = cap[n] + g
+                    cap[n] = c
+                    if c > best_all:
+                        best_all = c
+            if single and best_all < need_lo:
+                continue  # no node can hold the task yet, whatever subset is evicted
+            phase = 0
+            same_as_all = False
+        # the scenarios of the newest victim (phase: the next of its hosts, then n_hosts: all
+        # accumulated victims), each set new to the tried sets and passing its GPU-count filter
+        # handed to Python to simulate (SIM; the next call resumes here)
+        code = -1
+        while phase <= n_hosts:
+            if phase < n_hosts:
+                n = hosts[phase]
+                cnt = node_local(n, pi, ji, node_head)
+                if cnt == 0:
+                    phase += 1
+                    continue
+                if cnt == n_pot - n_drop:
+                    same_as_all = True
+                r = tried_add(loc, cnt, tt, pool, ist)
+                if r < 0:
+                    code = ROOM
+                    break
+                phase += 1
+                if r == 0:
+                    continue
+                if local_filter or pack:
+                    stamp += 1
+                    if not _gpu_filter(cnt, pi, task_node, task_gpu, nf, ni, fast, thr, mthr, need, sel, masks,
+                                       stamp):
+                        continue
+                ist[IS_SETLEN] = cnt
+                code = SIM
                 break
-            log[n_log, 0] = n
-            log[n_log, 1] = n_pot
-            log[n_log, 2] = n_drop
-            log[n_log, 3] = cnt + n_rec
-            n_log += 1
-        if not passes and not same_as_all and live > 0:
+            # all accumulated, not dropped victims (after the node-local sets: one of them, or
+            # nothing left, is no new scenario)
+            if same_as_all or n_pot - n_drop <= 0:
+                phase += 1
+                break
             if fast:
-                passes = n_good > 0  # the all-accumulated set passes its filter
-            else:
-                passes = all_filter(nf, ni, mthr, need, sel, masks)
-        if passes:
-            n_log = log0  # Python considers every set of this victim itself
-            code = EMIT
+                if n_good == 0:
+                    phase += 1
+                    break
+            elif pack:
+                if not all_filter(nf, ni, mthr, need, sel, masks):
+                    phase += 1
+                    break
+            cnt = 0
+            for u in range(n_pot):
+                if drop_seq[u] < 0:
+                    loc[cnt] = u
+                    cnt += 1
+            r = tried_add(loc, cnt, tt, pool, ist)
+            if r < 0:
+                code = ROOM
+                break
+            phase += 1
+            if r == 1:
+                ist[IS_SETLEN] = cnt
+                code = SIM
+            break
+        if code >= 0:
+            break
+        phase = -1
+        if stop:  # Python checks its limits between two victims, as after every emission
+            code = DONE
             break
     ist[IS_NEXT] = knext
     ist[IS_STEPS] = steps
@@ -587,7 +730,9 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
     ist[IS_GOOD] = n_good
     ist[IS_EMPTIED] = n_empt
     ist[IS_ENTRIES] = n_ent
-    ist[IS_LOG] = n_log
     ist[IS_STAMP] = stamp
+    ist[IS_HOSTS] = n_hosts
+    ist[IS_PHASE] = phase
+    ist[IS_SAME] = 1 if same_as_all else 0
     fst[FS_BEST] = best_all
     return code

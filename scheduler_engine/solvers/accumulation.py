@@ -13,10 +13,11 @@ fit fails at once.
 
 The loop runs compiled (:mod:`~scheduler_engine.kernels.victim_run`) for as long as Python has
 nothing to decide: plain victims (evicted whole: one active task, or a gang at or below
-minAvailable; no subgroups) are popped and accumulated there, and a victim whose scenarios all
-fail the GPU-count filter is settled there too; Python takes over for a scenario to simulate, an
-elastic surplus, a subgroup job, and the explanations. The accumulated victims are kept once, in
-the kernel's arrays (:meth:`PrefixSearch._arrays`), which Python's loop writes and reads too.
+minAvailable; no subgroups) are popped and accumulated there, and every victim's scenarios are
+emitted there (tried sets as a hash table of position sets, the GPU-count filters); Python takes
+over for a set to simulate (and the pruning after it), an elastic surplus, a subgroup job, and
+the explanations. The accumulated victims are kept once, in the kernel's arrays
+(:meth:`PrefixSearch._arrays`), which Python's loop writes and reads too.
 
 Pruning (reclaim and preempt; see :mod:`.job_solver`): after a failed scenario, victims the
 simulation served before the beneficiary, and victims under a queue the validator refused to take
@@ -69,11 +70,18 @@ def _fit_base(state: CycleState) -> np.ndarray:
     return base
 
 
+def _scratch_of(state: CycleState) -> list:
+    """The rows :func:`_scratch` lent to the running search."""
+    return state._victims_scratch
+
+
 def _scratch(state: CycleState) -> list:
     """The per-job and per-task rows of the accumulated victims (``ji``: all -1, ``ti``: recorded 0,
     position -1), kept on the state and lent to one prefix search at a time: the last search's
     entries (its accumulated victims' tasks and jobs, its recorded tasks) are reset here, O(victims),
-    instead of new (J,) and (T,) rows per search. Searches run one after another (the solvers are
+    instead of new (J,) and (T,) rows per search. The compiled loop's tried-set table and its pool
+    (:func:`~scheduler_engine.kernels.victim_run.tried_add`) are lent the same way: each search
+    gets a new generation, which empties every slot at once. Searches run one after another (the solvers are
     sequential and a search's rows are not read after the next one starts)."""
     vr = victim_run
     sc = getattr(state, "_victims_scratch", None)
@@ -81,7 +89,8 @@ def _scratch(state: CycleState) -> list:
         ti = np.empty((2, state.T), dtype=np.int64)
         ti[vr.TI_REC] = 0
         ti[vr.TI_POS] = -1
-        sc = state._victims_scratch = [np.full((2, state.J), -1, dtype=np.int64), ti, None]
+        sc = state._victims_scratch = [np.full((2, state.J), -1, dtype=np.int64), ti, None,
+                                       np.zeros((4, 4096), dtype=np.int64), np.empty(16384, dtype=np.int64), 0]
     elif sc[2] is not None:
         k, rec = sc[2]
         p = int(k["ist"][vr.IS_POT])
@@ -90,6 +99,7 @@ def _scratch(state: CycleState) -> list:
         if rec:
             sc[1][vr.TI_REC, rec] = 0
     sc[2] = None
+    sc[5] += 1  # the tried-set table's generation: the last search's entries are empty slots now
     return sc
 
 
@@ -114,7 +124,6 @@ class PrefixSearch:
         self.recorded = recorded
         self.recorded_set = set(recorded)
         self.own = int(self.state.job_queue_arr[j])
-        self.dropped: set[int] = set()  # pruned potential victims (solver.prune)
         self.blocked: set[int] = set()  # queues whose subtree gives no more victims (solver.prune)
         self.retook: set[int] = set()  # leaves whose victims were served before the beneficiary (solver.prune)
         self.all_gpu: np.ndarray | None = None  # per node: recorded + accumulated (not dropped) victims' GPUs
@@ -129,6 +138,7 @@ class PrefixSearch:
         # per accumulated victim when it was dropped (-1: kept)
         self.kst: dict | None = None
         self.tried_sets: set[frozenset] = set()
+        self._kernel_mode = False  # the compiled loop pops and emits (run)
         self.drop_seq: np.ndarray | None = None
 
     # ---------------------------------------------------------------- incremental filter
@@ -140,15 +150,17 @@ class PrefixSearch:
             self.n_good += 1 if ok else -1
 
     def drop(self, ts: Iterable[int]) -> None:
-        """Take potential victims ``ts`` out of the accumulated set."""
+        """Take potential victims ``ts`` out of the accumulated set (numbered in drop order: how
+        many were dropped is ``ist[IS_DROPPED]``)."""
         s = self.state
-        dropped, all_gpu, task_gpu = self.dropped, self.all_gpu, s.task_alloc[:, GPU]
+        all_gpu, task_gpu = self.all_gpu, s.task_alloc[:, GPU]
         seq, tpos = self.drop_seq, self.kst["ti"][victim_run.TI_POS]
+        ist = self.kst["ist"]
         for t in ts:
             u = int(tpos[t])
             if u >= 0 and seq[u] < 0:
-                seq[u] = len(dropped)
-                dropped.add(t)
+                seq[u] = ist[victim_run.IS_DROPPED]
+                ist[victim_run.IS_DROPPED] += 1
                 n = int(s.task_node[t])
                 if n >= 0:
                     all_gpu[n] -= task_gpu[t]
@@ -158,16 +170,32 @@ class PrefixSearch:
     def prune(self) -> None:
         """After a failed scenario (module docstring, "Pruning")."""
         s = self.state
-        kept = [t for t in self.solver._served_first if t not in self.recorded_set]
-        self.drop(kept)
-        # their leaves are served before the beneficiary's: the rest of their candidates
-        # would take their own resources back just the same
-        own = self.own
-        self.retook.update(q for q in (int(s.job_queue_arr[int(s.task_job[t])]) for t in kept) if q != own)
-        self._skip_stale = True  # the kernel's row is brought up to date at its next run
+        if self._kernel_mode:
+            # the same in one compiled call, which also marks their leaves in the kernel's skip row
+            served = self.solver._served_arr
+            if served.shape[0]:
+                k, vr = self.kst, victim_run
+                ist = k["ist"]
+                ist[vr.IS_GOOD] = self.n_good
+                m = vr.drop_served(served, k["ti"], k["pi"], s.task_node, s.task_alloc[:, GPU], s.task_job,
+                                   s.job_queue_arr, self.own, k["nf"], k["ni"], ist, k["fst"], k["skip"], k["qbuf"])
+                self.n_good = int(ist[vr.IS_GOOD])
+                if m:
+                    new = k["qbuf"][:m].tolist()
+                    self.retook.update(new)
+                    self._skipped[0].update(new)
+        else:
+            kept = [t for t in self.solver._served_first if t not in self.recorded_set]
+            self.drop(kept)
+            # their leaves are served before the beneficiary's: the rest of their candidates
+            # would take their own resources back just the same
+            own = self.own
+            self.retook.update(q for q in (int(s.job_queue_arr[int(s.task_job[t])]) for t in kept) if q != own)
+            self._skip_stale = True  # the kernel's row is brought up to date at its next run
         b = self.solver._blocked_fail
         if b >= 0:
             self.blocked.add(b)
+            self._skip_stale = True
             p = int(self.kst["ist"][victim_run.IS_POT])
             if p:
                 # the accumulated victims (in accumulation order) whose leaf's path holds b
@@ -249,34 +277,47 @@ class PrefixSearch:
         pot, drop_seq, loc = pi[vr.PI_POT], pi[vr.PI_DROP], pi[vr.PI_LOC]
         job_first, node_head = ji[vr.JI_FIRST], ni[vr.NI_NODE_HEAD]
         task_gpu = s.task_alloc[:, GPU]
-        dropped, retook, blocked = self.dropped, self.retook, self.blocked
+        retook, blocked = self.retook, self.blocked
         tried: set[frozenset] = {frozenset(recorded)} if recorded else set()
-        self.tried_sets = tried  # (tests read it; sets the kernel logged are added when looked up)
+        self.tried_sets = tried  # (tests read it, with the compiled loop's: tried_all)
         track = self.track
         rec_key = frozenset(recorded)
         local_filter = fast and rec_best < thr  # (else every node-local set passes the single-task filter)
-        pack = self.pack
-        # the emissions' GPU-count filters through the compiled loop's own (same sums, same packing);
-        # a beneficiary neither ``fast`` nor ``pack`` (no GPU request) passes every set (may_fit: True)
-        compiled_filter = USE_KERNEL and s.N > 0
-        filter_args = (pi, s.task_node, task_gpu, nf, ni, ist, k["fst"]) + tuple(k["dem"])
-        use_kernel = USE_KERNEL and bool(vq) and vq.run_ready()
+        use_kernel = USE_KERNEL and bool(vq) and s.N > 0 and vq.run_ready()
+        self._kernel_mode = use_kernel
         if use_kernel:
             self._kernel_args(vq)
             if memo is not None and proto is None:
                 memo[("vq", id(cands))] = (cands, vq.proto())
-        while vq:
-            if solver.tried >= solver.max_scenarios:
-                solver.last_reason = f"gave up after {solver.tried} scenarios"
-                return None
-            if s.budget.expired():  # between two scenarios: the state is back where the search began
-                solver.out_of_time = True
-                solver.last_reason = "the cycle's time budget ran out during this job's search"
-                return None
-            got = None
+            pending = ist[vr.IS_PHASE:vr.IS_PHASE + 1]  # >= 0: the kernel is emitting a victim's scenarios
+        # (the limits are checked between two victims: after all the scenarios of the last one)
+        while (use_kernel and pending[0] >= 0) or vq:
+            emitting = use_kernel and pending[0] >= 0
+            if not emitting:
+                if solver.tried >= solver.max_scenarios:
+                    solver.last_reason = f"gave up after {solver.tried} scenarios"
+                    return None
+                if s.budget.expired():  # between two scenarios: the state is back where the search began
+                    solver.out_of_time = True
+                    solver.last_reason = "the cycle's time budget ran out during this job's search"
+                    return None
             if use_kernel:
-                code, got = self._kernel_step(vq, best_all)
+                # a victim's emission in the kernel ends with DONE when a limit above is reached
+                ist[vr.IS_STOP] = emitting and (solver.tried >= solver.max_scenarios or s.budget.expired())
+                code = self._kernel_step(vq, best_all)
                 best_all = float(k["fst"][vr.FS_BEST])
+                if code == vr.SIM:
+                    res = solver._try(j, partial, recorded + pot[loc[:int(ist[vr.IS_SETLEN])]].tolist())
+                    if res is not None:
+                        return res
+                    if solver.prune:
+                        self.prune()
+                    continue
+                if code == vr.DONE:
+                    continue
+                if code == vr.ROOM:
+                    self._grow()
+                    continue
                 if code == vr.BUDGET:
                     solver.last_reason = (f"search budget exhausted after {solver.tried} scenarios (victims "
                                           f"examined plus victims simulated > scenarioSearchBudget "
@@ -284,58 +325,65 @@ class PrefixSearch:
                     return None
                 if code == vr.END or code == vr.JOBS:
                     break
-            if got is not None:
-                vj, hosts = got
+            # Python pops the victim: every one without the kernel, else those it hands back (PY)
+            solver.steps += 1
+            if 0 <= solver.search_budget < solver.steps:
+                solver.last_reason = (f"search budget exhausted after {solver.tried} scenarios (victims examined "
+                                      f"plus victims simulated > scenarioSearchBudget {solver.search_budget})")
+                return None
+            popped = vq.pop()
+            if popped is None:
+                break
+            vj, vtasks = popped
+            if retook or blocked:
+                vleaf = int(s.job_queue_arr[vj])
+                if vleaf in retook or not blocked.isdisjoint(s.queue_path_list[vleaf]):
+                    continue
+            if s._sg_list[vj]:  # subgroups: surplus tasks of leaves, then surplus members, then all
+                evict, more = subgroups.tasks_to_evict(s, vj, vtasks)
             else:
-                solver.steps += 1
-                if 0 <= solver.search_budget < solver.steps:
-                    solver.last_reason = (f"search budget exhausted after {solver.tried} scenarios (victims examined "
-                                          f"plus victims simulated > scenarioSearchBudget {solver.search_budget})")
-                    return None
-                popped = vq.pop()
-                if popped is None:
-                    break
-                vj, vtasks = popped
-                if retook or blocked:
-                    vleaf = int(s.job_queue_arr[vj])
-                    if vleaf in retook or not blocked.isdisjoint(s.queue_path_list[vleaf]):
-                        continue
-                if s._sg_list[vj]:  # subgroups: surplus tasks of leaves, then surplus members, then all
-                    evict, more = subgroups.tasks_to_evict(s, vj, vtasks)
-                else:
-                    evict, more = tasks_to_evict(s, vtasks, int(s.job_min_available[vj]))
-                if not evict:
-                    continue
-                if any(t in recorded_set for t in evict):
-                    rest = [t for t in vtasks if t not in recorded_set]
-                    if rest:
-                        vq.push(vj, rest)
-                    continue
-                if job_first[vj] < 0 and 0 <= solver.max_victim_jobs <= int(ist[vr.IS_JOBS]):
-                    break  # the victim-job budget is spent
-                if more:
-                    ev = set(evict)
-                    vq.push(vj, [t for t in vtasks if t not in ev])
-                self._accumulate(vj, evict)
-                hosts = []
-                for t in evict:
-                    n = int(s.task_node[t])
-                    if n >= 0:
-                        g = float(task_gpu[t])
-                        all_gpu[n] += g
-                        if fast:
-                            track(n)
-                        c = cap[n] = cap[n] + g
-                        if c > best_all:
-                            best_all = c
-                        if n not in hosts:
-                            hosts.append(n)
-                if single and best_all < need1 - 1e-9:
-                    continue  # no node can hold the task yet, whatever subset is evicted
+                evict, more = tasks_to_evict(s, vtasks, int(s.job_min_available[vj]))
+            if not evict:
+                continue
+            if any(t in recorded_set for t in evict):
+                rest = [t for t in vtasks if t not in recorded_set]
+                if rest:
+                    vq.push(vj, rest)
+                continue
+            if job_first[vj] < 0 and 0 <= solver.max_victim_jobs <= int(ist[vr.IS_JOBS]):
+                break  # the victim-job budget is spent
+            if more:
+                ev = set(evict)
+                vq.push(vj, [t for t in vtasks if t not in ev])
+            self._accumulate(vj, evict)
+            hosts = []
+            for t in evict:
+                n = int(s.task_node[t])
+                if n >= 0:
+                    g = float(task_gpu[t])
+                    all_gpu[n] += g
+                    if fast:
+                        track(n)
+                    c = cap[n] = cap[n] + g
+                    if c > best_all:
+                        best_all = c
+                    if n not in hosts:
+                        hosts.append(n)
+            if single and best_all < need1 - 1e-9:
+                continue  # no node can hold the task yet, whatever subset is evicted
+            if use_kernel:
+                # the kernel emits this victim's scenarios (tried sets, filters) at its next call
+                hosts.sort()
+                ni[vr.NI_HOSTS, :len(hosts)] = hosts
+                ist[vr.IS_HOSTS] = len(hosts)
+                ist[vr.IS_PHASE] = 0
+                ist[vr.IS_SAME] = 0
+                continue
+            # (without the compiled loop: the reference filters, idle_gpus.may_fit's sums)
             # node-local emissions (small), then all accumulated victims; the latter is only
             # listed (O(accumulated)) once it passes the GPU-count filter, so a long run of
             # victims that cannot help costs O(1) each, not O(accumulated) time and memory
-            live = int(ist[vr.IS_POT]) - len(dropped)
+            live = int(ist[vr.IS_POT]) - int(ist[vr.IS_DROPPED])
             same_as_all = False
             for n in sorted(hosts):
                 cnt = vr.node_local(n, pi, ji, node_head)
@@ -348,11 +396,7 @@ class PrefixSearch:
                 if key in tried:
                     continue
                 tried.add(key)
-                if compiled_filter:
-                    # the loop's own filter of this set (pi[PI_LOC][:cnt], just written), compiled
-                    if (local_filter or pack) and not vr.local_filter(cnt, *filter_args):
-                        continue
-                elif fast:
+                if fast:
                     # only the victims' nodes change: the same sums, in the same order, per node
                     if local_filter:
                         touched: dict[int, float] = {}
@@ -374,22 +418,17 @@ class PrefixSearch:
                     return res
                 if solver.prune:
                     self.prune()
-                    live = int(ist[vr.IS_POT]) - len(dropped)
+                    live = int(ist[vr.IS_POT]) - int(ist[vr.IS_DROPPED])
             if same_as_all or live <= 0:
                 continue
             if fast:
                 if self.n_good == 0:
                     continue
-            elif compiled_filter:
-                if pack and not vr.all_filter(nf, ni, self.mthr, *k["dem"]):
-                    continue
             elif not may_fit(s, partial, base, all_gpu, dem):
                 continue
             p = int(ist[vr.IS_POT])
-            extra = pot[:p][drop_seq[:p] < 0].tolist() if dropped else pot[:p].tolist()
+            extra = pot[:p][drop_seq[:p] < 0].tolist() if ist[vr.IS_DROPPED] else pot[:p].tolist()
             key = frozenset(extra) | frozenset(recorded)
-            if ist[vr.IS_LOG]:
-                self._tried_logged(len(key), tried)
             if key in tried:
                 continue
             tried.add(key)
@@ -428,7 +467,7 @@ class PrefixSearch:
         ji, ti = scratch[0], scratch[1]
         if self.recorded:
             ti[vr.TI_REC, self.recorded] = 1
-        ist = np.zeros(19, dtype=np.int64)
+        ist = np.zeros(25, dtype=np.int64)
         ist[vr.IS_BUDGET] = solver.search_budget
         ist[vr.IS_MAX_JOBS] = solver.max_victim_jobs
         ist[vr.IS_REC] = len(self.recorded_set)
@@ -437,10 +476,14 @@ class PrefixSearch:
         ist[vr.IS_LOCAL_FILTER] = local_filter
         ist[vr.IS_PACK] = self.pack
         fst = np.array([0.0, self.thr, float(need1) - 1e-9, self.mthr])
-        log = np.empty((cap_t, 4), dtype=np.int64)
+        ist[vr.IS_PHASE] = -1
+        ist[vr.IS_GEN] = scratch[5]
+        if scratch[4].shape[0] < cap_t:  # (room for any one set: at most every accumulated victim)
+            scratch[4] = np.empty(2 * cap_t, dtype=np.int64)
         if dem is None:  # (only read by the packing filter)
             dem = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, N), dtype=np.bool_))
-        self.kst = {"nf": nf, "ni": ni, "pi": pi, "ji": ji, "ti": ti, "log": log, "ist": ist, "fst": fst, "dem": dem}
+        self.kst = {"nf": nf, "ni": ni, "pi": pi, "ji": ji, "ti": ti, "tt": scratch[3], "pool": scratch[4],
+                    "ist": ist, "fst": fst, "dem": dem}
         scratch[2] = (self.kst, list(self.recorded))  # what the next search resets
         self.drop_seq = pi[vr.PI_DROP]
 
@@ -450,10 +493,13 @@ class PrefixSearch:
         s, k = self.state, self.kst
         walloc, glen, gt = vq.heads()
         path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep = vq._k
+        k["skip"] = vq.qi[victim_run.QI_SKIP]
+        k["qbuf"] = np.empty(s.Q, dtype=np.int64)
         k["args"] = ((path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, leaf_live, req, key, vrep, vq.qi,
                       vq.popped, vq.cj, walloc, glen, s.job_start, gt, k["ti"], s.task_node, s.task_alloc[:, GPU],
-                      k["nf"], k["ni"], k["pi"], k["ji"]) + tuple(k["dem"]) + (k["log"], k["ist"], k["fst"]))
+                      k["nf"], k["ni"], k["pi"], k["ji"]) + tuple(k["dem"]) + (k["tt"], k["pool"], k["ist"], k["fst"]))
         k["ist"][victim_run.IS_NEXT] = vq._knext
+        k["fn"] = None  # the loop's compiled entry point for these arguments (_kernel_step)
 
     def _accumulate(self, vj: int, evict: list[int]) -> None:
         """Victims the Python loop accumulates, into the arrays (as the kernel writes them)."""
@@ -497,29 +543,39 @@ class PrefixSearch:
         ist[vr.IS_POT] = u
         assert u > u0
 
-    def _tried_logged(self, size: int | None, tried: set) -> None:
-        """Add to ``tried`` the node-local sets of this size (``None``: all) the kernel decided
-        without Python (it logs node, accumulated count and dropped count: the set is rebuilt as
-        it was then)."""
+    def _grow(self) -> None:
+        """The compiled loop's tried-set table or pool ran out of room (:data:`~scheduler_engine.kernels.
+        victim_run.ROOM`): twice the table (entries rehashed) or a pool with room for one more set of
+        every accumulated victim; lent on (:func:`_scratch`)."""
+        k, vr = self.kst, victim_run
+        ist, tt, pool = k["ist"], k["tt"], k["pool"]
+        scratch = _scratch_of(self.state)
+        if 2 * (int(ist[vr.IS_TRIED]) + 1) > tt.shape[1]:
+            k["tt"] = scratch[3] = vr.tried_grown(tt, int(ist[vr.IS_GEN]))
+        need = int(ist[vr.IS_POOL]) + k["pi"].shape[1]
+        if need > pool.shape[0]:
+            out = np.empty(max(2 * pool.shape[0], need), dtype=np.int64)
+            out[:pool.shape[0]] = pool
+            k["pool"] = scratch[4] = out
+        args = list(k["args"])
+        args[-4], args[-3] = k["tt"], k["pool"]
+        k["args"] = tuple(args)
+        k["fn"] = None
+
+    def tried_all(self) -> set:
+        """Every victim set this search tried (or ruled out by its filter after looking it up), as
+        frozensets of tasks: Python's own, and those in the compiled loop's table (tests)."""
+        out = set(self.tried_sets)
         k = self.kst
-        if k is None:
-            return
+        if k is None or not getattr(self, "_kernel_mode", False):
+            return out
         vr = victim_run
-        log, n_log = k["log"], int(k["ist"][vr.IS_LOG])
-        rows = np.flatnonzero(log[:n_log, 3] == size if size is not None else log[:n_log, 3] >= 0)
-        if rows.size == 0:
-            return
-        pi = k["pi"]
-        pot, pot_job, pot_node, seq = pi[vr.PI_POT], pi[vr.PI_JOB], pi[vr.PI_NODE], pi[vr.PI_DROP]
+        tt, pool, pot = k["tt"], k["pool"], k["pi"][vr.PI_POT]
         rec = frozenset(self.recorded)
-        for r in rows.tolist():
-            n, p, d = (int(x) for x in log[r, :3])
-            ts, js = pot[:p].tolist(), pot_job[:p].tolist()
-            on_n = {x for x, m in zip(js, pot_node[:p].tolist()) if m == n}
-            sq = seq[:p].tolist()
-            local = [t for t, x, q in zip(ts, js, sq) if x in on_n and not 0 <= q < d]
-            tried.add(frozenset(local) | rec)
-            log[r, 3] = -1
+        for x in np.flatnonzero(tt[vr.TT_GEN] == k["ist"][vr.IS_GEN]).tolist():
+            off, n = int(tt[vr.TT_OFF, x]), int(tt[vr.TT_LEN, x])
+            out.add(frozenset(pot[pool[off:off + n]].tolist()) | rec)
+        return out
 
     def _update_skip(self, vq: VictimQueue) -> None:
         """Per queue: its victims are passed over (a leaf that retook, or under a blocked queue);
@@ -538,11 +594,11 @@ class PrefixSearch:
                 skip[(path == b).any(axis=1)] = 1
             done_b |= self.blocked
 
-    def _kernel_step(self, vq: VictimQueue, best_all: float):
+    def _kernel_step(self, vq: VictimQueue, best_all: float) -> int:
         """Run the compiled loop from the current state and bring the victim order's Python side
         up to date (steps, live leaves; the accumulated victims are the arrays both share).
-        Returns ``(code, (job, hosts) or None)``: the victim to emit scenarios for after
-        :data:`~scheduler_engine.kernels.victim_run.EMIT`."""
+        Returns the kernel's code; after :data:`~scheduler_engine.kernels.victim_run.SIM` the set to
+        simulate is ``pi[PI_LOC][:ist[IS_SETLEN]]`` (accumulation positions, ascending)."""
         solver, k, vr = self.solver, self.kst, victim_run
         ist = k["ist"]
         if self._skip_stale:
@@ -553,15 +609,15 @@ class PrefixSearch:
         ist[vr.IS_STEPS] = steps0
         ist[vr.IS_GOOD] = self.n_good
         ist[vr.IS_EMPTIED] = 0
-        ist[vr.IS_DROPPED] = len(self.dropped)
         k["fst"][vr.FS_BEST] = best_all
-        code = vr.run_victims(*k["args"])
-        n_steps, n_good, n_empt, knext, n_hosts = ist[[vr.IS_STEPS, vr.IS_GOOD, vr.IS_EMPTIED, vr.IS_NEXT,
-                                                       vr.IS_HOSTS]].tolist()
+        fn = k["fn"]
+        if fn is None:  # (the first call: compiled or loaded; later ones skip the type dispatch)
+            code = vr.run_victims(*k["args"])
+            k["fn"] = vr.entry_point(vr.run_victims, k["args"])
+        else:
+            code = fn(*k["args"])
+        n_steps, n_good, n_empt, knext = ist[[vr.IS_STEPS, vr.IS_GOOD, vr.IS_EMPTIED, vr.IS_NEXT]].tolist()
         solver.steps = n_steps
         self.n_good = n_good
         vq.after_run(vq.qi[vr.QI_EMPTIED], n_empt, knext, n_steps != steps0)
-        if code != vr.EMIT:
-            return code, None
-        p = int(ist[vr.IS_POT]) - 1
-        return code, (int(k["pi"][vr.PI_JOB, p]), k["ni"][vr.NI_HOSTS, :n_hosts].tolist())
+        return code

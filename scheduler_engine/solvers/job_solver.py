@@ -48,6 +48,7 @@ from .simulation import Scenario, Simulation
 
 _ACTIVE_LUT = np.zeros(max(ACTIVE_STATES) + 1, dtype=np.bool_)
 _ACTIVE_LUT[list(ACTIVE_STATES)] = True
+_NO_TASKS = np.zeros(0, dtype=np.int64)
 
 
 @dataclass
@@ -103,6 +104,7 @@ class VictimSolver:
         # set by the last failed _try: its victims re-placed before the beneficiary's turn, and the
         # queue the validator refused to take from (-1)
         self._served_first: list[int] = []
+        self._served_arr = _NO_TASKS  # the same as an array (the compiled pruning's input)
         self._blocked_fail = -1
         self.last_reason = ""
         self.tried = 0
@@ -168,6 +170,7 @@ class VictimSolver:
         self.tried += 1
         self.steps += len(victims)
         self._served_first = []
+        self._served_arr = _NO_TASKS
         self._blocked_fail = -1
         cp = s.checkpoint()
         # what the victims held before (one gather each; the per-task dicts are built only for a
@@ -178,7 +181,8 @@ class VictimSolver:
         if not self.sim.run(j, partial, victims):
             if self.prune:
                 # re-placed before the beneficiary's turn (back on their node, or elsewhere)
-                self._served_first = v[_ACTIVE_LUT[s.task_state[v]]].tolist()
+                self._served_arr = v[_ACTIVE_LUT[s.task_state[v]]]
+                self._served_first = self._served_arr.tolist()
             self.sim.rollback(cp)
             return None
         released, moved, kept = self.sim.outcome(victims)

@@ -83,8 +83,10 @@ def _kernel_drain(state: CycleState, cands, skip: set[int], rec: set[int]) -> tu
     ni[vr.NI_TSTAMP] = ni[vr.NI_NODE_HEAD] = -1
     pi = np.zeros((8, T + 1), np.int64)
     ji = np.full((2, J), -1, np.int64)
-    log = np.zeros((T + 1, 4), np.int64)
-    ist = np.zeros(19, dtype=np.int64)
+    tt, pool = np.zeros((4, 64), np.int64), np.zeros(T + 1, np.int64)
+    ist = np.zeros(25, dtype=np.int64)
+    ist[vr.IS_PHASE] = -1
+    ist[vr.IS_GEN] = 1
     ist[vr.IS_BUDGET] = ist[vr.IS_MAX_JOBS] = -1
     ist[vr.IS_REC] = len(rec)
     ist[vr.IS_SINGLE] = 1  # no node can hold the beneficiary: never stop to emit
@@ -97,7 +99,7 @@ def _kernel_drain(state: CycleState, cands, skip: set[int], rec: set[int]) -> tu
         code = vr.run_victims(path, kid_ptr, kids, stat, tot, prio, tb, state.queue_alloc, leaf_live, req, key, vrep,
                               vq.qi, vq.popped, vq.cj, walloc, glen, state.job_start, gt, ti, state.task_node,
                               state.task_alloc[:, GPU], nf, ni, pi, ji, np.zeros(0), np.zeros(0, np.int64),
-                              np.zeros((0, N), np.bool_), log, ist, fst)
+                              np.zeros((0, N), np.bool_), tt, pool, ist, fst)
         vq.after_run(vq.qi[vr.QI_EMPTIED], int(ist[vr.IS_EMPTIED]), int(ist[vr.IS_NEXT]),
                      int(ist[vr.IS_STEPS]) > steps0)
         p0, p1 = int(ist[vr.IS_POT0]), int(ist[vr.IS_POT])
@@ -208,11 +210,11 @@ def test_selector_beneficiaries_settled_in_the_kernel(monkeypatch, nodes, jobs, 
 
     def step(self, vq, *a):
         p0 = int(self.kst["ist"][victim_run.IS_POT])
-        code, got = real(self, vq, *a)
+        code = real(self, vq, *a)
         if len(self.partial) == 1 and self.state.task_selector_key[self.partial[0]]:
-            # victims accumulated by this call and not handed to Python
-            settled.append(int(self.kst["ist"][victim_run.IS_POT]) - p0 - (code == victim_run.EMIT))
-        return code, got
+            # victims accumulated by this call whose scenarios were not handed to Python
+            settled.append(max(0, int(self.kst["ist"][victim_run.IS_POT]) - p0 - (code == victim_run.SIM)))
+        return code
 
     with monkeypatch.context() as m:
         m.setattr(accumulation.PrefixSearch, "_kernel_step", step)
@@ -227,15 +229,14 @@ def test_selector_beneficiaries_settled_in_the_kernel(monkeypatch, nodes, jobs, 
 
 def _searches(monkeypatch, snap, use_kernel: bool) -> list:
     """Every prefix search of a cycle: beneficiary, prefix, recorded victims, outcome and the sets
-    it tried (the kernel's logged node-local sets rebuilt)."""
+    it tried (Python's and the compiled loop's table)."""
     out = []
     real = accumulation.PrefixSearch.run
 
     def run(self):
         res = real(self)
-        self._tried_logged(None, self.tried_sets)
         out.append((self.j, tuple(self.partial), tuple(self.recorded), res is not None,
-                    sorted(tuple(sorted(k)) for k in self.tried_sets)))
+                    sorted(tuple(sorted(k)) for k in self.tried_all())))
         return res
 
     with monkeypatch.context() as m:
@@ -248,19 +249,56 @@ def _searches(monkeypatch, snap, use_kernel: bool) -> list:
 @pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [(60, 400, 20, "mixed", 3), (150, 1000, 40, "mixed", 2),
                                                           (80, 600, 20, "mixed", 5)])
 def test_kernel_tries_the_sets_python_tries(monkeypatch, nodes, jobs, queues, shape, seed):
-    """The node-local sets the kernel rules out by GPU count (logged, not built) are exactly the
-    ones Python adds to its tried sets: so a later set is skipped as already tried just the same."""
+    """The compiled loop emits each victim's scenarios as Python's emission does: the sets it looks up
+    in its tried-set table (and rules out by GPU count, or hands to Python to simulate) are exactly
+    the ones Python adds to its tried sets, so a later set is skipped as already tried just the same."""
     snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
-    logged = []
-    real = accumulation.PrefixSearch._tried_logged
+    ruled_out = []
+    real = accumulation.PrefixSearch._kernel_step
+
+    def step(self, vq, *a):
+        n0 = int(self.kst["ist"][victim_run.IS_TRIED])
+        code = real(self, vq, *a)
+        ruled_out.append(int(self.kst["ist"][victim_run.IS_TRIED]) - n0 - (code == victim_run.SIM))
+        return code
+
     with monkeypatch.context() as m:
-        m.setattr(accumulation.PrefixSearch, "_tried_logged",
-                  lambda self, size, tried: logged.append(int(self.kst["ist"][10]) if self.kst else 0)
-                  or real(self, size, tried))
+        m.setattr(accumulation.PrefixSearch, "_kernel_step", step)
         compiled = _searches(monkeypatch, snap, True)
     plain = _searches(monkeypatch, snap, False)
-    assert sum(logged) > 0  # the kernel did decide some victims' sets itself
+    assert sum(ruled_out) > 0  # the kernel did decide some victims' sets itself
     assert compiled == plain
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tried_table_is_a_set_of_sets(seed):
+    """``tried_add`` answers as a Python set of tuples (new / tried already) on random ascending
+    position sets with many repeats and hash-table growth (``ROOM``, ``tried_grown``); a new
+    generation (the next search) finds every slot empty."""
+    vr = victim_run
+    rng = random.Random(seed)
+    tt, pool = np.zeros((4, 8), np.int64), np.zeros(16, np.int64)
+    ist = np.zeros(25, np.int64)
+    for gen in (1, 2):
+        ist[vr.IS_GEN], ist[vr.IS_TRIED], ist[vr.IS_POOL] = gen, 0, 0
+        seen: set[tuple] = set()
+        grown = 0
+        for _ in range(400):
+            key = tuple(sorted(rng.sample(range(40), rng.randint(1, 5))))
+            loc = np.array(key + (7,) * 3, np.int64)  # (only the first cnt positions count)
+            while True:
+                r = vr.tried_add(loc, len(key), tt, pool, ist)
+                if r >= 0:
+                    break
+                grown += 1
+                if 2 * (int(ist[vr.IS_TRIED]) + 1) > tt.shape[1]:
+                    tt = vr.tried_grown(tt, gen)
+                if int(ist[vr.IS_POOL]) + len(key) > pool.shape[0]:
+                    pool = np.concatenate([pool, np.zeros(pool.shape[0], np.int64)])
+            assert r == (key not in seen)
+            seen.add(key)
+        assert int(ist[vr.IS_TRIED]) == len(seen)
+        assert gen == 2 or grown > 3
 
 
 @pytest.mark.parametrize("seed", range(20))
