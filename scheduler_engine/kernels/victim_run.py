@@ -99,19 +99,45 @@ _HMASK = (1 << 61) - 1
 FS_BEST, FS_THR, FS_NEED_LO, FS_MTHR = range(4)
 
 
+#: check every call made through :func:`entry_point`'s code: the arguments' numba types must be the
+#: signature of the version it runs (tests; the wrapper trusts its caller's types and would read a
+#: mismatched array wrongly instead of refusing it)
+CHECK_ENTRY = False
+CHECKED: list = []  # (one entry per checked call)
+
+
 def entry_point(disp, args: tuple):
-    """The compiled code of kernel ``disp`` to call again and again with the arguments ``args`` it
-    was just called with (through ``disp``, which compiled or loaded it): the dispatcher works out
-    the type of each of :func:`run_victims`' 34 arguments on every call, about a third of the call's
-    cost, and a prefix search calls the loop once per scenario with one argument tuple. Only when
-    ``disp`` holds a single compiled version (the engine passes one set of types), which is then the
-    one that call ran: ``disp`` itself otherwise (several versions: the dispatcher chooses; not
-    compiled: ``NUMBA_DISABLE_JIT=1`` or no numba). (Looking the version up by the arguments' types
-    in Python costs ~1 ms: more than the calls of a search save.)"""
+    """The compiled code of kernel ``disp`` to call again and again with the very argument tuple
+    ``args`` it was just called with (through ``disp``, which compiled or loaded it): the
+    dispatcher works out the type of each of :func:`run_victims`' 34 arguments on every call
+    (~4 us of a call), and a prefix search calls the loop once per scenario with one argument tuple.
+
+    Why this is safe: the wrapper unboxes each argument as the version's signature says, without
+    checking (a dtype, ndim or layout mismatch would be read wrongly, silently). It is used only
+    when ``disp`` holds exactly one compiled version after that call with these same objects: the
+    dispatcher then ran that version, so the types match it (exactly, or C arrays into an 'A'
+    layout, which reads them correctly; a mismatch it cannot take makes it compile a second
+    version, and then ``disp`` itself is returned). The caller passes the same tuple of the same
+    arrays every time (all arguments are arrays, whose dtype, ndim and layout do not change) and
+    asks again for each search (a recompile in between is seen). ``disp`` itself when not compiled
+    (``NUMBA_DISABLE_JIT=1``, no numba). With :data:`CHECK_ENTRY` each call checks the types."""
     overloads = getattr(disp, "overloads", None)
     if not overloads or len(overloads) != 1:
         return disp
-    return next(iter(overloads.values())).entry_point
+    ((sig, cres),) = overloads.items()
+    if not CHECK_ENTRY:
+        return cres.entry_point
+    from numba import typeof
+
+    seen = CHECKED
+
+    def checked(*a):
+        assert len(a) == len(args) and all(x is y for x, y in zip(a, args)), "other arguments"
+        assert tuple(typeof(x) for x in a) == tuple(sig), "entry point called with other types"
+        seen.append(1)
+        return cres.entry_point(*a)
+
+    return checked
 
 
 @kernel

@@ -539,3 +539,93 @@ def test_fit_base_patched_on_logged_nodes_is_the_full_one(monkeypatch, nodes, jo
         m.setattr(accumulation, "may_fit", may_fit)
         _cycle(snap)
     assert any(stale)
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [(60, 400, 20, "mixed", 3), (80, 600, 20, "one-gpu", 5),
+                                                          (120, 900, 40, "mixed", 7)])
+def test_the_bound_of_every_candidate(monkeypatch, nodes, jobs, queues, shape, seed):
+    """A prefix search fails at once ("even evicting every eligible victim ...") exactly when the
+    GPU-count filter refuses the recorded victims plus every candidate's active tasks, summed in task
+    order: for one task the search may skip that O(tasks) sum when the recorded victims alone pass
+    (the filter is monotone in the victims' GPUs); it must never skip a bound that fails."""
+    from scheduler_engine.solvers.idle_gpus import fit_base, may_fit
+
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    seen = {"fails": 0, "skipped": 0, "checked": 0}
+    real = accumulation.PrefixSearch.run
+
+    def run(self):
+        s = self.state
+        cands = np.asarray(self.solver.candidates(), dtype=np.int64)
+        if cands.size == 0 or self.recorded:  # (a recorded set tried first may already win)
+            return real(self)
+        base = fit_base(s)
+        every = np.zeros(s.N)
+        for t in range(s.T):  # the reference: every candidate's active, placed tasks in task order
+            if int(s.task_job[t]) in set(cands.tolist()) and s.task_state[t] in (1, 6, 7) and s.task_node[t] >= 0:
+                every[int(s.task_node[t])] += s.task_alloc[t, GPU]
+        want_fail = not may_fit(s, self.partial, base, every)
+        if len(self.partial) == 1 and may_fit(s, self.partial, base, np.zeros(s.N)):
+            seen["skipped"] += 1
+        seen["checked"] += 1
+        seen["fails"] += want_fail
+        res = real(self)
+        assert (res is None and self.solver.last_reason.startswith("even evicting every eligible victim")) == want_fail
+        return res
+
+    with monkeypatch.context() as m:
+        m.setattr(accumulation.PrefixSearch, "run", run)
+        _cycle(snap)
+    assert seen["checked"] > 0 and seen["skipped"] > 0
+    assert seen["fails"] > 0 or shape == "one-gpu"
+
+
+def _entry_point_check() -> int:
+    """Cycles with ``victim_run.CHECK_ENTRY`` on (see the test below); returns how many calls went
+    through an entry point and were checked."""
+    from pathlib import Path
+
+    from scheduler_engine.check import check_snapshot
+    from scheduler_engine.loader import load_scenario
+
+    victim_run.CHECK_ENTRY = True
+    for nodes, jobs, queues, shape, seed, features, config in [
+            (60, 400, 20, "mixed", 3, {}, {}), (80, 600, 20, "one-gpu", 5, {}, {}),
+            (40, 300, 10, "mixed", 9, {"sub_groups": 0.3}, {}), (40, 300, 16, "mixed", 4, {"dra_nodes": 0.3}, {}),
+            (50, 360, 20, "mixed", 5, {}, {"scenario_search_budget": 40, "max_consolidation_preemptees": 2})]:
+        snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+        if features:
+            snap = bench.with_features(snap, seed=seed, **features)
+        for k, v in config.items():
+            setattr(snap.config, k, v)
+        _cycle(snap)
+    _cycle(_with_selectors(bench.generate(nodes=80, jobs=600, queues=20, seed=5, shape="mixed"), 0.5, 5))
+    golden = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios" / "reclaim_preempt"
+    for f in sorted(golden.glob("*.yaml")) if golden.is_dir() else []:
+        check_snapshot(load_scenario(f))
+    return len(victim_run.CHECKED)
+
+
+def test_entry_point_calls_have_the_versions_types():
+    """Every call of the compiled loop through its entry point (``victim_run.entry_point``: no type
+    check of its own) passes arguments of exactly the numba types of the version it runs, on
+    generated clusters (plain, one-GPU, subgroups, DRA, node selectors, small budgets) and on the
+    reclaim / preempt golden scenarios; and such calls happen. In a fresh process: a test that
+    called the loop with other types leaves the dispatcher with two versions, and then every call
+    goes through the dispatcher (the fallback) and nothing would be checked."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from scheduler_engine.kernels import JIT_ENABLED
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("from tests.scheduler_engine.test_victim_run import _entry_point_check as f; "
+            "print('CHECKED', f())")
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    checked = int(proc.stdout.split("CHECKED")[-1])
+    assert not JIT_ENABLED or checked > 100
