@@ -262,13 +262,43 @@ def _try_shared(t, n, released, old, f, spread, mem, newg, i, pre, nds, lim, des
     return True
 
 
+#: a shape row's change-log delta longer than this is de-duplicated before its query
+DEDUP_MIN = 16
+
+
 @kernel
-def _place_task(t, qcheck, row, i, log, lo, sint, sfl, sched, sel, no_sel, no_frac, ndev, cap, idle_ok, any_ok, key,
-                hk, hn, hs, pos, newg, preempt, quota_req, lim, des, task_request, devs, input_state, task_state,
+def distinct_nodes(log: np.ndarray, lo: int, hi: int, seen: np.ndarray) -> np.ndarray:
+    """The distinct nodes of ``log[lo:hi]`` in first-occurrence order (``seen``: (N,) bool, all False
+    on entry and on return).
+
+    A shape row's query re-evaluates every node of its delta (the log since its last query); at
+    10,000 nodes a row is queried a few times per search while each failed scenario logs its nodes
+    twice (applied, rolled back), so the deltas ran to hundreds of entries for a few dozen nodes
+    and often past N / 8, where the query re-evaluates every node. Evaluating a node once per query
+    gives the same flags and key (each evaluation reads the current state), and the index's best
+    node does not depend on the order of its heap pushes (``node_index``: the smallest live
+    ``(key, node)``), so the query answers the same."""
+    out = np.empty(hi - lo, dtype=np.int64)
+    m = 0
+    for i in range(lo, hi):
+        n = log[i]
+        if not seen[n]:
+            seen[n] = True
+            out[m] = n
+            m += 1
+    for i in range(m):
+        seen[out[i]] = False
+    return out[:m]
+
+
+@kernel
+def _place_task(t, qcheck, row, i, log, lo, seen, sint, sfl, sched, sel, no_sel, no_frac, ndev, cap, idle_ok, any_ok,
+                key, hk, hn, hs, pos, newg, preempt, quota_req, lim, des, task_request, devs, input_state, task_state,
                 task_node, task_job, job_queue, path_mat, num_active, job_version, queue_version, node_both, dev_free,
                 dev_rel, dev_shared, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
     """``Placer._place_one`` of task t (shape row ``row``; ``qcheck`` as ``place_job`` passes it) with
-    the log entries ``log[pos[row]:lo]`` as the index's delta. A task of whole GPUs or none:
+    the log entries ``log[pos[row]:lo]`` as the index's delta (its distinct nodes when it is long:
+    :func:`distinct_nodes` with the scratch ``seen``). A task of whole GPUs or none:
     :func:`place_one_whole`; a task sharing one GPU (``sint[row, S_SHARED]``): the index's query
     (:func:`node_index.query_shared`), the victim's own node as a candidate outside the fit mask
     (:func:`old_node_key_shared`) and :func:`_try_shared` on the first candidate(s), as the Python
@@ -279,7 +309,8 @@ def _place_task(t, qcheck, row, i, log, lo, sint, sfl, sched, sel, no_sel, no_fr
     journal entry ``i`` is written when it is placed."""
     released = task_state[t] == _REL
     old = task_node[t] if released else -1
-    delta = log[pos[row]:lo]
+    p0 = pos[row]
+    delta = log[p0:lo] if lo - p0 <= DEDUP_MIN else distinct_nodes(log, p0, lo, seen)
     pos[row] = lo
     k = sint[row, S_K]
     col = sint[row, S_COL]
@@ -517,6 +548,7 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
         return code
     # ---- evict the victims (CycleState.evict_many)
     rel = np.empty(nv, dtype=np.bool_)
+    seen = np.zeros(node_both.shape[0], dtype=np.bool_)  # distinct_nodes' scratch
     i = i0
     for x in range(nv):
         t = victims[x]
@@ -690,8 +722,8 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
         cp = i
         for p in range(a, b):
             t = tf[p]
-            n = _place_task(t, single, tst[t, T_ROW], i, log, lo, sint, sfl, sched, sel, no_sel, no_frac, ndev, cap,
-                            idle_ok, any_ok, key, hk, hn, hs, pos, newg, preempt, quota_req, lim, des,
+            n = _place_task(t, single, tst[t, T_ROW], i, log, lo, seen, sint, sfl, sched, sel, no_sel, no_frac, ndev,
+                            cap, idle_ok, any_ok, key, hk, hn, hs, pos, newg, preempt, quota_req, lim, des,
                             task_request, devs, input_state, task_state, task_node, task_job, job_queue,
                             path_mat, num_active, job_version, queue_version, node_both, dev_free, dev_rel,
                             dev_shared, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf)
