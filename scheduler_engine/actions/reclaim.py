@@ -30,11 +30,17 @@ from ..plugins.proportion import (can_reclaim_resources, effective_multiplier, g
                                   shares_now, validate_reclaim, verdict_text, victim_filter_many, victim_vectors)
 from ..snapshot import UNLIMITED
 from ..solvers.simulation import Scenario
+from ..solvers.victim_order import LeafRuns
 from ..state import CycleState, fmt_amount
 from .common import EvictingAction, pending_ready_jobs, run_evicting
 
 
 _MAX_CANDIDATE_ARRAYS = 64
+
+#: candidates from per-leaf runs kept across the job loop and patched per commit
+#: (:class:`~scheduler_engine.solvers.victim_order.LeafRuns`); ``False``: a mask over every job per commit
+#: and candidate set, and the victim queue sorts them (the tests compare both)
+USE_LEAF_RUNS = True
 
 
 def run(state: CycleState) -> None:
@@ -70,12 +76,26 @@ class Reclaim(EvictingAction):
         self._set_jobs: dict[int, np.ndarray] = {}  # set key -> its candidate jobs (bounded)
         self._mr: dict[int, dict[int, float]] = {}  # reclaimer leaf -> victim leaf -> reclaimMinRuntime
         self._any_mr: bool | None = None
+        self._runs: LeafRuns | None | bool = None  # per-leaf runs of the candidates (False: not used)
 
     def candidate_jobs(self) -> list[int]:
         return pending_ready_jobs(self.state)
 
     def run(self) -> None:
-        run_evicting(self.state, self.candidate_jobs(), self)
+        try:
+            run_evicting(self.state, self.candidate_jobs(), self)
+        finally:
+            self.state._victim_leaf_runs = None  # (victim queues of later actions build their own runs)
+
+    def _leaf_runs(self) -> LeafRuns | None:
+        """The per-leaf runs of preemptible jobs with an active task (made on first use; they need
+        the undo journal, and jobs without subgroups: a subgroup job's elastic state is its tree's)."""
+        if self._runs is None:
+            s = self.state
+            ok = USE_LEAF_RUNS and not s.any_sg and s._journal is not None and s.J > 0
+            self._runs = LeafRuns(s) if ok else False
+            s._victim_leaf_runs = self._runs or None
+        return self._runs or None
 
     # ---------------------------------------------------------------- the loop's hooks
     def delay_text(self, j: int) -> str:
@@ -113,6 +133,8 @@ class Reclaim(EvictingAction):
         self._active = None
         self._set_keys = {}
         self._set_jobs = {}
+        if self._runs:
+            self._runs.sets.clear()
 
     def candidates(self, j: int, tasks: list[int], leaf: int) -> tuple[Callable[[], np.ndarray], int]:
         """Preemptible jobs with an active task in other leaves that pass the victim filter.
@@ -128,10 +150,16 @@ class Reclaim(EvictingAction):
         hit = self._cands.get(key)
         if hit is not None:
             return hit
+        runs = self._leaf_runs()
         if self._active is None:
-            self._active = s.job_preemptible_arr & (s.job_num_active_arr > 0)
-            self._active_q = np.zeros(s.queue_alloc.shape[0], dtype=bool)
-            self._active_q[s.job_queue_arr[self._active]] = True
+            if runs is not None:  # (patched on what the commits since the last call changed)
+                runs.sync()
+                self._active = runs.member
+                self._active_q = runs.n > 0
+            else:
+                self._active = s.job_preemptible_arr & (s.job_num_active_arr > 0)
+                self._active_q = np.zeros(s.queue_alloc.shape[0], dtype=bool)
+                self._active_q[s.job_queue_arr[self._active]] = True
         keep_q = self._active_q.copy()
         keep_q[leaf] = False
         vqs = np.flatnonzero(keep_q)
@@ -149,13 +177,20 @@ class Reclaim(EvictingAction):
             # per-(leaf, request) copy held gigabytes between two commits
             out = arrays.get(set_key)
             if out is None:
-                leaves = s.job_queue_arr
-                mask = active & keep_q[leaves]
-                if mr_q is not None:
-                    mask &= ~protected_non_elastic_by(s, mr_q[leaves])
-                out = np.flatnonzero(mask)
                 if len(arrays) >= _MAX_CANDIDATE_ARRAYS:
                     arrays.clear()
+                    if runs is not None:
+                        runs.sets.clear()
+                if runs is not None and mr_q is None:
+                    # every member of the victim leaves: their runs, leaf by leaf (the victim queue
+                    # recognises the array and starts from the runs)
+                    out = runs.jobs_of(keep_q)
+                else:
+                    leaves = s.job_queue_arr
+                    mask = active & keep_q[leaves]
+                    if mr_q is not None:
+                        mask &= ~protected_non_elastic_by(s, mr_q[leaves])
+                    out = np.flatnonzero(mask)
                 arrays[set_key] = out
             return out
 

@@ -141,6 +141,165 @@ def queue_tiebreaks(state: CycleState, victim: bool) -> np.ndarray | None:
     return cache[victim]
 
 
+def _whole_rep(state: CycleState, j: int) -> _Rep:
+    """A candidate's first representative: all its active tasks and what they hold.
+
+    The same jobs head their leaves in solve after solve; what they offer changes only with the
+    job (``job_version``, bumped by every change of its tasks, rollbacks included), so it is kept on
+    the state across victim queues.
+    """
+    cache = getattr(state, "_victims_whole_reps", None)
+    if cache is None:
+        cache = state._victims_whole_reps = {}
+    ver = int(state.job_version[j])
+    hit = cache.get(j)
+    if hit is None or hit[0] != ver:
+        hit = cache[j] = (ver, _Rep(state, j, _active_tasks(state, j), 0))
+    return hit[1]  # shared: nobody mutates a representative (the solver only reads its tasks)
+
+
+def _heads_cache(state: CycleState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The state's heads rows (:meth:`VictimQueue.heads`): per job its whole allocation, how many tasks
+    Python evicts when it pops the job whole and (at the job's task slot) which, the version seen."""
+    cache = getattr(state, "_victims_heads", None)
+    if cache is None:
+        s = state
+        cache = s._victims_heads = (np.zeros((s.J, 3)), np.zeros(s.J, dtype=np.int64),
+                                    np.full(s.T, -1, dtype=np.int64), np.full(s.J, -1, dtype=np.int64))
+    return cache
+
+
+def _refresh_heads(state: CycleState, jobs: np.ndarray) -> None:
+    """Bring the heads rows of ``jobs`` up to date (those whose ``job_version`` moved since they were
+    last computed): one-task jobs in the kernel, the others from their representatives."""
+    s = state
+    wa, glen, gt, wv = _heads_cache(s)
+    ver = s.job_version
+    sg = s._sg_list
+    multi = victim_run.refresh_heads(jobs, ver, wv, s.job_count, s.job_start, s.job_has_sg, s.task_state,
+                                     _ACTIVE_LUT, s.task_alloc, wa, glen, gt)
+    start = s.job_start
+    for j in multi.tolist():
+        rep = _whole_rep(s, j)
+        wa[j] = rep.alloc
+        glen[j] = 0
+        if rep.tasks and not sg[j]:
+            evict, more = tasks_to_evict(s, rep.tasks, int(s.job_min_available[j]))
+            if len(rep.tasks) == 1 or not more:  # (a single task's empty remainder is no push-back)
+                g0 = int(start[j])
+                gt[g0:g0 + len(evict)] = evict
+                glen[j] = len(evict)
+        wv[j] = ver[j]
+
+
+class LeafRuns:
+    """Reclaim's candidate victims per leaf, kept for one job loop and patched after each commit.
+
+    Reclaim's candidates are the preemptible jobs with an active task (``member``) of the victim
+    leaves a reclaimer may take from; a victim queue wants them per leaf in victim order: the
+    (leaf, priority) group, elastic state descending, the static rank (older first, name
+    descending) - what :func:`.victim_run.leaf_runs` makes of them. Here every leaf's run of all
+    its member jobs is kept in the leaf's slot of ``cj`` (the slot is the leaf's range of the static
+    order, ``lo[q]`` .. ``lo[q] + n[q]``), so a victim queue over a set of leaves starts from the
+    slots (O(queues), :meth:`VictimQueue.__init__`) instead of masking and partitioning the
+    candidates per search (O(jobs) at 10,000 nodes, most searches follow a commit).
+
+    A commit changes the beneficiary's and the victims' jobs only (failed scenarios and prefixes
+    are rolled back, and no rollback reaches below the start of a later search: every search of a
+    solve starts from the solve's checkpoint), and every change is journaled: :meth:`sync` reads
+    the journal entries since the last sync, recomputes those jobs' membership and their leaves'
+    runs, and refreshes their heads rows (:func:`_refresh_heads`). Those rows of the other member
+    jobs stay as they were computed: their state is the one they were computed on (a version
+    moved by a rolled-back scenario only). If the journal was cut below the last sync, or its entry
+    there replaced, everything is recomputed.
+
+    ``sets``: candidate arrays made by :meth:`jobs_of` (id -> (array, leaf mask), the array held so
+    its id is not reused), how a victim queue recognises its candidates; the owner empties it when
+    the arrays are dropped (at a commit).
+    """
+
+    def __init__(self, state: CycleState) -> None:
+        s = self.state = state
+        group, _rank, by_static = _victim_static_ranks(s)
+        self.group = group
+        self.by_static = by_static
+        leaves = s.job_queue_arr[by_static]
+        qs = np.arange(s.Q)
+        self.lo = np.searchsorted(leaves, qs, side="left").astype(np.int64)
+        self.end = np.searchsorted(leaves, qs, side="right").astype(np.int64)
+        self.cj = np.zeros(s.J, dtype=np.int64)
+        self.n = np.zeros(s.Q, dtype=np.int64)
+        self.member = np.zeros(s.J, dtype=np.bool_)
+        self.sets: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._rebuild()
+
+    def _elastic_key(self, jobs: np.ndarray) -> np.ndarray:
+        s = self.state
+        act = s.job_num_active_arr[jobs]
+        m = s.job_min_available[jobs]
+        el = np.where(act < m, 0, np.where(act == m, 1, 2))
+        return self.group[jobs] * 3 + (2 - el)
+
+    def _rebuild(self) -> None:
+        """Every leaf's run from the current state; every member's heads rows."""
+        s = self.state
+        self.member[:] = s.job_preemptible_arr & (s.job_num_active_arr > 0)
+        jobs = self.by_static[self.member[self.by_static]]
+        key = self._elastic_key(jobs)
+        if key.size > 1 and bool(np.any(key[1:] < key[:-1])):
+            jobs = jobs[np.argsort(key, kind="stable")]
+        leaves = s.job_queue_arr[jobs]
+        self.n[:] = np.bincount(leaves, minlength=s.Q)
+        first = np.cumsum(self.n) - self.n  # each leaf's first place among the members
+        self.cj[self.lo[leaves] + (np.arange(jobs.size) - first[leaves])] = jobs
+        _refresh_heads(s, jobs)
+        self._mark()
+
+    def _rebuild_leaf(self, q: int) -> None:
+        seg = self.by_static[self.lo[q]:self.end[q]]
+        seg = seg[self.member[seg]]
+        if seg.size > 1:
+            key = self._elastic_key(seg)
+            if bool(np.any(key[1:] < key[:-1])):
+                seg = seg[np.argsort(key, kind="stable")]
+        self.cj[self.lo[q]:self.lo[q] + seg.size] = seg
+        self.n[q] = seg.size
+
+    def _mark(self) -> None:
+        jo = self.state._journal
+        self.jlen = len(jo)
+        self.last = jo[-1] if jo else None
+
+    def sync(self) -> None:
+        """Patch the runs on what was committed since the last sync (class docstring)."""
+        s = self.state
+        jo = s._journal
+        k = self.jlen
+        if len(jo) < k or (k and jo[k - 1] is not self.last):
+            self._rebuild()
+            return
+        if len(jo) == k:
+            return
+        jobs = np.unique(s.task_job[np.fromiter((e[0] for e in jo[k:]), dtype=np.int64, count=len(jo) - k)])
+        self.member[jobs] = s.job_preemptible_arr[jobs] & (s.job_num_active_arr[jobs] > 0)
+        for q in np.unique(s.job_queue_arr[jobs]).tolist():
+            self._rebuild_leaf(q)
+        _refresh_heads(s, jobs)
+        self._mark()
+
+    def jobs_of(self, keep: np.ndarray) -> np.ndarray:
+        """The member jobs of the leaves ``keep`` (bool per queue), leaf by leaf in victim order (a
+        candidate array; registered in ``sets`` with its leaf mask)."""
+        qs = np.flatnonzero(keep & (self.n > 0))
+        cnt = self.n[qs]
+        total = int(cnt.sum())
+        # positions lo[q] .. lo[q] + n[q] of each kept leaf, concatenated
+        shift = np.repeat(self.lo[qs] - (np.cumsum(cnt) - cnt), cnt)
+        out = self.cj[np.arange(total, dtype=np.int64) + shift]
+        self.sets[id(out)] = (out, keep)
+        return out
+
+
 class VictimQueue:
     """Candidate victims in victim order (spec b, reversed), with push-back of elastic remainders.
 
@@ -164,6 +323,11 @@ class VictimQueue:
     def __init__(self, state: CycleState, jobs: Iterable[int], proto: tuple | None = None) -> None:
         self.state = state
         s = state
+        # candidates made from reclaim's per-leaf runs (LeafRuns.jobs_of): start from their slots
+        runs = getattr(s, "_victim_leaf_runs", None)
+        hit = runs.sets.get(id(jobs)) if runs is not None else None
+        runs_keep = hit[1] if hit is not None and hit[0] is jobs else None
+        self._runs = runs if runs_keep is not None else None  # (the heads rows of its members are kept fresh)
         jobs = np.fromiter((int(j) for j in jobs), dtype=np.int64) if not isinstance(jobs, np.ndarray) \
             else jobs.astype(np.int64)
         Q = s.Q
@@ -206,6 +370,13 @@ class VictimQueue:
         self._reps = reps
         if proto is not None:  # the same candidates on the same cluster: see proto()
             self._restore(proto)
+            return
+        if runs_keep is not None:
+            firsts = np.flatnonzero(runs_keep & (runs.n > 0))
+            self.cj = runs.cj  # (read only; patched by runs.sync after a commit, when no queue of it is left)
+            self.ptr[firsts] = runs.lo[firsts]
+            self.hi[firsts] = runs.lo[firsts] + runs.n[firsts]
+            self._cands = firsts.tolist()
             return
         if jobs.size:
             # victim order inside each leaf, leaves grouped: the order of (leaf, priority) group,
@@ -300,19 +471,8 @@ class VictimQueue:
         return out
 
     def _whole_rep(self, j: int) -> _Rep:
-        """A candidate's first representative: all its active tasks and what they hold.
-
-        The same jobs head their leaves in solve after solve; what they offer changes only with
-        the job (``job_version``, bumped by every change of its tasks, rollbacks included), so it
-        is kept on the state across victim queues.
-        """
-        s = self.state
-        cache = self._reps
-        ver = int(s.job_version[j])
-        hit = cache.get(j)
-        if hit is None or hit[0] != ver:
-            hit = cache[j] = (ver, _Rep(s, j, _active_tasks(s, j), 0))
-        return hit[1]  # shared: nobody mutates a representative (the solver only reads its tasks)
+        """A candidate's first representative (:func:`_whole_rep`, kept on the state)."""
+        return _whole_rep(self.state, j)
 
     def _leaves(self) -> list[int]:
         c = np.asarray(self._cands, dtype=np.int64)
@@ -529,32 +689,9 @@ class VictimQueue:
         since the last victim queue are recomputed, with the very representative Python builds."""
         if self._heads is not None:
             return self._heads
-        s = self.state
-        cache = getattr(s, "_victims_heads", None)
-        if cache is None:
-            # whole allocation, tasks to evict (count per job, the tasks at the job's slot), version seen
-            cache = s._victims_heads = (np.zeros((s.J, 3)), np.zeros(s.J, dtype=np.int64),
-                                        np.full(s.T, -1, dtype=np.int64), np.full(s.J, -1, dtype=np.int64))
-        wa, glen, gt, wv = cache
-        cj = self.cj
-        ver = s.job_version
-        sg = s._sg_list
-        # one-task jobs in the kernel: the task and its allocation if active, else nothing (what a
-        # representative of its active tasks holds); the other stale jobs come back
-        multi = victim_run.refresh_heads(cj, ver, wv, s.job_count, s.job_start, s.job_has_sg, s.task_state,
-                                         _ACTIVE_LUT, s.task_alloc, wa, glen, gt)
-        start = s.job_start
-        for j in multi.tolist():
-            rep = self._whole_rep(j)
-            wa[j] = rep.alloc
-            glen[j] = 0
-            if rep.tasks and not sg[j]:
-                evict, more = tasks_to_evict(s, rep.tasks, int(s.job_min_available[j]))
-                if len(rep.tasks) == 1 or not more:  # (a single task's empty remainder is no push-back)
-                    g0 = int(start[j])
-                    gt[g0:g0 + len(evict)] = evict
-                    glen[j] = len(evict)
-            wv[j] = ver[j]
+        wa, glen, gt, _wv = _heads_cache(self.state)
+        if self._runs is None:  # (from reclaim's runs: its members' rows are fresh, LeafRuns.sync)
+            _refresh_heads(self.state, self.cj)
         self._heads = (wa, glen, gt)  # (the state's: valid for the candidates of this queue)
         return self._heads
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from scheduler_engine.plugins.elastic import tasks_to_evict
@@ -126,3 +127,141 @@ def test_bench_trees_take_the_heap_path(queues):
     assert len(vq._leaves()) > 1
     vq.pop()
     assert vq._k is not None
+
+
+# ---------------------------------------------------------------- reclaim's per-leaf runs (LeafRuns)
+_CYCLE = ("allocate", "consolidation", "reclaim", "preempt")
+
+
+def _cycle(snap) -> tuple:
+    from scheduler_engine.actions import get_action
+
+    st = CycleState(snap)
+    for a in _CYCLE:
+        get_action(a)(st)
+    return st.task_state.tolist(), st.task_node.tolist(), [repr(e) for e in st.events]
+
+
+def _fresh_heads(state: CycleState, jobs) -> tuple:
+    """The heads rows of ``jobs`` computed into an empty cache (the state's own is left as it was)."""
+    saved = getattr(state, "_victims_heads", None)
+    state._victims_heads = None
+    try:
+        victim_order._refresh_heads(state, np.asarray(jobs, dtype=np.int64))
+        return state._victims_heads
+    finally:
+        state._victims_heads = saved
+
+
+def _runs_differ(state: CycleState, runs) -> list[str]:
+    """Where the patched ``runs`` differ from runs built from scratch on ``state`` (leaf by leaf, the
+    membership, and the members' heads rows against freshly computed ones)."""
+    wa, glen, gt, _wv = victim_order._heads_cache(state)
+    kept = (wa.copy(), glen.copy(), gt.copy())  # (before anything below refreshes the state's rows)
+    saved = state._victims_heads
+    state._victims_heads = None
+    try:
+        fresh = victim_order.LeafRuns(state)
+    finally:
+        state._victims_heads = saved
+    out = []
+    if not (fresh.member == runs.member).all():
+        out.append("member")
+    if not (fresh.n == runs.n).all():
+        out.append("n")
+    for q in range(state.Q):
+        a, b = int(runs.lo[q]), int(runs.lo[q] + runs.n[q])
+        if runs.cj[a:b].tolist() != fresh.cj[a:a + int(fresh.n[q])].tolist():
+            out.append(f"run of queue {q}")
+    members = np.flatnonzero(fresh.member)
+    fwa, fglen, fgt, _ = _fresh_heads(state, members)
+    if kept[0][members].tobytes() != fwa[members].tobytes() or not (kept[1][members] == fglen[members]).all():
+        out.append("heads rows")
+    start = state.job_start
+    for j in members.tolist():
+        g0 = int(start[j])
+        if kept[2][g0:g0 + int(fglen[j])].tolist() != fgt[g0:g0 + int(fglen[j])].tolist():
+            out.append(f"tasks to evict of job {j}")
+    return out
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [
+    (60, 400, 20, "mixed", 3),
+    (80, 600, 30, "one-gpu", 2),
+    (120, 900, 40, "mixed", 7),
+])
+def test_leaf_runs_patched_per_commit_are_the_rebuilt_ones(monkeypatch, nodes, jobs, queues, shape, seed):
+    """Reclaim's per-leaf runs kept across its job loop and patched after each commit from the journal
+    (``LeafRuns.sync``) are, at every sync, bit for bit the runs built from scratch on the state (each
+    leaf's run, the membership) and their members' heads rows the freshly computed ones. Without the
+    patch (a sync that only moves its mark), they go stale."""
+    from scheduler_engine import bench
+
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    real_sync = victim_order.LeafRuns.sync
+    patched, bad = [], []
+
+    def checked(self):
+        grew = len(self.state._journal) > self.jlen
+        real_sync(self)
+        patched.append(grew)
+        bad.extend(_runs_differ(self.state, self))
+
+    with monkeypatch.context() as m:
+        m.setattr(victim_order.LeafRuns, "sync", checked)
+        _cycle(snap)
+    assert sum(patched) >= 3  # commits patched the runs
+    assert not bad
+
+    def stale(self):
+        self._mark()  # (the commits since the last sync are not read)
+        bad.extend(_runs_differ(self.state, self))
+
+    with monkeypatch.context() as m:
+        m.setattr(victim_order.LeafRuns, "sync", stale)
+        try:
+            _cycle(snap)
+        except ValueError:  # (a stale run may offer a job with nothing active left to evict)
+            bad.append("a stale candidate evicted")
+    assert bad
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [
+    (60, 400, 20, "mixed", 3),
+    (80, 600, 30, "one-gpu", 2),
+])
+def test_victim_queue_from_runs_is_the_sorted_one(monkeypatch, nodes, jobs, queues, shape, seed):
+    """A victim queue over reclaim's candidates made from the runs (``LeafRuns.jobs_of``, started from
+    the leaves' slots) holds, leaf by leaf, what the queue built from the same jobs by
+    ``victim_run.leaf_runs`` holds, and its heads rows are the fresh ones for every candidate; whole
+    cycles with and without the runs decide the same."""
+    from scheduler_engine import bench
+    from scheduler_engine.actions import reclaim
+
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    real_init = victim_order.VictimQueue.__init__
+    seen = []
+
+    def init(self, state, jobs, proto=None):
+        real_init(self, state, jobs, proto)
+        if self._runs is None or proto is not None:
+            return
+        wa, glen, gt = (x.copy() for x in self.heads())
+        other = victim_order.VictimQueue.__new__(victim_order.VictimQueue)
+        real_init(other, state, np.array(jobs, copy=True))
+        assert other._runs is None
+        assert other._cands == self._cands
+        for q in self._cands:
+            assert (self.cj[self.ptr[q]:self.hi[q]].tolist() == other.cj[other.ptr[q]:other.hi[q]].tolist())
+        cands = np.asarray(jobs)
+        fwa, fglen, fgt, _ = _fresh_heads(state, cands)
+        assert wa[cands].tobytes() == fwa[cands].tobytes() and (glen[cands] == fglen[cands]).all()
+        seen.append(len(self._cands))
+
+    with monkeypatch.context() as m:
+        m.setattr(victim_order.VictimQueue, "__init__", init)
+        with_runs = _cycle(snap)
+    assert len(seen) > 5 and max(seen) > 1
+    with monkeypatch.context() as m:
+        m.setattr(reclaim, "USE_LEAF_RUNS", False)
+        assert _cycle(snap) == with_runs
