@@ -749,6 +749,24 @@ class CycleState:
         g = self.dc_gpu
         return float(((self.dra_free[n, g] + self.dra_rel[n, g] >= 1 - EPS) & self.dra_valid[n, g]).sum())
 
+    def dra_query_args(self, t: int) -> tuple:
+        """The DRA arguments of the compiled shape-index query (``kernels.node_index.query_whole_dra``)
+        for task t: ``(gcap, dgpu, claims, dra_free, dra_rel)``: the nodes' GPU capacity and the gpu
+        classes when the cluster has DRA GPUs (both empty otherwise), the task's claims per class
+        (empty: none) and the state's DRA device rows (the kernels read devices a node does not
+        have as 0 free, 0 releasing, which is what these rows hold there)."""
+        fixed = self.__dict__.get("_dra_fixed")
+        if fixed is None:
+            if self.has_dra_gpus:
+                fixed = (np.ascontiguousarray(self.node_capacity[:, GPU], dtype=np.float64),
+                         np.ascontiguousarray(self.dc_gpu, dtype=np.bool_))
+            else:
+                fixed = (np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.bool_))
+            self._dra_fixed = fixed
+        claims = (np.ascontiguousarray(self.task_claims[t], dtype=np.int64) if self._claims_list[t]
+                  else np.zeros(0, dtype=np.int64))
+        return fixed[0], fixed[1], claims, self.dra_free, self.dra_rel
+
     def claims_fit(self, t: int, n: int) -> tuple[bool, bool]:
         """``(on free devices, on free + releasing devices)``: every claim of task t fits node n."""
         fi = fa = True

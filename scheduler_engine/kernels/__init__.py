@@ -14,7 +14,8 @@ instead of reductions whose order numba may change, int64 indices, no out-of-ran
 * :mod:`.gpu_fit`: the idle-GPU filter's best-fit packing of a beneficiary's GPU tasks.
 * :mod:`.victim_keys`: rules 1-6 of the victim order per queue and the per-parent winner search.
 * :mod:`.node_index`: the per-shape node index (fit + placement key of changed nodes, lazy heap);
-  its query (``query_whole`` / ``query_shared``) is callable from other kernels.
+  its query (``query_whole`` / ``query_shared``, and their ``_dra`` forms with the DRA GPU term of
+  the key and the device claims' fit) is callable from other kernels.
 * :mod:`.devices`: the whole-device choice of a placement (``CycleState.choose_devices``).
 * :mod:`.journal`: the state's undo journal as arrays (record, backward replay), the task-device
   mirror (each task's devices and device takes in (T, G) rows), and the compiled evict / place /
@@ -26,9 +27,9 @@ instead of reductions whose order numba may change, int64 indices, no out-of-ran
   arrays, per-node sums, GPU-count filters, node-local sets) up to the next scenario to simulate.
 * :mod:`.warm`: compile (or load) every kernel ahead of the first cycle.
 
-Layout for what is still Python: per-node arrays are (N, ...) with devices in (N, G) rows (DRA
-devices and subgroup trees keep their Python paths, e.g. the node index's generic update for tasks
-with claims); queue arrays are (Q, ...) with the tree as CSR children and padded path rows.
+Layout for what is still Python: per-node arrays are (N, ...) with devices in (N, G) rows and DRA
+devices in (N, D, M) rows (the choice, charge and release of claimed devices and subgroup trees keep
+their Python paths); queue arrays are (Q, ...) with the tree as CSR children and padded path rows.
 """
 from __future__ import annotations
 

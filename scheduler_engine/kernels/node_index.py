@@ -12,7 +12,10 @@ their own (dropping dead entries when full), so a full heap is never written.
 :func:`query_whole` / :func:`query_shared` are the whole query of an index (changed nodes
 re-evaluated, then the best node) in one call, with the index's state passed as arrays: the Python
 ``ShapeIndex.query`` delegates to them, and compiled callers (allocate's per-job attempt, a compiled
-scenario simulation) call them directly with a log of changed nodes of their own.
+scenario simulation) call them directly with a log of changed nodes of their own. Their ``_dra``
+forms (:func:`query_whole_dra` / :func:`query_shared_dra`) take the DRA devices too: on a cluster whose
+DRA classes count as gpu the key counts those devices like GPUs (as ``node_key_one`` does), and a
+task's device claims must fit (``CycleState.claims_fit``); the plain forms call them with no DRA.
 """
 from __future__ import annotations
 
@@ -110,15 +113,78 @@ def placement_key(free: float, overall: float, top: float, spread: bool, tier: f
 
 
 @kernel
+def dra_gpu_free(n: int, dgpu: np.ndarray, dra_free: np.ndarray, dra_rel: np.ndarray) -> int:
+    """Devices of node n in the DRA classes ``dgpu`` flags (those that count as gpu) that are free or
+    releasing (free + releasing at least ``1 - EPS``): ``CycleState.dra_gpu_whole_one``. A device slot
+    a node does not have holds 0 free and 0 releasing (``CycleState`` never writes one), so it is
+    never counted and needs no mask here."""
+    c = 0
+    for cl in range(dgpu.shape[0]):
+        if dgpu[cl]:
+            for d in range(dra_free.shape[2]):
+                if dra_free[n, cl, d] + dra_rel[n, cl, d] >= 1 - EPS:
+                    c += 1
+    return c
+
+
+@kernel
+def claims_fit(n: int, claims: np.ndarray, dra_free: np.ndarray, dra_rel: np.ndarray) -> int:
+    """``CycleState.claims_fit`` of a task claiming ``claims[c]`` devices of each class c on node n:
+    2 every claim fits on free devices, 1 only on free + releasing ones, 0 not at all. (A class of
+    fewer than ``claims[c]`` devices on n fails both counts: its missing slots hold 0 and 0.)"""
+    fi = True
+    for cl in range(claims.shape[0]):
+        k = claims[cl]
+        if k == 0:
+            continue
+        nf = 0
+        na = 0
+        for d in range(dra_free.shape[2]):
+            x = dra_free[n, cl, d]
+            if x >= 1 - EPS:
+                nf += 1
+            if x + dra_rel[n, cl, d] >= 1 - EPS:
+                na += 1
+        if nf < k:
+            fi = False
+            if na < k:
+                return 0
+    return 2 if fi else 1
+
+
+@kernel
 def query_whole(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.ndarray, rc: float, rm: float,
                 k: int, ndev: np.ndarray, top: float, cap: np.ndarray, col: int, spread: bool, node_both: np.ndarray,
                 dev_free: np.ndarray, dev_rel: np.ndarray, idle_ok: np.ndarray, any_ok: np.ndarray, key: np.ndarray,
                 hk: np.ndarray, hn: np.ndarray, hs: np.ndarray) -> int:
+    """:func:`query_whole_dra` on a cluster without DRA GPUs for a task without claims (the DRA
+    arguments empty)."""
+    return query_whole_dra(log, lo, hi, sched, sel, rc, rm, k, ndev, top, cap, col, spread, node_both, dev_free,
+                           dev_rel, idle_ok, any_ok, key, hk, hn, hs, cap[:0], sel[:0], log[:0], node_both[:0],
+                           node_both[:0])
+
+
+@kernel
+def query_whole_dra(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.ndarray, rc: float, rm: float,
+                    k: int, ndev: np.ndarray, top: float, cap: np.ndarray, col: int, spread: bool,
+                    node_both: np.ndarray, dev_free: np.ndarray, dev_rel: np.ndarray, idle_ok: np.ndarray,
+                    any_ok: np.ndarray, key: np.ndarray, hk: np.ndarray, hn: np.ndarray, hs: np.ndarray,
+                    gcap: np.ndarray, dgpu: np.ndarray, claims: np.ndarray, dra_free: np.ndarray,
+                    dra_rel: np.ndarray) -> int:
     """The shape index's query for a task without a shared GPU (``k`` whole devices, CPU ``rc``,
     memory ``rm``; ``sel`` empty = no node selector; ``cap`` the nodes' capacity in ``col`` when
     ordering on CPU): re-evaluate the nodes changed since the last query (``log[lo:hi]``, repeats
     allowed; when they are many, every node), push the fitting ones' entries and return the best
     fitting node or -1 (:func:`best`).
+
+    DRA (``plugins/dynamicresources``): on a cluster with DRA classes that count as gpu, ``gcap``
+    holds every node's GPU capacity (its devices plus those of the gpu classes, flagged in ``dgpu``)
+    and the key counts the free or releasing devices of those classes as GPUs too
+    (:func:`dra_gpu_free`; ``top`` is then the largest GPU capacity, as ``node_key_one`` has it);
+    empty ``gcap``: no DRA GPUs. ``claims`` (per class, empty: none): the task's device claims, which
+    must fit too (:func:`claims_fit`, all or nothing). ``dra_free`` / ``dra_rel``: the state's (N, D, M)
+    DRA device rows. The same comparisons and arithmetic as ``CycleState.fit_one`` +
+    ``nodeplacement.node_key_one``.
 
     Kernel-callable: a compiled caller keeps its own log of changed nodes (any int64 array) and the
     index's arrays (``idle_ok``, ``any_ok`` (N,) bool, ``key`` (N,) float64, the heap ``hk``/``hn``
@@ -131,6 +197,8 @@ def query_whole(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.nd
         hs[0] = 0
         lo, hi = 0, N
     has_sel = sel.shape[0] > 0
+    dra = gcap.shape[0] > 0
+    has_claims = claims.shape[0] > 0
     for i in range(lo, hi):
         n = i if full else log[i]
         idle_ok[n] = False
@@ -160,14 +228,23 @@ def query_whole(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.nd
                 fa = fi or whole_any >= k
                 if not fa:
                     continue
+        if has_claims:
+            c = claims_fit(n, claims, dra_free, dra_rel)
+            fi = fi and c == 2
+            fa = (fa or fi) and c > 0
+            if not fa:
+                continue
         if col == GPU:
             free = float(whole_any)
             overall = float(nd)
+            if dra:
+                free += float(dra_gpu_free(n, dgpu, dra_free, dra_rel))
+                overall = gcap[n]
         else:
             free = node_both[n, 0, col] + node_both[n, 1, col]
             overall = cap[n]
         tier = 1000.0 if fi else 0.0
-        if col == CPU and nd == 0:
+        if col == CPU and ((gcap[n] == 0) if dra else (nd == 0)):
             tier += 10.0
         kk = placement_key(free, overall, top, spread, tier)
         idle_ok[n] = fi
@@ -184,8 +261,21 @@ def query_shared(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.n
                  frac: np.ndarray, fgpu: float, ndev: np.ndarray, top: float, spread: bool, node_both: np.ndarray,
                  dev_free: np.ndarray, dev_rel: np.ndarray, dev_shared: np.ndarray, idle_ok: np.ndarray,
                  any_ok: np.ndarray, key: np.ndarray, hk: np.ndarray, hn: np.ndarray, hs: np.ndarray) -> int:
-    """:func:`query_whole` for a task sharing one GPU (fraction ``fgpu``, or per node ``frac`` of
-    its device memory when ``frac`` is not empty)."""
+    """:func:`query_shared_dra` on a cluster without DRA GPUs for a task without claims."""
+    return query_shared_dra(log, lo, hi, sched, sel, rc, rm, frac, fgpu, ndev, top, spread, node_both, dev_free,
+                            dev_rel, dev_shared, idle_ok, any_ok, key, hk, hn, hs, frac[:0], sel[:0], log[:0],
+                            node_both[:0], node_both[:0])
+
+
+@kernel
+def query_shared_dra(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.ndarray, rc: float, rm: float,
+                     frac: np.ndarray, fgpu: float, ndev: np.ndarray, top: float, spread: bool, node_both: np.ndarray,
+                     dev_free: np.ndarray, dev_rel: np.ndarray, dev_shared: np.ndarray, idle_ok: np.ndarray,
+                     any_ok: np.ndarray, key: np.ndarray, hk: np.ndarray, hn: np.ndarray, hs: np.ndarray,
+                     gcap: np.ndarray, dgpu: np.ndarray, claims: np.ndarray, dra_free: np.ndarray,
+                     dra_rel: np.ndarray) -> int:
+    """:func:`query_whole_dra` for a task sharing one GPU (fraction ``fgpu``, or per node ``frac`` of
+    its device memory when ``frac`` is not empty); the DRA arguments as there."""
     N = any_ok.shape[0]
     full = (hi - lo) * 8 > N
     if full:
@@ -193,6 +283,8 @@ def query_shared(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.n
         lo, hi = 0, N
     has_sel = sel.shape[0] > 0
     has_frac = frac.shape[0] > 0
+    dra = gcap.shape[0] > 0
+    has_claims = claims.shape[0] > 0
     for i in range(lo, hi):
         n = i if full else log[i]
         idle_ok[n] = False
@@ -225,10 +317,21 @@ def query_shared(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.n
         fa = fi or any_dev
         if not fa:
             continue
+        if has_claims:
+            c = claims_fit(n, claims, dra_free, dra_rel)
+            fi = fi and c == 2
+            fa = (fa or fi) and c > 0
+            if not fa:
+                continue
         tier = 1000.0 if fi else 0.0
         if joins and not spread:  # gpusharingorder runs with the GPU binpack strategy only
             tier += 10000.0
-        kk = placement_key(float(whole), float(nd), top, spread, tier)  # nd > 0: a device fitted
+        free = float(whole)
+        overall = float(nd)  # nd > 0: a device fitted
+        if dra:
+            free += float(dra_gpu_free(n, dgpu, dra_free, dra_rel))
+            overall = gcap[n]
+        kk = placement_key(free, overall, top, spread, tier)
         idle_ok[n] = fi
         any_ok[n] = True
         key[n] = kk

@@ -115,7 +115,8 @@ def _direct_calls() -> None:
     """Kernels that only a large cluster's Python paths call (more nodes than a warm-up cycle should
     take): called once on tiny arrays of the types those paths pass.
 
-    ``node_index.push_rows``: a shape index without the compiled update (DRA claims, ...) catching up
+    ``node_index.push_rows``: a shape index without the compiled update (``ShapeIndex.compiled = False``,
+    a task sharing a GPU on a cluster without GPU devices) catching up
     on more than 48 and at most N/8 changed nodes (``ShapeIndex._batch``)."""
     import numpy as np
 

@@ -122,36 +122,48 @@ class ShapeIndex:
     fitting nodes sit in a lazy heap of ``(key, node)`` so the best node (smallest key, then
     smallest index) costs O(changed nodes * log N) instead of a scan of the cluster. The
     re-evaluation of a node (fit + key) and the heap are compiled kernels
-    (:mod:`scheduler_engine.kernels.node_index`); tasks with DRA claims (or on clusters with DRA
-    GPUs) are re-evaluated with the generic ``fit_one`` + :func:`node_key_one`.
+    (:mod:`scheduler_engine.kernels.node_index`; on a cluster with DRA GPUs or for a task with device
+    claims their ``_dra`` forms, which count a node's free devices of gpu classes as GPUs and check
+    the claims). The generic ``fit_one`` + :func:`node_key_one` in Python stay the reference
+    (``ShapeIndex.compiled = False``) and serve a task sharing a GPU on a cluster without GPU devices.
     """
 
     __slots__ = ("state", "t", "col", "spread", "idle_ok", "any_ok", "key", "pos", "hk", "hn", "hs", "_fast", "_shared",
-                 "_kargs")
+                 "_kargs", "_cq", "_dra")
+
+    #: ``False``: every index re-evaluates changed nodes with the generic ``fit_one`` + :func:`node_key_one`
+    #: in Python (the reference; the tests compare both paths bit for bit)
+    compiled = True
 
     def __init__(self, state: CycleState, t: int, col: int, spread: bool) -> None:
         self.state, self.t, self.col, self.spread = state, t, col, spread
         s = state
-        # constants of the compiled single-node updates (tasks without / with a shared GPU), copied:
-        # they are the values of the moment the index is built
-        self._fast = None
+        # constants of the compiled query (tasks without / with a shared GPU), copied: they are the
+        # values of the moment the index is built. ``_cq``: those of this index's own query; ``_fast``:
+        # the same tuple when compiled callers (allocate's attempt, the scenario kernels) may query the
+        # index with :func:`node_index.query_whole` / ``query_shared``, i.e. on a cluster without DRA
+        # GPUs for a task without claims (None otherwise); ``_dra``: the DRA arguments of
+        # ``query_whole_dra`` / ``query_shared_dra`` when the cluster has DRA GPUs or the task claims
+        # devices (None otherwise)
+        self._cq = self._fast = self._dra = None
         self._kargs = None  # a compiled caller's argument tuple (allocate), built on first use
         self._shared = bool(s.task_is_shared[t])
         sched = np.array(s.node_schedulable, dtype=np.bool_)
         ndev = np.array(s.node_devices, dtype=np.int64)
-        if s.task_has_claims[t] or s.has_dra_gpus:
-            pass  # DRA devices: the general single-node update (fit_one + node_key_one)
-        elif not s.task_is_shared[t]:
+        dra = s.has_dra_gpus
+        if dra or s.task_has_claims[t]:
+            self._dra = s.dra_query_args(t)
+        if col == GPU:
+            # (node_key_one's ``top``: the most GPUs of a node, DRA devices of gpu classes included)
+            top = float(max(s.node_capacity[:, GPU].max(), 1.0)) if dra else float(max(s.G, 1))
+        else:
+            top = float(s.node_capacity[:, col].max()) if s.N else 1.0
+        if not s.task_is_shared[t]:
             key = s.task_selector_key[t]
             req = s.task_request[t]
-            if col == GPU:
-                top = float(max(s.G, 1))
-                cap = _NO_FLOATS
-            else:
-                top = float(s.node_capacity[:, col].max()) if s.N else 1.0
-                cap = np.array(s.node_capacity[:, col], dtype=np.float64)
-            self._fast = (sched, np.array(s.selector_mask(key), dtype=np.bool_) if key else _NO_BOOLS,
-                          float(req[CPU]), float(req[MEM]), int(s.task_whole[t]), ndev, top, cap)
+            cap = _NO_FLOATS if col == GPU else np.array(s.node_capacity[:, col], dtype=np.float64)
+            self._cq = (sched, np.array(s.selector_mask(key), dtype=np.bool_) if key else _NO_BOOLS,
+                        float(req[CPU]), float(req[MEM]), int(s.task_whole[t]), ndev, top, cap)
         elif col == GPU and s.G:
             key = s.task_selector_key[t]
             req = s.task_request[t]
@@ -161,8 +173,12 @@ class ShapeIndex:
                     frac = np.where(gm > 0, s.task_gpu_memory[t] / np.where(gm > 0, gm, 1.0), np.inf).astype(np.float64)
             else:
                 frac = _NO_FLOATS
-            self._fast = (sched, np.array(s.selector_mask(key), dtype=np.bool_) if key else _NO_BOOLS,
-                          float(req[CPU]), float(req[MEM]), frac, ndev, float(max(s.G, 1)), float(req[GPU]))
+            self._cq = (sched, np.array(s.selector_mask(key), dtype=np.bool_) if key else _NO_BOOLS,
+                        float(req[CPU]), float(req[MEM]), frac, ndev, top, float(req[GPU]))
+        if not self.compiled:
+            self._cq = None
+        if self._dra is None:
+            self._fast = self._cq
         self.hs = np.zeros(1, dtype=np.int64)
         cap0 = 2 * s.N + 16
         self.hk = np.empty(cap0, dtype=np.float64)
@@ -206,25 +222,35 @@ class ShapeIndex:
 
     def _update_nodes(self, nodes: np.ndarray) -> None:
         """Re-evaluate ``nodes`` (fit flags, key) and push the fitting ones."""
-        if self._fast is None:
+        if self._cq is None:
             for n in nodes.tolist():
                 self._update_generic(n)
             return
         self._query_fast(nodes)
 
     def _query_fast(self, nodes: np.ndarray) -> int:
-        """One compiled query (:func:`node_index.query_whole` / :func:`node_index.query_shared`):
-        re-evaluate ``nodes`` (int64, repeats allowed; many: every node) and return the best node."""
+        """One compiled query (:func:`node_index.query_whole` / :func:`node_index.query_shared`, or
+        their ``_dra`` forms on a cluster with DRA GPUs or for a task with claims): re-evaluate
+        ``nodes`` (int64, repeats allowed; many: every node) and return the best node."""
         s = self.state
+        dra = self._dra
         if self._shared:
-            sched, sel, rc, rm, frac, ndev, top, fgpu = self._fast
-            return node_index.query_shared(nodes, 0, nodes.shape[0], sched, sel, rc, rm, frac, fgpu, ndev, top,
-                                           self.spread, s._node_both, s.dev_free, s.dev_rel, s.dev_shared,
-                                           self.idle_ok, self.any_ok, self.key, self.hk, self.hn, self.hs)
-        sched, sel, rc, rm, k, ndev, top, cap = self._fast
-        return node_index.query_whole(nodes, 0, nodes.shape[0], sched, sel, rc, rm, k, ndev, top, cap, self.col,
-                                      self.spread, s._node_both, s.dev_free, s.dev_rel, self.idle_ok, self.any_ok,
-                                      self.key, self.hk, self.hn, self.hs)
+            sched, sel, rc, rm, frac, ndev, top, fgpu = self._cq
+            if dra is None:
+                return node_index.query_shared(nodes, 0, nodes.shape[0], sched, sel, rc, rm, frac, fgpu, ndev, top,
+                                               self.spread, s._node_both, s.dev_free, s.dev_rel, s.dev_shared,
+                                               self.idle_ok, self.any_ok, self.key, self.hk, self.hn, self.hs)
+            return node_index.query_shared_dra(nodes, 0, nodes.shape[0], sched, sel, rc, rm, frac, fgpu, ndev, top,
+                                               self.spread, s._node_both, s.dev_free, s.dev_rel, s.dev_shared,
+                                               self.idle_ok, self.any_ok, self.key, self.hk, self.hn, self.hs, *dra)
+        sched, sel, rc, rm, k, ndev, top, cap = self._cq
+        if dra is None:
+            return node_index.query_whole(nodes, 0, nodes.shape[0], sched, sel, rc, rm, k, ndev, top, cap, self.col,
+                                          self.spread, s._node_both, s.dev_free, s.dev_rel, self.idle_ok, self.any_ok,
+                                          self.key, self.hk, self.hn, self.hs)
+        return node_index.query_whole_dra(nodes, 0, nodes.shape[0], sched, sel, rc, rm, k, ndev, top, cap, self.col,
+                                          self.spread, s._node_both, s.dev_free, s.dev_rel, self.idle_ok, self.any_ok,
+                                          self.key, self.hk, self.hn, self.hs, *dra)
 
     def _update_generic(self, n: int) -> None:
         s = self.state
@@ -250,7 +276,7 @@ class ShapeIndex:
         placement order (smallest key, then smallest index)."""
         s = self.state
         log = s.node_log
-        if self._fast is not None:
+        if self._cq is not None:
             # one compiled call: the changed nodes' updates and the heap's top
             hi = len(log)
             if hi == self.pos:
