@@ -25,7 +25,7 @@ from . import kernel
 from .devices import choose_shared, choose_whole
 from .journal import (_BIND, _PEND, _PIPE, _REL, _RUN, add_to_path, evict, give_back_pipelined, place, place_dev,
                       record, undo, unevict)
-from .node_index import placement_key, query_shared, query_whole
+from .node_index import dra_gpu_free, placement_key, query_shared_dra, query_whole_dra
 from .victim_keys import build, rekey_path
 
 #: :func:`place_one_whole` return codes besides a node (placed there)
@@ -62,11 +62,14 @@ def over_capacity(path_mat: np.ndarray, q: int, r0: float, r1: float, r2: float,
 
 
 @kernel
-def old_node_key(n, ndev, top, cap, col, spread, node_both, dev_free, dev_rel):
-    """``nodeplacement.node_key_one(s, t, n, False, col, spread)`` for a task without a shared GPU
-    on a cluster without DRA GPUs: the placement key of node n as one that does not fit on free
-    resources (``top``, ``cap`` as the shape index has them)."""
+def old_node_key(n, ndev, top, cap, col, spread, node_both, dev_free, dev_rel, gcap, dgpu, dra_free, dra_rel):
+    """``nodeplacement.node_key_one(s, t, n, False, col, spread)`` for a task without a shared GPU:
+    the placement key of node n as one that does not fit on free resources (``top``, ``cap`` as the
+    shape index has them; on a cluster with DRA GPUs, ``gcap`` (not empty) the nodes' GPU capacity
+    and the free or releasing devices of the gpu classes ``dgpu`` count as GPUs, as
+    :func:`node_index.query_whole_dra` has it)."""
     nd = ndev[n]
+    dra = gcap.shape[0] > 0
     if col == 0:  # GPU: whole devices free or releasing
         c = 0
         for d in range(nd):
@@ -74,21 +77,24 @@ def old_node_key(n, ndev, top, cap, col, spread, node_both, dev_free, dev_rel):
                 c += 1
         free = float(c)
         overall = float(nd)
+        if dra:
+            free += float(dra_gpu_free(n, dgpu, dra_free, dra_rel))
+            overall = gcap[n]
     else:
         free = node_both[n, 0, col] + node_both[n, 1, col]
         overall = cap[n]
     tier = 0.0
-    if col == 1 and nd == 0:
+    if col == 1 and ((gcap[n] == 0) if dra else (nd == 0)):
         tier += 10.0
     return placement_key(free, overall, top, spread, tier)
 
 
 @kernel
-def old_node_key_shared(n, ndev, top, spread, f, dev_free, dev_rel, dev_shared):
+def old_node_key_shared(n, ndev, top, spread, f, dev_free, dev_rel, dev_shared, gcap, dgpu, dra_free, dra_rel):
     """``nodeplacement.node_key_one(s, t, n, False, GPU, spread)`` for a task sharing one GPU with
-    fraction ``f`` on node n, on a cluster without DRA GPUs: whole devices free or releasing as
-    the amount, and under binpack the GPU-sharing tier when a device in shared use (not wholly
-    released) has room for ``f``."""
+    fraction ``f`` on node n: whole devices free or releasing as the amount (DRA GPUs as in
+    :func:`old_node_key`), and under binpack the GPU-sharing tier when a device in shared use (not
+    wholly released) has room for ``f``."""
     nd = ndev[n]
     c = 0
     for d in range(nd):
@@ -102,13 +108,18 @@ def old_node_key_shared(n, ndev, top, spread, f, dev_free, dev_rel, dev_shared):
             if dev_shared[n, d] and a + b < 1 - EPS and a + b >= f - EPS:
                 tier += 10000.0
                 break
-    return placement_key(float(c), float(nd), top, spread, tier)
+    free = float(c)
+    overall = float(nd)
+    if gcap.shape[0] > 0:
+        free += float(dra_gpu_free(n, dgpu, dra_free, dra_rel))
+        overall = gcap[n]
+    return placement_key(free, overall, top, spread, tier)
 
 
 @kernel
 def place_one_whole(t, released, old, qcheck, delta, hk, hn, i, preemptible,
                     sched, sel, rc, rm, k, ndev, top, cap, col, spread, idle_ok, any_ok, key, hs,
-                    quota_req, lim, des, task_request, devs,
+                    quota_req, lim, des, task_request, devs, gcap, dgpu, dra_free, dra_rel,
                     input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
                     queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake,
                     tntake, ji, jf):
@@ -123,12 +134,13 @@ def place_one_whole(t, released, old, qcheck, delta, hk, hn, i, preemptible,
     (``quota_req[t]``, :func:`over_capacity` with ``lim`` / ``des``), as ``Placer.place_job`` does.
 
     ``delta``: the nodes changed since the index's last query (the index's constants and arrays as
-    :func:`node_index.query_whole` takes them). ``released``: t is a victim evicted from Running in
-    this scenario, ``old`` its node. On the index's best node n: a released victim back on its own
-    node is un-evicted (Running again, :func:`journal.unevict`); otherwise its whole devices are
-    chosen pipelined (:func:`devices.choose_whole`: fully free first, then releasing) and it is
-    placed (:func:`journal.place`; a released victim is made Pending first, as
-    ``simulation.place_released`` does). Journal entry ``i`` is written when it is placed.
+    :func:`node_index.query_whole_dra` takes them; ``gcap`` / ``dgpu`` / ``dra_free`` / ``dra_rel`` the
+    cluster's DRA GPUs, ``gcap`` empty when it has none; t has no claims). ``released``: t is a
+    victim evicted from Running in this scenario, ``old`` its node. On the index's best node n: a
+    released victim back on its own node is un-evicted (Running again, :func:`journal.unevict`);
+    otherwise its whole devices are chosen pipelined (:func:`devices.choose_whole`: fully free first,
+    then releasing) and it is placed (:func:`journal.place`; a released victim is made Pending
+    first, as ``simulation.place_released`` does). Journal entry ``i`` is written when it is placed.
 
     A released victim whose own node no longer fits it (the beneficiary took what it released)
     still has that node as a candidate, ordered by :func:`old_node_key` (``Placer._place_one``).
@@ -136,8 +148,8 @@ def place_one_whole(t, released, old, qcheck, delta, hk, hn, i, preemptible,
     Returns the node it was placed on, :data:`QUEUE`, :data:`NO_NODE` or :data:`SCAN` (the first
     node in order refused it; nothing changed but the index: the caller scans every node)."""
     # (the index catches up with ``delta`` first in any case: its caller has consumed the delta)
-    n = query_whole(delta, 0, delta.shape[0], sched, sel, rc, rm, k, ndev, top, cap, col, spread, node_both,
-                    dev_free, dev_rel, idle_ok, any_ok, key, hk, hn, hs)
+    n = query_whole_dra(delta, 0, delta.shape[0], sched, sel, rc, rm, k, ndev, top, cap, col, spread, node_both,
+                        dev_free, dev_rel, idle_ok, any_ok, key, hk, hn, hs, gcap, dgpu, delta[:0], dra_free, dra_rel)
     j = task_job[t]
     if qcheck and over_capacity(path_mat, job_queue[j], quota_req[t, 0], quota_req[t, 1], quota_req[t, 2],
                                 not preemptible, lim, des, qab) >= 0:
@@ -145,7 +157,8 @@ def place_one_whole(t, released, old, qcheck, delta, hk, hn, i, preemptible,
     if released and old >= 0 and not any_ok[old] and sched[old]:
         # its own node is a candidate outside the fit mask (fits nowhere but there, maybe): in
         # placement order by its key as a node that does not fit on free resources
-        ko = old_node_key(old, ndev, top, cap, col, spread, node_both, dev_free, dev_rel)
+        ko = old_node_key(old, ndev, top, cap, col, spread, node_both, dev_free, dev_rel, gcap, dgpu, dra_free,
+                          dra_rel)
         if n < 0 or ko < key[n] or (ko == key[n] and old < n):
             if unevict(i, t, preemptible, False, input_state, task_state, task_node, task_job, job_queue, path_mat,
                        num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc,
@@ -293,9 +306,10 @@ def distinct_nodes(log: np.ndarray, lo: int, hi: int, seen: np.ndarray) -> np.nd
 
 @kernel
 def _place_task(t, qcheck, row, i, log, lo, seen, sint, sfl, sched, sel, no_sel, no_frac, ndev, cap, idle_ok, any_ok,
-                key, hk, hn, hs, pos, newg, preempt, quota_req, lim, des, task_request, devs, input_state, task_state,
-                task_node, task_job, job_queue, path_mat, num_active, job_version, queue_version, node_both, dev_free,
-                dev_rel, dev_shared, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
+                key, hk, hn, hs, pos, newg, preempt, quota_req, lim, des, task_request, devs, gcap, dgpu, dra_free,
+                dra_rel, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
+                queue_version, node_both, dev_free, dev_rel, dev_shared, task_alloc, task_rel_take, qab, tdev, tndev,
+                ttake, tntake, ji, jf):
     """``Placer._place_one`` of task t (shape row ``row``; ``qcheck`` as ``place_job`` passes it) with
     the log entries ``log[pos[row]:lo]`` as the index's delta (its distinct nodes when it is long:
     :func:`distinct_nodes` with the scratch ``seen``). A task of whole GPUs or none:
@@ -326,9 +340,9 @@ def _place_task(t, qcheck, row, i, log, lo, seen, sint, sfl, sched, sel, no_sel,
     nds = ndev[row]
     sch = sched[row]
     if shared:
-        n = query_shared(delta, 0, delta.shape[0], sch, selr, sfl[row, S_RC], sfl[row, S_RM], fr, fg, nds,
-                         sfl[row, S_TOP], spread, node_both, dev_free, dev_rel, dev_shared, idle_ok[row], aok, kr,
-                         hk[row], hn[row], hs[row])
+        n = query_shared_dra(delta, 0, delta.shape[0], sch, selr, sfl[row, S_RC], sfl[row, S_RM], fr, fg, nds,
+                             sfl[row, S_TOP], spread, node_both, dev_free, dev_rel, dev_shared, idle_ok[row], aok,
+                             kr, hk[row], hn[row], hs[row], gcap, dgpu, delta[:0], dra_free, dra_rel)
         if qcheck and over_capacity(path_mat, job_queue[task_job[t]], quota_req[t, 0], quota_req[t, 1],
                                     quota_req[t, 2], not pre, lim, des, qab) >= 0:
             return QUEUE
@@ -338,7 +352,8 @@ def _place_task(t, qcheck, row, i, log, lo, seen, sint, sfl, sched, sel, no_sel,
             fo = fg
             if mem:
                 fo = fr[old]
-            ko = old_node_key_shared(old, nds, sfl[row, S_TOP], spread, fo, dev_free, dev_rel, dev_shared)
+            ko = old_node_key_shared(old, nds, sfl[row, S_TOP], spread, fo, dev_free, dev_rel, dev_shared, gcap, dgpu,
+                                     dra_free, dra_rel)
             if n < 0 or ko < kr[n] or (ko == kr[n] and old < n):
                 if _try_shared(t, old, released, old, fo, spread, mem, newg, i, pre, nds, lim,
                                des, task_request, devs, input_state, task_state, task_node, task_job, job_queue,
@@ -360,10 +375,10 @@ def _place_task(t, qcheck, row, i, log, lo, seen, sint, sfl, sched, sel, no_sel,
     else:
         r = place_one_whole(t, released, old, qcheck, delta, hk[row], hn[row], i, pre, sch, selr,
                             sfl[row, S_RC], sfl[row, S_RM], k, nds, sfl[row, S_TOP], cap[row], col, spread,
-                            idle_ok[row], aok, kr, hs[row], quota_req, lim, des, task_request, devs,
-                            input_state, task_state, task_node, task_job, job_queue, path_mat, num_active,
-                            job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
-                            tdev, tndev, ttake, tntake, ji, jf)
+                            idle_ok[row], aok, kr, hs[row], quota_req, lim, des, task_request, devs, gcap, dgpu,
+                            dra_free, dra_rel, input_state, task_state, task_node, task_job, job_queue, path_mat,
+                            num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc,
+                            task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf)
         if r != SCAN:
             return r
     # the scan: candidates in (key, node) order (a stable sort of ascending nodes by key)
@@ -381,10 +396,11 @@ def _place_task(t, qcheck, row, i, log, lo, seen, sint, sfl, sched, sel, no_sel,
                     fo = fg
                     if mem:
                         fo = fr[n]
-                    ck[m] = old_node_key_shared(n, nds, sfl[row, S_TOP], spread, fo, dev_free, dev_rel, dev_shared)
+                    ck[m] = old_node_key_shared(n, nds, sfl[row, S_TOP], spread, fo, dev_free, dev_rel, dev_shared,
+                                                gcap, dgpu, dra_free, dra_rel)
                 else:
                     ck[m] = old_node_key(n, nds, sfl[row, S_TOP], cap[row], col, spread, node_both, dev_free,
-                                         dev_rel)
+                                         dev_rel, gcap, dgpu, dra_free, dra_rel)
                 m += 1
         elif aok[n]:
             cand[m] = n
@@ -468,7 +484,7 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
                  jmark, tmark, qmark,
                  sint, sfl, sched, sel, no_sel, no_frac, ndev, cap, idle_ok, any_ok, key, hk, hn, hs, pos, log,
                  by_depth, path, kid_ptr, kids, stat, tot, prio, tb, qalloc, leaf_live, req, qkey, vrep,
-                 dev_shared, newg, preempt, quota_req, lim, des, task_request, devs,
+                 dev_shared, newg, preempt, quota_req, lim, des, task_request, devs, gcap, dgpu, dra_free, dra_rel,
                  input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
                  queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake,
                  tntake, ji, jf):
@@ -477,7 +493,9 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
     for scenarios whose jobs are all plain (``jst[:, J_OK] == 1``: no subgroups, no topology, every
     task on a shape row of its own compiled index - whole GPUs or none, or one shared GPU
     (``sint[row, S_SHARED]``: a fraction ``sfl[row, S_FGPU]``, or GPU memory with its fraction per
-    node in the ``cap`` row) - no DRA claims) and whose victims are active (a moved one goes back
+    node in the ``cap`` row) - no DRA claims; on a cluster with DRA GPUs ``gcap`` / ``dgpu`` /
+    ``dra_free`` / ``dra_rel`` give the node order their devices, :func:`place_one_whole`) and whose
+    victims are active (a moved one goes back
     to Releasing on its input node: :func:`evict_moved`). Returns
     1 / 0 (the beneficiary placed or not; like the Python code it does not roll back a failed
     scenario: the caller does) or, before changing anything,
@@ -724,9 +742,10 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
             t = tf[p]
             n = _place_task(t, single, tst[t, T_ROW], i, log, lo, seen, sint, sfl, sched, sel, no_sel, no_frac, ndev,
                             cap, idle_ok, any_ok, key, hk, hn, hs, pos, newg, preempt, quota_req, lim, des,
-                            task_request, devs, input_state, task_state, task_node, task_job, job_queue,
-                            path_mat, num_active, job_version, queue_version, node_both, dev_free, dev_rel,
-                            dev_shared, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf)
+                            task_request, devs, gcap, dgpu, dra_free, dra_rel, input_state, task_state, task_node,
+                            task_job, job_queue, path_mat, num_active, job_version, queue_version, node_both,
+                            dev_free, dev_rel, dev_shared, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake,
+                            ji, jf)
             if n < 0:
                 ok = False
                 break

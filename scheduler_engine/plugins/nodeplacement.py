@@ -141,10 +141,10 @@ class ShapeIndex:
         # constants of the compiled query (tasks without / with a shared GPU), copied: they are the
         # values of the moment the index is built. ``_cq``: those of this index's own query; ``_fast``:
         # the same tuple when compiled callers (allocate's attempt, the scenario kernels) may query the
-        # index with :func:`node_index.query_whole` / ``query_shared``, i.e. on a cluster without DRA
-        # GPUs for a task without claims (None otherwise); ``_dra``: the DRA arguments of
-        # ``query_whole_dra`` / ``query_shared_dra`` when the cluster has DRA GPUs or the task claims
-        # devices (None otherwise)
+        # index, i.e. for a task without claims (None otherwise); they pass the cluster's DRA GPUs
+        # (``CycleState.dra_query_args``) to :func:`node_index.query_whole_dra` / ``query_shared_dra``
+        # or, like allocate's attempt, keep off clusters with DRA GPUs; ``_dra``: the DRA arguments of
+        # this index's own query when the cluster has DRA GPUs or the task claims devices (else None)
         self._cq = self._fast = self._dra = None
         self._kargs = None  # a compiled caller's argument tuple (allocate), built on first use
         self._shared = bool(s.task_is_shared[t])
@@ -177,7 +177,7 @@ class ShapeIndex:
                         float(req[CPU]), float(req[MEM]), frac, ndev, top, float(req[GPU]))
         if not self.compiled:
             self._cq = None
-        if self._dra is None:
+        if not s._claims_list[t]:
             self._fast = self._cq
         self.hs = np.zeros(1, dtype=np.int64)
         cap0 = 2 * s.N + 16

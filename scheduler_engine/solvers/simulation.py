@@ -326,9 +326,10 @@ class Placer:
         if fixed is None or fixed[10] is not idx.idle_ok:  # (an index rebuilt by its Python path)
             sched, sel, rc, rm, k, ndev, top, cap = idx._fast
             lim, des = s.queue_limit_arrays()
+            gcap, dgpu, _claims, dra_free, dra_rel = s.dra_query_args(t)  # (the cluster's DRA GPUs; t has no claims)
             fixed = self._kargs[idx] = (sched, sel, rc, rm, k, ndev, top, cap, idx.col, idx.spread, idx.idle_ok,
                                         idx.any_ok, idx.key, idx.hs, s.task_quota_req, lim, des, s.task_request,
-                                        self._devs)
+                                        self._devs, gcap, dgpu, dra_free, dra_rel)
         r = _scenario_k.place_one_whole(t, released, old, qcheck, delta, idx.hk, idx.hn, s._journal_room(),
                                         s._preempt_list[s._task_job_list[t]], *fixed, *s._jarrays, s._ji, s._jf)
         if r >= 0:
@@ -456,7 +457,7 @@ class Simulation:
             io[2] = s._protect_len
             lim, des = s.queue_limit_arrays()
             r = _scenario_k.run_scenario(j, pa, va, io, ka.clear, *ka.args, lim, des, s.task_request, ka.devs,
-                                         *s._jarrays, s._ji, s._jf)
+                                         *ka.dra, *s._jarrays, s._ji, s._jf)
             if r >= 0:
                 break
             if r == _scenario_k.UNKNOWN_JOB:
@@ -789,6 +790,8 @@ class ScenarioArrays:
         self.clear = np.zeros((64, 2), dtype=np.int64)
         self.newg = np.zeros(1, dtype=np.int64)
         self.devs = np.empty(max(s.G, 1), dtype=np.int64)
+        gcap, dgpu, _claims, dra_free, dra_rel = s.dra_query_args(0)  # the cluster's DRA GPUs (gcap empty: none)
+        self.dra = (gcap, dgpu, dra_free, dra_rel)
         self.log = np.empty(max(1024, 2 * len(s.node_log)), dtype=np.int64)
         self.synced = 0
         self.H = 2 * N + 16  # a compiled-update index's heap capacity (never grown)

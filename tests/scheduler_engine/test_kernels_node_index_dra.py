@@ -3,7 +3,9 @@
 update (``CycleState.fit_one`` + ``nodeplacement.node_key_one``), on random clusters whose nodes have
 classic GPUs, DRA devices of a gpu class and of a class that does not count as gpu (alone or
 together), with device claims on pending and on running / releasing tasks, through random
-placements (bound and pipelined, claims included) and evictions."""
+placements (bound and pipelined, claims included) and evictions. And whole victim scenarios on such
+clusters in the compiled scenario kernel (``kernels.scenario.run_scenario``, which takes the DRA
+GPUs into its node order) leave the state the Python steps with the generic update leave."""
 from __future__ import annotations
 
 import random
@@ -134,8 +136,9 @@ def test_compiled_dra_query_equals_the_generic_update(seed):
     kinds = set()
     for t, (ix, gen) in pairs.items():
         assert ix._cq is not None and ix._dra is not None and gen._cq is None
-        # compiled callers that know nothing of DRA (allocate's attempt, the scenario kernels) keep off
-        assert ix._fast is None
+        # compiled callers (the scenario kernels, which take the DRA GPUs too) may use the index of a
+        # task without claims
+        assert (ix._fast is ix._cq) is not s._claims_list[t]
         kinds.add((bool(s.task_is_shared[t]), bool(s._claims_list[t]), ix.col))
     assert {(False, True, 0), (True, True, 0), (False, False, 0)} <= kinds
     checked = found = full = 0
@@ -235,3 +238,87 @@ def test_bench_dra_pool_cycle_uses_the_compiled_queries():
         out.append((s.task_state.tobytes(), s.task_node.tobytes(), repr(s.task_devices), repr(s.task_dra),
                     repr(s.events)))
     assert out[0] == out[1]
+
+
+@pytest.mark.parametrize("seed,kind", [(1, "random"), (2, "random"), (3, "random"), (4, "random"), (5, "bench"),
+                                       (6, "bench")])
+def test_compiled_scenarios_on_dra_clusters_simulate_like_the_python_steps(seed, kind, monkeypatch):
+    """Victim scenarios on clusters with DRA GPUs (nodes with classic and DRA GPUs, DRA-only nodes,
+    claims on running and pending tasks) in the compiled scenario kernel and the compiled single
+    placement leave the state, the change log, the journal's object half, ``resources_freed`` and the
+    outcome of the Python steps with the generic index update (``fast_paths = False``,
+    ``ShapeIndex.compiled = False``), scenario after scenario and after each rollback; the kernel
+    simulates most scenarios (those with a claiming job stay in Python)."""
+    from scheduler_engine.kernels import scenario
+    from scheduler_engine.solvers import simulation
+    from tests.scheduler_engine.test_kernels_scenario import _move, _victim_sets
+    from tests.scheduler_engine.test_state_journal import _assert_mirror_canonical, _image, _step
+
+    codes: dict[int, int] = {}
+    run = scenario.run_scenario
+
+    def counting(*a):
+        r = run(*a)
+        codes[r] = codes.get(r, 0) + 1
+        return r
+
+    monkeypatch.setattr(scenario, "run_scenario", counting)
+    if kind == "random":
+        d = dra_scenario(seed, seed % 2 == 0)
+        for q in d["queues"]:  # no queue limits: the leaf order is a total order of keys (what the kernel takes)
+            for r in q["resources"].values():
+                r["limit"] = -1
+        snap = load_dict(d)
+    else:
+        snap = clusters.with_features(clusters.generate(nodes=32, jobs=240, queues=8, seed=seed, shape="mixed"),
+                                      dra_nodes=0.5, seed=seed)
+    fast, slow = CycleState(snap), CycleState(snap)
+    assert fast.has_dra_gpus
+    slow.fast_paths = False
+
+    def on(state, f, *a):
+        old = nodeplacement.ShapeIndex.compiled
+        nodeplacement.ShapeIndex.compiled = state is fast
+        try:
+            return f(*a)
+        finally:
+            nodeplacement.ShapeIndex.compiled = old
+
+    for s in (fast, slow):  # the same placements of this cycle first (binds and pipelines), and moves
+        r = np.random.default_rng(seed)
+        for _ in range(20):
+            _step(s, r)
+        _move(s, np.random.default_rng(seed + 3), 4)
+    assert _image(fast) == _image(slow)
+    sims = (simulation.Simulation(fast), simulation.Simulation(slow))
+    rng = np.random.default_rng(seed + 11)
+    placed = {True: 0, False: 0}
+    claims_job = np.zeros(fast.J, dtype=bool)
+    claims_job[fast.task_job[fast.task_has_claims]] = True
+    for k in range(80):
+        victims = _victim_sets(fast, rng, k)
+        pend_jobs = np.unique(fast.task_job[(fast.task_state == _PEND) & (fast.task_node < 0)])
+        if k % 4:  # mostly jobs without claims (a scenario with a claiming job takes the Python steps)
+            victims = [t for t in victims if not claims_job[fast.task_job[t]]] or victims
+            pend_jobs = pend_jobs[~claims_job[pend_jobs]]
+        j = int(rng.choice(pend_jobs))
+        partial = fast.job_pending_tasks(j)[:max(1, int(fast.job_min_available[j]))]
+        cps = (fast.checkpoint(), slow.checkpoint())
+        a = on(fast, sims[0].run, j, partial, victims)
+        b = on(slow, sims[1].run, j, partial, victims)
+        assert a == b, k
+        placed[a] += 1
+        assert _image(fast) == _image(slow), k
+        assert fast.node_log == slow.node_log, k
+        assert [e[:4] for e in fast._journal] == [e[:4] for e in slow._journal], k
+        assert fast.resources_freed == slow.resources_freed, k
+        assert sims[0].outcome(victims) == sims[1].outcome(victims)
+        _assert_mirror_canonical(fast)
+        if k % 3 == 2 and a:  # keep some scenarios: later ones start from them
+            continue
+        sims[0].rollback(cps[0])
+        sims[1].rollback(cps[1])
+        assert _image(fast) == _image(slow)
+        assert fast.node_log == slow.node_log
+    assert placed[True] > 0 and placed[False] > 0, placed
+    assert codes.get(1, 0) + codes.get(0, 0) > 25 and codes.get(1, 0) and codes.get(0, 0), codes

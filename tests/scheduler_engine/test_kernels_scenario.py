@@ -168,9 +168,6 @@ def test_compiled_placement_simulates_like_the_python_path(seed, shape, sg, dra,
         sims[1].rollback(cps[1])
         assert _image(fast) == _image(slow)
     assert placed[True] > 0 and placed[False] > 0, placed
-    if fast.has_dra_gpus:  # GPU devices of DRA classes: every shape index takes the general update
-        assert not codes
-        return
     assert codes.get(0, 0) > 20 and sum(v for c, v in codes.items() if c < 0) > 0, codes
     _CODES_MET.update(codes)
 
@@ -394,19 +391,24 @@ def test_every_return_code_of_the_compiled_placement_was_met():
     assert set(_CODES_MET) == {0, -1, -3, -4}, _CODES_MET
 
 
-@pytest.mark.parametrize("seed,shape", [(1, "mixed"), (2, "one-gpu"), (6, "mixed")])
-def test_old_node_key_is_node_key_one(seed, shape):
+@pytest.mark.parametrize("seed,shape,dra", [(1, "mixed", 0.0), (2, "one-gpu", 0.0), (6, "mixed", 0.0),
+                                            (7, "mixed", 0.3)])
+def test_old_node_key_is_node_key_one(seed, shape, dra):
     """The compiled key of a victim's own node (as a node that does not fit on free resources)
-    is ``nodeplacement.node_key_one`` bit for bit, on GPU and CPU columns, binpack and spread."""
+    is ``nodeplacement.node_key_one`` bit for bit, on GPU and CPU columns, binpack and spread, on a
+    cluster with DRA GPUs too (their devices count as GPUs)."""
     from scheduler_engine.kernels import scenario
     from scheduler_engine.plugins.nodeplacement import ShapeIndex, node_key_one, placement_strategy
 
-    s = CycleState(_snapshot(seed, shape))
+    s = CycleState(_snapshot(seed, shape, 0.0, dra))
     rng = np.random.default_rng(seed)
     for _ in range(40):
         _step(s, rng)
     checked = 0
-    tasks = [t for t in range(s.T) if not s.task_is_shared[t]]
+    gcap, dgpu, _claims, dra_free, dra_rel = s.dra_query_args(0)
+    dra = (gcap, dgpu, dra_free, dra_rel)
+    assert (gcap.shape[0] > 0) == (dra > 0)
+    tasks = [t for t in range(s.T) if not s.task_is_shared[t] and not s._claims_list[t]]
     for t in rng.permutation(tasks)[:30].tolist():
         for spread in (False, True):
             col, _sp = placement_strategy(s, {}, t)
@@ -415,15 +417,17 @@ def test_old_node_key_is_node_key_one(seed, shape):
                 continue
             _sched, _sel, _rc, _rm, _k, ndev, top, cap = idx._fast
             for n in range(s.N):
-                got = scenario.old_node_key(n, ndev, top, cap, col, spread, s._node_both, s.dev_free, s.dev_rel)
+                got = scenario.old_node_key(n, ndev, top, cap, col, spread, s._node_both, s.dev_free, s.dev_rel,
+                                            *dra)
                 want = node_key_one(s, t, n, False, col, spread)
                 assert np.float64(got).tobytes() == np.float64(want).tobytes(), (t, n, col, spread)
                 checked += 1
     assert checked > 500
 
 
-@pytest.mark.parametrize("seed,gpu", [(1, "binpack"), (4, "spread"), (6, "binpack")])
-def test_shared_device_choice_and_old_node_key_are_the_python_code(seed, gpu):
+@pytest.mark.parametrize("seed,gpu,dra", [(1, "binpack", 0.0), (4, "spread", 0.0), (6, "binpack", 0.0),
+                                          (7, "binpack", 0.3), (8, "spread", 0.3)])
+def test_shared_device_choice_and_old_node_key_are_the_python_code(seed, gpu, dra):
     """The compiled shared-GPU pieces of a scenario equal the Python code they stand for, on every
     node of a cluster with placements, evictions, fractions and GPU memory (compiled and
     interpreted): ``devices.choose_shared`` = ``CycleState.choose_devices``' shared branch (free
@@ -432,7 +436,7 @@ def test_shared_device_choice_and_old_node_key_are_the_python_code(seed, gpu):
     from scheduler_engine.kernels import devices, scenario
     from scheduler_engine.plugins.nodeplacement import node_key_one
 
-    snap = _with_gpu_memory(_snapshot(seed, "mixed"), seed)
+    snap = _with_gpu_memory(_snapshot(seed, "mixed", 0.0, dra), seed)
     snap = dataclasses.replace(snap, config=dataclasses.replace(snap.config, placement={"gpu": gpu, "cpu": "binpack"}))
     s = CycleState(snap)
     rng = np.random.default_rng(seed)
@@ -443,7 +447,9 @@ def test_shared_device_choice_and_old_node_key_are_the_python_code(seed, gpu):
     if hasattr(devices.choose_shared, "py_func"):
         fns.append((devices.choose_shared.py_func, scenario.old_node_key_shared.py_func))
     seen = {"none": 0, "dev": 0, "tier": 0}
-    top = float(max(s.G, 1))
+    gcap, dgpu, _claims, dra_free, dra_rel = s.dra_query_args(0)
+    dra = (gcap, dgpu, dra_free, dra_rel)
+    top = float(max(s.node_capacity[:, 0].max(), 1.0)) if s.has_dra_gpus else float(max(s.G, 1))
     for _ in range(6):
         for _ in range(15):
             _step(s, rng)
@@ -459,7 +465,7 @@ def test_shared_device_choice_and_old_node_key_are_the_python_code(seed, gpu):
                 want = node_key_one(s, t, n, False, 0, spread)
                 seen["tier"] += want < -1000
                 for _choose, key in fns:
-                    got = key(n, s.node_devices, top, spread, f, s.dev_free, s.dev_rel, s.dev_shared)
+                    got = key(n, s.node_devices, top, spread, f, s.dev_free, s.dev_rel, s.dev_shared, *dra)
                     assert np.float64(got).tobytes() == np.float64(want).tobytes(), (t, n)
     assert seen["none"] > 100 and seen["dev"] > 100 and (spread or seen["tier"] > 20), seen
 
