@@ -1248,9 +1248,11 @@ class CycleState:
         if s not in ACTIVE_STATES:
             raise ValueError(f"task {self.tasks.names[t]} is not active ({TaskState(s).label})")
         n = int(self.task_node[t])
-        if self.fast_paths and self._journal is not None and not self._claims_list[t] and not (
+        if self.fast_paths and self._journal is not None and not (
                 s == _PIPE and self._input_state[t] == _RUN and self._input_node[t] >= 0):
             self._evict_fast(t, n, s)
+            if self._claims_list[t]:
+                self._release_claims(t, n, s)
         else:
             self._evict_general(t, n, s)
         self.resources_freed += 1
@@ -1264,9 +1266,10 @@ class CycleState:
             self.events.append(ev)
 
     def evict_many(self, tasks: Sequence[int]) -> None:
-        """``evict(t)`` for each of ``tasks`` in order (no events): one compiled call for the lot
-        when there are at least ``evict_batch_min`` and none has DRA claims or was moved
-        (:func:`kernels.journal.evict_many`), else one by one. Same journal entries, same state, same ``node_log``."""
+        """``evict(t)`` for each of ``tasks`` in order (no events): one compiled call
+        (:func:`kernels.journal.evict_many`) for each run of at least ``evict_batch_min`` tasks in a
+        row that are active and were not moved (claimed DRA devices given back in Python, task by
+        task), the others one by one. Same journal entries, same state, same ``node_log``."""
         ts = list(tasks)
         if len(ts) < self.evict_batch_min:
             for t in ts:
@@ -1274,17 +1277,35 @@ class CycleState:
             return
         st = self.task_state[ts].tolist()
         nodes = self.task_node[ts].tolist()
-        ok = self.fast_paths and self._journal is not None and len(set(ts)) == len(ts)
-        if ok:
-            cl, inp, inn = self._claims_list, self._input_state, self._input_node
-            for t, s in zip(ts, st):
-                if s not in ACTIVE_STATES or cl[t] or (s == _PIPE and inp[t] == _RUN and inn[t] >= 0):
-                    ok = False
-                    break
-        if not ok:
+        if not (self.fast_paths and self._journal is not None and len(set(ts)) == len(ts)):
             for t in ts:
                 self.evict(t)
             return
+        inp, inn = self._input_state, self._input_node
+        ok = [s in ACTIVE_STATES and not (s == _PIPE and inp[t] == _RUN and inn[t] >= 0) for t, s in zip(ts, st)]
+        if all(ok):
+            self._evict_batch(ts, nodes, st)
+            return
+        # (evicting a task changes no other task's state or node: ``st`` / ``nodes`` stay valid)
+        k, i, m = len(ts), 0, self.evict_batch_min
+        while i < k:
+            e = i
+            while e < k and ok[e]:
+                e += 1
+            if e - i >= m:
+                self._evict_batch(ts[i:e], nodes[i:e], st[i:e])
+            else:
+                for t in ts[i:e]:
+                    self.evict(t)
+            if e < k:
+                self.evict(ts[e])
+            i = e + 1
+
+    def _evict_batch(self, ts: list[int], nodes: list[int], st: list[int]) -> None:
+        """:meth:`evict_many` of active tasks that were not moved (no repeats): the numeric half in one
+        compiled call, then task by task in order the journal's object half and the claimed devices
+        (:meth:`_release_claims`; the kernel leaves the DRA rows alone, so each entry records them as
+        the one-by-one eviction would)."""
         k = len(ts)
         i0 = len(self._journal)
         self._journal_room_for(i0 + k)
@@ -1293,11 +1314,13 @@ class CycleState:
                               self.task_is_shared, self.job_preemptible_arr, a[0], a[1], a[2], a[3], a[4], a[5], a[6],
                               a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18],
                               self._ji, self._jf)
-        tg = self.task_gpu_groups
+        tg, cl = self.task_gpu_groups, self._claims_list
         for t, n, s in zip(ts, nodes, st):
             self._record_objects(t, n)
             if s != _RUN and tg[t]:
                 tg[t] = []
+            if cl[t]:
+                self._release_claims(t, n, s)
         self.resources_freed += k
 
     def unevict_fast(self, t: int) -> bool:
@@ -1314,9 +1337,10 @@ class CycleState:
         return True
 
     def _evict_fast(self, t: int, n: int, s: int) -> None:
-        """:meth:`evict` of a task without DRA claims that was not moved: journal entry, node,
-        device, task and queue sums in one compiled call (:func:`kernels.journal.evict`; the same
-        float operations as :meth:`_evict_general`), the task's gpuGroup list here."""
+        """:meth:`evict` of a task that was not moved: journal entry, node, device, task and queue
+        sums in one compiled call (:func:`kernels.journal.evict`; the same float operations as
+        :meth:`_evict_general`), the task's gpuGroup list here; a task with DRA claims then gives
+        back its devices (:meth:`_release_claims`)."""
         i = self._journal_room()
         a = self._jarrays
         _journal_k.evict(i, t, n, self._preempt_list[self._task_job_list[t]], self._shared_list[t], a[0], a[1], a[2],
@@ -1326,8 +1350,40 @@ class CycleState:
         if s != _RUN and self.task_gpu_groups[t]:
             self.task_gpu_groups[t] = []
 
+    def _release_claims(self, t: int, n: int, s: int) -> None:
+        """The DRA half of :meth:`evict` of a task with claims that was not moved, after the compiled
+        numeric half (the journal entry, with the DRA rows as they were, is written): the same steps
+        as :meth:`_evict_general` - Running: its devices become releasing; Binding: free again;
+        Pipelined: what it took from releasing back to releasing, the rest to free - and it holds no
+        devices unless it is Releasing now."""
+        dra = self.task_dra[t]
+        if s == _RUN:
+            if dra:
+                rrel = self.dra_rel[n]
+                for c, ds in dra.items():
+                    for d in ds:
+                        rrel[c, d] += 1.0
+            return
+        if s == _BIND:
+            if dra:
+                rfree = self.dra_free[n]
+                for c, ds in dra.items():
+                    for d in ds:
+                        rfree[c, d] += 1.0
+        elif dra:
+            rrel, rfree = self.dra_rel[n], self.dra_free[n]
+            takes = self.task_dra_take[t] or {}
+            for c, ds in dra.items():
+                for d, x in zip(ds, takes.get(c, [0.0] * len(ds))):
+                    rrel[c, d] += x
+                    rfree[c, d] += 1.0 - x
+            self.task_dra_take[t] = None
+        if dra is not None:
+            self.task_dra[t] = None
+
     def _evict_general(self, t: int, n: int, s: int) -> None:
-        """:meth:`evict` in Python: tasks with DRA claims, moved tasks, and while building."""
+        """:meth:`evict` in Python: moved tasks, and while building (and with ``fast_paths`` off: the
+        reference the tests compare the compiled evictions with)."""
         self._record(t, n)
         alloc = self.task_alloc[t].copy()
         devs = self.task_devices[t]

@@ -322,3 +322,64 @@ def test_compiled_scenarios_on_dra_clusters_simulate_like_the_python_steps(seed,
         assert fast.node_log == slow.node_log
     assert placed[True] > 0 and placed[False] > 0, placed
     assert codes.get(1, 0) + codes.get(0, 0) > 25 and codes.get(1, 0) and codes.get(0, 0), codes
+
+
+@pytest.mark.parametrize("seed,kind", [(1, "random"), (2, "random"), (3, "bench")])
+def test_evict_many_of_mixed_victims_equals_one_by_one(seed, kind, monkeypatch):
+    """``evict_many`` / ``evict`` of victims that mix tasks with DRA claims (their devices given back in
+    Python after the compiled numeric half) with others and with moved tasks (one by one, between
+    batched runs): the state, change log, journal object half (DRA rows as they were before each
+    entry) and counters are those of ``evict`` called task by task with the general Python code;
+    then both roll back."""
+    from scheduler_engine.kernels import journal
+    from tests.scheduler_engine.test_kernels_scenario import _move
+    from tests.scheduler_engine.test_state_journal import _image, _step
+
+    batches = []
+    orig = journal.evict_many
+
+    def counting(i0, ts, *a):
+        batches.append(len(ts))
+        return orig(i0, ts, *a)
+
+    monkeypatch.setattr(journal, "evict_many", counting)
+    if kind == "random":
+        snap = load_dict(dra_scenario(seed, False))
+    else:
+        snap = clusters.with_features(clusters.generate(nodes=32, jobs=240, queues=8, seed=seed, shape="mixed"),
+                                      dra_nodes=0.5, seed=seed)
+    batch, single = CycleState(snap), CycleState(snap)
+    single.fast_paths = False
+    for s in (batch, single):  # the same placements first (binds and pipelines of this cycle), and moves
+        r = np.random.default_rng(seed)
+        for _ in range(30):
+            _step(s, r)
+        _move(s, np.random.default_rng(seed + 3), 4)
+    assert _image(batch) == _image(single)
+    rng = np.random.default_rng(seed + 100)
+    mixed = 0
+    for k in range(30):
+        act = np.flatnonzero(np.isin(batch.task_state, _ACTIVE))
+        cl = act[batch.task_has_claims[act]]
+        plain = act[~batch.task_has_claims[act]]
+        victims = []
+        for _ in range(int(rng.integers(1, 5))):  # runs of plain tasks of 0-5 between claiming ones
+            victims += rng.choice(plain, int(rng.integers(0, 6)), replace=False).tolist()
+            if cl.size:
+                victims.append(int(rng.choice(cl)))
+        victims = list(dict.fromkeys(victims))
+        mixed += bool(batch.task_has_claims[victims].any()) and not batch.task_has_claims[victims].all()
+        cps = (batch.checkpoint(), single.checkpoint())
+        before = _image(batch)
+        batch.evict_many(victims)
+        for t in victims:
+            single.evict(t)
+        assert _image(batch) == _image(single), k
+        assert batch.node_log == single.node_log and batch.resources_freed == single.resources_freed
+        assert (batch.queue_version == single.queue_version).all() and (batch.job_version == single.job_version).all()
+        assert [e[:4] for e in batch._journal] == [e[:4] for e in single._journal], k
+        assert repr([e[4] for e in batch._journal]) == repr([e[4] for e in single._journal]), k
+        batch.rollback(cps[0])
+        single.rollback(cps[1])
+        assert _image(batch) == _image(single) == before
+    assert mixed > 20 and len(batches) > 8, (mixed, batches)

@@ -406,8 +406,8 @@ def test_old_node_key_is_node_key_one(seed, shape, dra):
         _step(s, rng)
     checked = 0
     gcap, dgpu, _claims, dra_free, dra_rel = s.dra_query_args(0)
-    dra = (gcap, dgpu, dra_free, dra_rel)
     assert (gcap.shape[0] > 0) == (dra > 0)
+    dra = (gcap, dgpu, dra_free, dra_rel)
     tasks = [t for t in range(s.T) if not s.task_is_shared[t] and not s._claims_list[t]]
     for t in rng.permutation(tasks)[:30].tolist():
         for spread in (False, True):
