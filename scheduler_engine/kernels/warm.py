@@ -117,13 +117,30 @@ def _direct_calls() -> None:
 
     ``node_index.push_rows``: a shape index without the compiled update (``ShapeIndex.compiled = False``,
     a task sharing a GPU on a cluster without GPU devices) catching up
-    on more than 48 and at most N/8 changed nodes (``ShapeIndex._batch``)."""
+    on more than 48 and at most N/8 changed nodes (``ShapeIndex._batch``).
+
+    ``journal.unevict`` from Python (``simulation.unevict`` of a victim in a scenario the Python steps
+    simulate: subgroups, topology, DRA claims), which the small warm-up cycles may all simulate in
+    the scenario kernel (where ``unevict`` is compiled in, not as an entry point): a Running task of
+    a small generated cluster evicted and un-evicted."""
     import numpy as np
 
+    from .. import clusters
+    from ..snapshot import TaskState
+    from ..solvers.simulation import unevict
+    from ..state import CycleState
     from .node_index import push_rows
 
     hk, hn, hs = np.empty(4, dtype=np.float64), np.empty(4, dtype=np.int64), np.zeros(1, dtype=np.int64)
     push_rows(np.arange(2, dtype=np.int64), np.ones(2, dtype=np.bool_), np.zeros(2, dtype=np.float64), hk, hn, hs)
+    s = CycleState(clusters.generate(nodes=6, jobs=12, queues=3, seed=3, shape="one-gpu"))
+    run = np.flatnonzero((s.task_state == int(TaskState.RUNNING)) & ~s.task_has_claims)
+    if run.size:
+        t = int(run[0])
+        cp = s.checkpoint()
+        s.evict(t)
+        unevict(s, t)
+        s.rollback(cp)
 
 
 def warm_up() -> Report:
