@@ -21,11 +21,11 @@ the explanation computed when the shape first failed (the same convention as the
 """
 from __future__ import annotations
 
-import gc
 
 import numpy as np
 
 from .. import subgroups
+from ..collector import cyclic_gc_paused
 from ..kernels import allocate as _attempt_k
 from ..ordering import JobQueue, next_tasks_to_allocate, task_order
 from ..plugins.nodeplacement import ShapeIndex, node_keys, placement_strategy
@@ -68,13 +68,8 @@ def run(state: CycleState) -> None:
     """Run one allocate pass. The cyclic garbage collector is paused meanwhile: the pass allocates
     hundreds of thousands of small tuples (heap entries, cache keys) and creates no reference
     cycles, and at 10,000 nodes the collector's repeated scans of the live state cost 10-20 %."""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with cyclic_gc_paused(collect_young=False):
         Allocator(state).run()
-    finally:
-        if paused:
-            gc.enable()
 
 
 class Allocator:

@@ -10,13 +10,13 @@ reclaim / preempt job loop and the explanations of a committed victim solution.
 """
 from __future__ import annotations
 
-import gc
 import math
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from .. import subgroups
+from ..collector import cyclic_gc_paused
 from ..ordering import JobQueue, next_tasks_to_allocate
 from ..snapshot import CPU, GPU, MEM, TaskState
 from ..solvers.job_solver import Candidates, Solution, Validator, VictimSolver
@@ -222,14 +222,8 @@ def run_evicting(state: CycleState, jobs: Sequence[int], action: EvictingAction)
     # millions of small tuples, lists and sets and make no reference cycles, and at 10,000 nodes the
     # collector's repeated full scans of the live state took ~4 % of reclaim (perf); its state is
     # restored after, and the young generations collected once there
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with cyclic_gc_paused():
         _job_loop(state, jobs, action)
-    finally:
-        if paused:
-            gc.enable()
-            gc.collect(1)
 
 
 def _job_loop(state: CycleState, jobs: Sequence[int], action: EvictingAction) -> None:
