@@ -1357,20 +1357,28 @@ class CycleState:
         Pipelined: what it took from releasing back to releasing, the rest to free - and it holds no
         devices unless it is Releasing now."""
         dra = self.task_dra[t]
-        if s == _RUN:
-            if dra:
-                rrel = self.dra_rel[n]
-                for c, ds in dra.items():
-                    for d in ds:
-                        rrel[c, d] += 1.0
+        self._give_back_dra(t, n, s, dra)
+        if s != _RUN and dra is not None:
+            self.task_dra[t] = None
+
+    def _give_back_dra(self, t: int, n: int, s: int, dra: dict[int, list[int]] | None) -> None:
+        """What an eviction of task t from state ``s`` gives back of its DRA devices ``dra`` (class ->
+        devices of node n), for both evictions (:meth:`_release_claims`, :meth:`_evict_general`):
+        Running: they become releasing; Binding: free again; Pipelined: what it took from releasing
+        back to releasing, the rest to free (its record of those takes is then dropped)."""
+        if not dra:
             return
-        if s == _BIND:
-            if dra:
-                rfree = self.dra_free[n]
-                for c, ds in dra.items():
-                    for d in ds:
-                        rfree[c, d] += 1.0
-        elif dra:
+        if s == _RUN:
+            rrel = self.dra_rel[n]
+            for c, ds in dra.items():
+                for d in ds:
+                    rrel[c, d] += 1.0
+        elif s == _BIND:
+            rfree = self.dra_free[n]
+            for c, ds in dra.items():
+                for d in ds:
+                    rfree[c, d] += 1.0
+        else:
             rrel, rfree = self.dra_rel[n], self.dra_free[n]
             takes = self.task_dra_take[t] or {}
             for c, ds in dra.items():
@@ -1378,8 +1386,6 @@ class CycleState:
                     rrel[c, d] += x
                     rfree[c, d] += 1.0 - x
             self.task_dra_take[t] = None
-        if dra is not None:
-            self.task_dra[t] = None
 
     def _evict_general(self, t: int, n: int, s: int) -> None:
         """:meth:`evict` in Python: moved tasks, and while building (and with ``fast_paths`` off: the
@@ -1389,17 +1395,13 @@ class CycleState:
         devs = self.task_devices[t]
         per = (alloc[GPU] if self.task_is_shared[t] else 1.0)
         dra = self.task_dra[t] if self._claims_list[t] else None
+        self._give_back_dra(t, n, s, dra)  # (its own arrays: where it runs among the rest does not matter)
         if s == _RUN:
             self.node_releasing[n] += alloc
             if devs:
                 drel = self.dev_rel[n]  # row view: cheaper element access
                 for d in devs:
                     drel[d] += per
-            if dra:
-                rrel = self.dra_rel[n]
-                for c, ds in dra.items():
-                    for d in ds:
-                        rrel[c, d] += 1.0
             self.task_state[t] = _REL
         else:
             # undo a placement made in this cycle: return what it took
@@ -1408,11 +1410,6 @@ class CycleState:
                 dfree = self.dev_free[n]
                 for d in devs:
                     dfree[d] += per
-                if dra:
-                    rfree = self.dra_free[n]
-                    for c, ds in dra.items():
-                        for d in ds:
-                            rfree[c, d] += 1.0
             else:  # pipelined: give back exactly what it took from releasing and from free
                 take = self.task_rel_take[t]
                 self.node_releasing[n] += take
@@ -1423,14 +1420,6 @@ class CycleState:
                     dfree[d] += per - dt
                 self.task_rel_take[t] = 0.0
                 self.task_dev_take[t] = []
-                if dra:
-                    rrel, rfree = self.dra_rel[n], self.dra_free[n]
-                    takes = self.task_dra_take[t] or {}
-                    for c, ds in dra.items():
-                        for d, x in zip(ds, takes.get(c, [0.0] * len(ds))):
-                            rrel[c, d] += x
-                            rfree[c, d] += 1.0 - x
-                    self.task_dra_take[t] = None
             if s == _PIPE and self._input_state[t] == _RUN and self._input_node[t] >= 0:
                 # a moved task (evicted, then pipelined elsewhere): its pod still runs on its
                 # original node, whose share has been releasing since the first eviction
