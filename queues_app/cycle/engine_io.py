@@ -55,6 +55,7 @@ from queues_app.cycle.fields import job_field, node_field, queue_field
 from queues_app.models import DeviceClass, Node, Queue, QueueResource, SubGroup, Task, Workload
 from scheduler_engine import loader as engine_loader, units as engine_units, usage as engine_usage
 from scheduler_engine.budget import summary_text as budget_text
+from scheduler_engine.collector import cyclic_gc_paused
 from scheduler_engine.result import build_result
 from scheduler_engine.snapshot import CPU, GPU, MEM, Snapshot, TaskState as EngineTaskState
 from scheduler_engine.state import CycleState
@@ -62,6 +63,7 @@ from scheduler_engine.subgroups import tree_status as subgroup_tree_status
 
 __all__ = [
     "CPU",
+    "cyclic_gc_paused",
     "GPU",
     "MEM",
     "EngineTaskState",
