@@ -30,6 +30,18 @@ instead of reductions whose order numba may change, int64 indices, no out-of-ran
 Layout for what is still Python: per-node arrays are (N, ...) with devices in (N, G) rows and DRA
 devices in (N, D, M) rows (the choice, charge and release of claimed devices and subgroup trees keep
 their Python paths); queue arrays are (Q, ...) with the tree as CSR children and padded path rows.
+
+Reference counting (``@leaf_kernel``): a compiled function takes a reference to every array argument
+on entry and drops it on exit (an atomic increment and decrement of the array's reference count
+each), and numba's pruning of those pairs gives up on a function that calls another. The scenario
+kernel's callees take 20-50 arrays each (the journal's and the shape index's), so a simulated
+scenario made thousands of such atomic operations: most of the kernel's time went to
+``NRT_incref`` / ``NRT_decref`` (perf, 2,000 nodes). A kernel compiled without numba's runtime
+(``_nrt=False``) borrows its caller's references, which is safe exactly when it allocates no array
+(numba refuses to compile that without the runtime) and returns none (its caller would drop a
+reference that was never taken): the journal primitives, the node index, the device choice, the
+victim keys and the scenario's placement steps are such leaves. Arithmetic and control flow are the
+same either way, so the decisions are too.
 """
 from __future__ import annotations
 
@@ -41,6 +53,9 @@ except ImportError:  # an interpreter without the package: the same source runs 
 if numba is not None:
     #: ``@kernel``: numba's ``njit`` with the on-disk cache; a plain function under ``NUMBA_DISABLE_JIT=1``.
     kernel = numba.njit(cache=True)
+    #: ``@leaf_kernel``: ``@kernel`` compiled without numba's reference counting (``_nrt=False``), for
+    #: kernels that allocate no array and return none (module docstring).
+    leaf_kernel = numba.njit(cache=True, _nrt=False)
     JIT_ENABLED = not numba.config.DISABLE_JIT
 else:
     def kernel(func):
@@ -49,4 +64,5 @@ else:
         bare numpy environment; ``pip install`` of the project brings numba)."""
         return func
 
+    leaf_kernel = kernel
     JIT_ENABLED = False

@@ -15,12 +15,12 @@ import numpy as np
 
 import math
 
-from . import kernel
+from . import leaf_kernel
 
 EPS = 1e-9
 
 
-@kernel
+@leaf_kernel
 def choose_whole(dev_free: np.ndarray, dev_rel: np.ndarray, n: int, nd: int, k: int, pipelined: bool,
                  out: np.ndarray) -> int:
     """Write the ``k`` devices of node n (``nd`` devices) a task of ``k`` whole GPUs takes into
@@ -56,7 +56,7 @@ def choose_whole(dev_free: np.ndarray, dev_rel: np.ndarray, n: int, nd: int, k: 
     return -1
 
 
-@kernel
+@leaf_kernel
 def choose_shared(dev_free: np.ndarray, dev_rel: np.ndarray, n: int, nd: int, f: float, pipelined: bool,
                   spread: bool) -> int:
     """The device of node n (``nd`` devices) a task sharing a GPU with fraction ``f`` takes, or -1

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..snapshot import GPU, TaskState
-from . import kernel
+from . import leaf_kernel
 
 _PEND = int(TaskState.PENDING)
 _RUN = int(TaskState.RUNNING)
@@ -62,7 +62,7 @@ def iwidth(G: int) -> int:
     return IFIXED + G
 
 
-@kernel
+@leaf_kernel
 def record(i, t, n, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
            queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake,
            ji, jf):
@@ -114,7 +114,7 @@ def record(i, t, n, input_state, task_state, task_node, task_job, job_queue, pat
                 jf[i, base + 6 * k + 3 * x + r] = qab[a, x, r]
 
 
-@kernel
+@leaf_kernel
 def undo(lo, hi, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version, queue_version,
          node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
     """Undo entries ``hi - 1`` down to ``lo`` (numeric part): copy every recorded value back."""
@@ -156,7 +156,7 @@ def undo(lo, hi, task_state, task_node, task_job, job_queue, path_mat, num_activ
         job_version[j] += 1
 
 
-@kernel
+@leaf_kernel
 def add_to_path(qab, path_mat, q, preemptible, a0, a1, a2):
     """Add (a0, a1, a2) to the allocation of every queue on leaf q's path: row 0 only for a
     preemptible job, rows 0 and 1 (non-preemptible allocation) otherwise. Eviction passes the
@@ -172,7 +172,7 @@ def add_to_path(qab, path_mat, q, preemptible, a0, a1, a2):
             qab[a, x, 2] += a2
 
 
-@kernel
+@leaf_kernel
 def clear_devices(t, tdev, tndev):
     """Task t holds no devices (the row back to its -1 padding)."""
     for d in range(tndev[t]):
@@ -180,7 +180,7 @@ def clear_devices(t, tdev, tndev):
     tndev[t] = 0
 
 
-@kernel
+@leaf_kernel
 def clear_takes(t, ttake, tntake):
     """Task t took nothing releasing from any device (the row back to 0.0)."""
     for d in range(tntake[t]):
@@ -188,7 +188,7 @@ def clear_takes(t, ttake, tntake):
     tntake[t] = 0
 
 
-@kernel
+@leaf_kernel
 def give_back_pipelined(t, n, a0, a1, a2, per, nd, node_both, dev_free, dev_rel, task_rel_take, tdev, ttake,
                         tntake):
     """A pipelined task t leaves node n: what it took from releasing goes back to releasing and the
@@ -215,7 +215,7 @@ def give_back_pipelined(t, n, a0, a1, a2, per, nd, node_both, dev_free, dev_rel,
     clear_takes(t, ttake, tntake)
 
 
-@kernel
+@leaf_kernel
 def evict(i, t, n, preemptible, shared, input_state, task_state, task_node, task_job, job_queue, path_mat,
           num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
           tdev, tndev, ttake, tntake, ji, jf):
@@ -262,7 +262,7 @@ def evict(i, t, n, preemptible, shared, input_state, task_state, task_node, task
     num_active[j] -= 1
 
 
-@kernel
+@leaf_kernel
 def np_max(a, b):
     """``np.maximum`` of two floats: NaN propagates from either side, and a tie (``0.0`` vs ``-0.0``)
     gives the second argument, as numpy's loop does (Python's ``max`` keeps the first)."""
@@ -273,7 +273,7 @@ def np_max(a, b):
     return b
 
 
-@kernel
+@leaf_kernel
 def np_min(a, b):
     """``np.minimum`` of two floats (NaN propagates, ties give the second argument)."""
     if a != a:
@@ -283,7 +283,7 @@ def np_min(a, b):
     return b
 
 
-@kernel
+@leaf_kernel
 def py_max(a, b):
     """Python's ``max(a, b)`` of two floats: the first unless the second is greater (a tie, NaN on
     either side: the first)."""
@@ -292,7 +292,7 @@ def py_max(a, b):
     return a
 
 
-@kernel
+@leaf_kernel
 def py_min(a, b):
     """Python's ``min(a, b)`` of two floats: the first unless the second is smaller."""
     if b < a:
@@ -300,7 +300,7 @@ def py_min(a, b):
     return a
 
 
-@kernel
+@leaf_kernel
 def place(i, t, n, pipelined, preemptible, input_state, task_state, task_node, task_job, job_queue, path_mat,
           num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
           tdev, tndev, ttake, tntake, ji, jf, task_request, devs, ndevs):
@@ -312,7 +312,7 @@ def place(i, t, n, pipelined, preemptible, input_state, task_state, task_node, t
               tdev, tndev, ttake, tntake, ji, jf, task_request, devs, ndevs, 1.0, False)
 
 
-@kernel
+@leaf_kernel
 def place_dev(i, t, n, pipelined, preemptible, input_state, task_state, task_node, task_job, job_queue, path_mat,
               num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
               tdev, tndev, ttake, tntake, ji, jf, task_request, devs, ndevs, per, shared):
@@ -360,7 +360,7 @@ def place_dev(i, t, n, pipelined, preemptible, input_state, task_state, task_nod
     num_active[j] += 1
 
 
-@kernel
+@leaf_kernel
 def unevict(i, t, preemptible, shared, input_state, task_state, task_node, task_job, job_queue, path_mat,
             num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
             tdev, tndev, ttake, tntake, ji, jf):
@@ -396,7 +396,7 @@ def unevict(i, t, preemptible, shared, input_state, task_state, task_node, task_
     return True
 
 
-@kernel
+@leaf_kernel
 def evict_many(i0, ts, ns, shared, preempt, input_state, task_state, task_node, task_job, job_queue, path_mat,
                num_active, job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
                tdev, tndev, ttake, tntake, ji, jf):

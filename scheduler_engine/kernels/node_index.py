@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernel
+from . import leaf_kernel
 
 EPS = 1e-9
 GPU, CPU, MEM = 0, 1, 2
 
 
-@kernel
+@leaf_kernel
 def push(hk: np.ndarray, hn: np.ndarray, hs: np.ndarray, k: float, n: int) -> None:
     """Add entry (k, n) (sift up)."""
     i = hs[0]
@@ -44,7 +44,7 @@ def push(hk: np.ndarray, hn: np.ndarray, hs: np.ndarray, k: float, n: int) -> No
     hn[i] = n
 
 
-@kernel
+@leaf_kernel
 def _pop_top(hk: np.ndarray, hn: np.ndarray, hs: np.ndarray) -> None:
     size = hs[0] - 1
     hs[0] = size
@@ -69,7 +69,7 @@ def _pop_top(hk: np.ndarray, hn: np.ndarray, hs: np.ndarray) -> None:
     hn[i] = n
 
 
-@kernel
+@leaf_kernel
 def rebuild(any_ok: np.ndarray, key: np.ndarray, hk: np.ndarray, hn: np.ndarray, hs: np.ndarray) -> None:
     """The heap of every fitting node's current entry (capacity >= number of nodes)."""
     hs[0] = 0
@@ -78,7 +78,7 @@ def rebuild(any_ok: np.ndarray, key: np.ndarray, hk: np.ndarray, hn: np.ndarray,
             push(hk, hn, hs, key[n], n)
 
 
-@kernel
+@leaf_kernel
 def best(any_ok: np.ndarray, key: np.ndarray, hk: np.ndarray, hn: np.ndarray, hs: np.ndarray) -> int:
     """The fitting node first in placement order (smallest key, then index), or -1."""
     while hs[0] > 0:
@@ -89,7 +89,7 @@ def best(any_ok: np.ndarray, key: np.ndarray, hk: np.ndarray, hn: np.ndarray, hs
     return -1
 
 
-@kernel
+@leaf_kernel
 def push_rows(rows: np.ndarray, ok: np.ndarray, keys: np.ndarray, hk: np.ndarray, hn: np.ndarray,
               hs: np.ndarray) -> None:
     """Entries for nodes ``rows`` whose fit flag ``ok`` is set (keys parallel to rows)."""
@@ -98,7 +98,7 @@ def push_rows(rows: np.ndarray, ok: np.ndarray, keys: np.ndarray, hk: np.ndarray
             push(hk, hn, hs, keys[i], rows[i])
 
 
-@kernel
+@leaf_kernel
 def placement_key(free: float, overall: float, top: float, spread: bool, tier: float) -> float:
     """A node's placement key (``nodeplacement.node_key_one``; smaller goes first): binpack prefers less
     free, spread a larger free share, and a higher ``tier`` (idle devices, joining a shared GPU, ...)
@@ -112,7 +112,7 @@ def placement_key(free: float, overall: float, top: float, spread: bool, tier: f
     return base - tier * width
 
 
-@kernel
+@leaf_kernel
 def dra_gpu_free(n: int, dgpu: np.ndarray, dra_free: np.ndarray, dra_rel: np.ndarray) -> int:
     """Devices of node n in the DRA classes ``dgpu`` flags (those that count as gpu) that are free or
     releasing (free + releasing at least ``1 - EPS``): ``CycleState.dra_gpu_whole_one``. A device slot
@@ -127,7 +127,7 @@ def dra_gpu_free(n: int, dgpu: np.ndarray, dra_free: np.ndarray, dra_rel: np.nda
     return c
 
 
-@kernel
+@leaf_kernel
 def claims_fit(n: int, claims: np.ndarray, dra_free: np.ndarray, dra_rel: np.ndarray) -> int:
     """``CycleState.claims_fit`` of a task claiming ``claims[c]`` devices of each class c on node n:
     2 every claim fits on free devices, 1 only on free + releasing ones, 0 not at all. (A class of
@@ -152,7 +152,7 @@ def claims_fit(n: int, claims: np.ndarray, dra_free: np.ndarray, dra_rel: np.nda
     return 2 if fi else 1
 
 
-@kernel
+@leaf_kernel
 def query_whole(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.ndarray, rc: float, rm: float,
                 k: int, ndev: np.ndarray, top: float, cap: np.ndarray, col: int, spread: bool, node_both: np.ndarray,
                 dev_free: np.ndarray, dev_rel: np.ndarray, idle_ok: np.ndarray, any_ok: np.ndarray, key: np.ndarray,
@@ -164,7 +164,7 @@ def query_whole(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.nd
                            node_both[:0])
 
 
-@kernel
+@leaf_kernel
 def query_whole_dra(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.ndarray, rc: float, rm: float,
                     k: int, ndev: np.ndarray, top: float, cap: np.ndarray, col: int, spread: bool,
                     node_both: np.ndarray, dev_free: np.ndarray, dev_rel: np.ndarray, idle_ok: np.ndarray,
@@ -256,7 +256,7 @@ def query_whole_dra(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: n
     return best(any_ok, key, hk, hn, hs)
 
 
-@kernel
+@leaf_kernel
 def query_shared(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.ndarray, rc: float, rm: float,
                  frac: np.ndarray, fgpu: float, ndev: np.ndarray, top: float, spread: bool, node_both: np.ndarray,
                  dev_free: np.ndarray, dev_rel: np.ndarray, dev_shared: np.ndarray, idle_ok: np.ndarray,
@@ -267,7 +267,7 @@ def query_shared(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.n
                             node_both[:0], node_both[:0])
 
 
-@kernel
+@leaf_kernel
 def query_shared_dra(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.ndarray, rc: float, rm: float,
                      frac: np.ndarray, fgpu: float, ndev: np.ndarray, top: float, spread: bool, node_both: np.ndarray,
                      dev_free: np.ndarray, dev_rel: np.ndarray, dev_shared: np.ndarray, idle_ok: np.ndarray,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernel
+from . import kernel, leaf_kernel
 from .devices import choose_shared, choose_whole
 from .journal import (_BIND, _PEND, _PIPE, _REL, _RUN, add_to_path, evict, give_back_pipelined, place, place_dev,
                       record, undo, unevict)
@@ -36,7 +36,7 @@ QUEUE = -4  # the job's queue path is over its limit / quota (only when asked to
 EPS = 1e-9
 
 
-@kernel
+@leaf_kernel
 def over_capacity(path_mat: np.ndarray, q: int, r0: float, r1: float, r2: float, nonpreemptible: bool,
                   lim: np.ndarray, des: np.ndarray, qab: np.ndarray) -> int:
     """-1 if the request ``(r0, r1, r2)`` may be added to leaf q, else ``(a * 3 + r) * 2 + kind``:
@@ -61,7 +61,7 @@ def over_capacity(path_mat: np.ndarray, q: int, r0: float, r1: float, r2: float,
     return -1
 
 
-@kernel
+@leaf_kernel
 def old_node_key(n, ndev, top, cap, col, spread, node_both, dev_free, dev_rel, gcap, dgpu, dra_free, dra_rel):
     """``nodeplacement.node_key_one(s, t, n, False, col, spread)`` for a task without a shared GPU:
     the placement key of node n as one that does not fit on free resources (``top``, ``cap`` as the
@@ -89,7 +89,7 @@ def old_node_key(n, ndev, top, cap, col, spread, node_both, dev_free, dev_rel, g
     return placement_key(free, overall, top, spread, tier)
 
 
-@kernel
+@leaf_kernel
 def old_node_key_shared(n, ndev, top, spread, f, dev_free, dev_rel, dev_shared, gcap, dgpu, dra_free, dra_rel):
     """``nodeplacement.node_key_one(s, t, n, False, GPU, spread)`` for a task sharing one GPU with
     fraction ``f`` on node n: whole devices free or releasing as the amount (DRA GPUs as in
@@ -116,7 +116,7 @@ def old_node_key_shared(n, ndev, top, spread, f, dev_free, dev_rel, dev_shared, 
     return placement_key(free, overall, top, spread, tier)
 
 
-@kernel
+@leaf_kernel
 def place_one_whole(t, released, old, qcheck, delta, hk, hn, i, preemptible,
                     sched, sel, rc, rm, k, ndev, top, cap, col, spread, idle_ok, any_ok, key, hs,
                     quota_req, lim, des, task_request, devs, gcap, dgpu, dra_free, dra_rel,
@@ -242,7 +242,7 @@ def stable_order(keys: np.ndarray) -> np.ndarray:
     return a
 
 
-@kernel
+@leaf_kernel
 def _try_shared(t, n, released, old, f, spread, mem, newg, i, pre, nds, lim, des, task_request, devs, input_state,
                 task_state, task_node, task_job, job_queue, path_mat, num_active, job_version, queue_version, node_both,
                 dev_free, dev_rel, dev_shared, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):
@@ -441,7 +441,7 @@ def _place_task(t, qcheck, row, i, log, lo, seen, sint, sfl, sched, sel, no_sel,
     return NO_NODE
 
 
-@kernel
+@leaf_kernel
 def evict_moved(i, t, n, preemptible, shared, gin, input_node, input_tdev, input_tndev, task_request, input_state,
                 task_state, task_node, task_job, job_queue, path_mat, num_active, job_version, queue_version,
                 node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf):

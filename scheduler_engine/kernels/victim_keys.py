@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from . import kernel
+from . import leaf_kernel
 
 EPS = 1e-9
 UNLIMITED = -1.0
@@ -33,7 +33,7 @@ _HALF_SPACING_4096 = 244140625.0 / 536870912.0
 _SPLIT = 134217729.0  # 2**27 + 1 (Veltkamp split)
 
 
-@kernel
+@leaf_kernel
 def _two_prod_err(a: float, b: float, p: float) -> float:
     """The exact error of the product p = fl(a * b): a * b == p + err (Dekker)."""
     c = _SPLIT * a
@@ -45,7 +45,7 @@ def _two_prod_err(a: float, b: float, p: float) -> float:
     return ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
-@kernel
+@leaf_kernel
 def round12(x: float) -> float:
     """Python's ``round(x, 12)`` exactly: the double nearest to x rounded (half to even) to 12
     decimals. Exact product x * 1e12 = y + err, then the integer nearest to it, divided by 1e12
@@ -91,7 +91,7 @@ def round12(x: float) -> float:
     return out if x > 0 else -out
 
 
-@kernel
+@leaf_kernel
 def dominant(a0: float, a1: float, a2: float, stat: np.ndarray, q: int, tot: np.ndarray) -> float:
     """``ordering._dom`` of (a0, a1, a2) against queue q's allocatable: the largest of the three
     resource shares (same operations, same order)."""
@@ -116,7 +116,7 @@ def dominant(a0: float, a1: float, a2: float, stat: np.ndarray, q: int, tot: np.
     return best
 
 
-@kernel
+@leaf_kernel
 def queue_key(q: int, r0: float, r1: float, r2: float, victim: bool, stat: np.ndarray, tot: np.ndarray,
               prio: np.ndarray, alloc: np.ndarray, out: np.ndarray) -> None:
     """Queue q's rules-1..6 key into ``out[q]`` (``ordering._queue_key``): with ``victim`` when it
@@ -164,7 +164,7 @@ def queue_key(q: int, r0: float, r1: float, r2: float, victim: bool, stat: np.nd
         out[q, 5] = dwo
 
 
-@kernel
+@leaf_kernel
 def best_child(par: int, kid_ptr: np.ndarray, kids: np.ndarray, vrep: np.ndarray, key: np.ndarray,
                tb: np.ndarray) -> int:
     """The live child (``vrep >= 0``) of ``par`` with the smallest (key, tb), or -1."""
@@ -195,7 +195,7 @@ def best_child(par: int, kid_ptr: np.ndarray, kids: np.ndarray, vrep: np.ndarray
     return best
 
 
-@kernel
+@leaf_kernel
 def build(victim: bool, by_depth: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray,
           tot: np.ndarray, prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, leaf_live: np.ndarray, req: np.ndarray,
           key: np.ndarray, vrep: np.ndarray) -> int:
@@ -219,7 +219,7 @@ def build(victim: bool, by_depth: np.ndarray, kid_ptr: np.ndarray, kids: np.ndar
     return vrep[b] if b >= 0 else -1
 
 
-@kernel
+@leaf_kernel
 def rekey_path(victim: bool, leaf: int, path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray,
                tot: np.ndarray, prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, leaf_live: np.ndarray,
                req: np.ndarray, key: np.ndarray, vrep: np.ndarray) -> int:
