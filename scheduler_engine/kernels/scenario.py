@@ -208,13 +208,16 @@ S_RC, S_RM, S_TOP, S_FGPU = 0, 1, 2, 3
 IO_I0, IO_LOG, IO_PROTECT, IO_END, IO_LOG_END, IO_PROTECT_END, IO_FREED, IO_NEED = 0, 1, 2, 3, 4, 5, 6, 7
 
 
-@kernel
-def stable_order(keys: np.ndarray) -> np.ndarray:
-    """The positions of ``keys`` (float64) in ascending order, equal keys in their order
-    (``np.argsort(keys, kind="stable")``): a bottom-up merge sort (numba's own compiles for ~3 s)."""
-    m = keys.shape[0]
-    a = np.arange(m)
-    b = np.empty(m, dtype=np.int64)
+@leaf_kernel
+def stable_order_into(keys: np.ndarray, m: int, a: np.ndarray, b: np.ndarray) -> None:
+    """The positions of ``keys[:m]`` (float64) in ascending order, equal keys in their order, into
+    ``a[:m]`` (``np.argsort(keys[:m], kind="stable")``; ``b``: scratch of at least ``m``): a bottom-up
+    merge sort (numba's own compiles for ~3 s). Writes into its caller's arrays so that the scenario's
+    scan of every node can run in a kernel without reference counting (``leaf_kernel``)."""
+    for x in range(m):
+        a[x] = x
+    src, dst = a, b
+    flipped = False
     w = 1
     while w < m:
         for lo in range(0, m, 2 * w):
@@ -222,23 +225,36 @@ def stable_order(keys: np.ndarray) -> np.ndarray:
             hi = min(lo + 2 * w, m)
             x, y, o = lo, mid, lo
             while x < mid and y < hi:
-                if keys[a[y]] < keys[a[x]]:  # the right run's entry only when strictly smaller
-                    b[o] = a[y]
+                if keys[src[y]] < keys[src[x]]:  # the right run's entry only when strictly smaller
+                    dst[o] = src[y]
                     y += 1
                 else:
-                    b[o] = a[x]
+                    dst[o] = src[x]
                     x += 1
                 o += 1
             while x < mid:
-                b[o] = a[x]
+                dst[o] = src[x]
                 x += 1
                 o += 1
             while y < hi:
-                b[o] = a[y]
+                dst[o] = src[y]
                 y += 1
                 o += 1
-        a, b = b, a
+        src, dst = dst, src
+        flipped = not flipped
         w *= 2
+    if flipped:  # (an odd number of passes: the result is in b)
+        for x in range(m):
+            a[x] = b[x]
+
+
+@kernel
+def stable_order(keys: np.ndarray) -> np.ndarray:
+    """The positions of ``keys`` (float64) in ascending order, equal keys in their order
+    (``np.argsort(keys, kind="stable")``): :func:`stable_order_into` on arrays of its own."""
+    m = keys.shape[0]
+    a = np.empty(m, dtype=np.int64)
+    stable_order_into(keys, m, a, np.empty(m, dtype=np.int64))
     return a
 
 
@@ -279,10 +295,10 @@ def _try_shared(t, n, released, old, f, spread, mem, newg, i, pre, nds, lim, des
 DEDUP_MIN = 16
 
 
-@kernel
-def distinct_nodes(log: np.ndarray, lo: int, hi: int, seen: np.ndarray) -> np.ndarray:
-    """The distinct nodes of ``log[lo:hi]`` in first-occurrence order (``seen``: (N,) bool, all False
-    on entry and on return).
+@leaf_kernel
+def distinct_nodes(log: np.ndarray, lo: int, hi: int, seen: np.ndarray, out: np.ndarray) -> int:
+    """The distinct nodes of ``log[lo:hi]`` in first-occurrence order into ``out`` ((N,) int64), and
+    how many (``seen``: (N,) bool, all False on entry and on return).
 
     A shape row's query re-evaluates every node of its delta (the log since its last query); at
     10,000 nodes a row is queried a few times per search while each failed scenario logs its nodes
@@ -291,7 +307,6 @@ def distinct_nodes(log: np.ndarray, lo: int, hi: int, seen: np.ndarray) -> np.nd
     gives the same flags and key (each evaluation reads the current state), and the index's best
     node does not depend on the order of its heap pushes (``node_index``: the smallest live
     ``(key, node)``), so the query answers the same."""
-    out = np.empty(hi - lo, dtype=np.int64)
     m = 0
     for i in range(lo, hi):
         n = log[i]
@@ -301,18 +316,20 @@ def distinct_nodes(log: np.ndarray, lo: int, hi: int, seen: np.ndarray) -> np.nd
             m += 1
     for i in range(m):
         seen[out[i]] = False
-    return out[:m]
+    return m
 
 
-@kernel
-def _place_task(t, qcheck, row, i, log, lo, seen, sint, sfl, sched, sel, no_sel, no_frac, ndev, cap, idle_ok, any_ok,
-                key, hk, hn, hs, pos, newg, preempt, quota_req, lim, des, task_request, devs, gcap, dgpu, dra_free,
-                dra_rel, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
-                queue_version, node_both, dev_free, dev_rel, dev_shared, task_alloc, task_rel_take, qab, tdev, tndev,
-                ttake, tntake, ji, jf):
+@leaf_kernel
+def _place_task(t, qcheck, row, i, log, lo, seen, scr, sck, sint, sfl, sched, sel, no_sel, no_frac, ndev, cap,
+                idle_ok, any_ok, key, hk, hn, hs, pos, newg, preempt, quota_req, lim, des, task_request, devs, gcap,
+                dgpu, dra_free, dra_rel, input_state, task_state, task_node, task_job, job_queue, path_mat, num_active,
+                job_version, queue_version, node_both, dev_free, dev_rel, dev_shared, task_alloc, task_rel_take, qab,
+                tdev, tndev, ttake, tntake, ji, jf):
     """``Placer._place_one`` of task t (shape row ``row``; ``qcheck`` as ``place_job`` passes it) with
     the log entries ``log[pos[row]:lo]`` as the index's delta (its distinct nodes when it is long:
-    :func:`distinct_nodes` with the scratch ``seen``). A task of whole GPUs or none:
+    :func:`distinct_nodes` with the scratch ``seen``, into ``scr[0]``). ``scr`` ((3, N) int64) and
+    ``sck`` ((N,) float64) are the caller's scratch, so that this kernel allocates nothing (it runs
+    without reference counting: ``leaf_kernel``). A task of whole GPUs or none:
     :func:`place_one_whole`; a task sharing one GPU (``sint[row, S_SHARED]``): the index's query
     (:func:`node_index.query_shared`), the victim's own node as a candidate outside the fit mask
     (:func:`old_node_key_shared`) and :func:`_try_shared` on the first candidate(s), as the Python
@@ -324,7 +341,11 @@ def _place_task(t, qcheck, row, i, log, lo, seen, sint, sfl, sched, sel, no_sel,
     released = task_state[t] == _REL
     old = task_node[t] if released else -1
     p0 = pos[row]
-    delta = log[p0:lo] if lo - p0 <= DEDUP_MIN else distinct_nodes(log, p0, lo, seen)
+    if lo - p0 <= DEDUP_MIN:
+        delta = log[p0:lo]
+    else:
+        dn = scr[0]
+        delta = dn[:distinct_nodes(log, p0, lo, seen, dn)]
     pos[row] = lo
     k = sint[row, S_K]
     col = sint[row, S_COL]
@@ -383,8 +404,8 @@ def _place_task(t, qcheck, row, i, log, lo, seen, sint, sfl, sched, sel, no_sel,
             return r
     # the scan: candidates in (key, node) order (a stable sort of ascending nodes by key)
     N = aok.shape[0]
-    cand = np.empty(N, dtype=np.int64)
-    ck = np.empty(N, dtype=np.float64)
+    cand = scr[0]
+    ck = sck
     m = 0
     for n in range(N):
         if n == old:
@@ -406,7 +427,8 @@ def _place_task(t, qcheck, row, i, log, lo, seen, sint, sfl, sched, sel, no_sel,
             cand[m] = n
             ck[m] = kr[n]
             m += 1
-    order = stable_order(ck[:m])
+    order = scr[1]
+    stable_order_into(ck, m, order, scr[2])
     for p in range(m):
         n = cand[order[p]]
         if shared:
@@ -567,6 +589,8 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
     # ---- evict the victims (CycleState.evict_many)
     rel = np.empty(nv, dtype=np.bool_)
     seen = np.zeros(node_both.shape[0], dtype=np.bool_)  # distinct_nodes' scratch
+    scr = np.empty((3, node_both.shape[0]), dtype=np.int64)  # _place_task's scratch
+    sck = np.empty(node_both.shape[0])
     i = i0
     for x in range(nv):
         t = victims[x]
@@ -740,9 +764,9 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
         cp = i
         for p in range(a, b):
             t = tf[p]
-            n = _place_task(t, single, tst[t, T_ROW], i, log, lo, seen, sint, sfl, sched, sel, no_sel, no_frac, ndev,
-                            cap, idle_ok, any_ok, key, hk, hn, hs, pos, newg, preempt, quota_req, lim, des,
-                            task_request, devs, gcap, dgpu, dra_free, dra_rel, input_state, task_state, task_node,
+            n = _place_task(t, single, tst[t, T_ROW], i, log, lo, seen, scr, sck, sint, sfl, sched, sel, no_sel,
+                            no_frac, ndev, cap, idle_ok, any_ok, key, hk, hn, hs, pos, newg, preempt, quota_req, lim,
+                            des, task_request, devs, gcap, dgpu, dra_free, dra_rel, input_state, task_state, task_node,
                             task_job, job_queue, path_mat, num_active, job_version, queue_version, node_both,
                             dev_free, dev_rel, dev_shared, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake,
                             ji, jf)

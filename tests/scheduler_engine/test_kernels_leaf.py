@@ -21,7 +21,8 @@ HOT_LEAVES = {
     "journal.evict_many", "node_index.query_whole_dra", "node_index.query_shared_dra", "node_index.best",
     "devices.choose_whole", "devices.choose_shared", "scenario.place_one_whole", "scenario._try_shared",
     "scenario.over_capacity", "scenario.evict_moved", "scenario.old_node_key", "scenario.old_node_key_shared",
-    "victim_keys.build", "victim_keys.rekey_path",
+    "scenario._place_task", "scenario.distinct_nodes", "scenario.stable_order_into", "victim_keys.build",
+    "victim_keys.rekey_path",
 }
 
 

@@ -484,3 +484,41 @@ def test_stable_order_is_a_stable_argsort():
             assert (stable_order(keys) == want).all(), m
             if hasattr(stable_order, "py_func"):  # (compiled: the interpreted source as well)
                 assert (stable_order.py_func(keys) == want).all(), m
+
+
+def test_stable_order_into_sorts_a_prefix_into_the_callers_arrays():
+    """``stable_order_into`` (the scan's sort, on the scenario's scratch rows): the stable argsort of
+    ``keys[:m]`` in ``a[:m]`` whatever the scratch holds and whether the merge passes end in ``a`` or
+    in ``b`` (odd and even pass counts), the rest of ``a`` untouched; compiled and interpreted."""
+    from scheduler_engine.kernels.scenario import stable_order_into
+
+    fns = [stable_order_into] + ([stable_order_into.py_func] if hasattr(stable_order_into, "py_func") else [])
+    rng = np.random.default_rng(11)
+    for m in [0, 1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 100, 257]:
+        keys = rng.integers(0, 5, m + 7).astype(np.float64)  # (longer than m: only the prefix counts)
+        want = np.argsort(keys[:m], kind="stable")
+        for fn in fns:
+            a = np.full(m + 7, -5, dtype=np.int64)
+            b = rng.integers(-9, 9, m + 7)
+            fn(keys, m, a, b)
+            assert (a[:m] == want).all(), m
+            assert (a[m:] == -5).all(), m
+
+
+def test_distinct_nodes_into_a_scratch_row():
+    """``distinct_nodes``: first occurrences of ``log[lo:hi]`` in order into ``out``, their count,
+    and ``seen`` all False again; compiled and interpreted."""
+    from scheduler_engine.kernels.scenario import distinct_nodes
+
+    fns = [distinct_nodes] + ([distinct_nodes.py_func] if hasattr(distinct_nodes, "py_func") else [])
+    rng = np.random.default_rng(12)
+    for _ in range(20):
+        log = rng.integers(0, 30, 200)
+        lo, hi = sorted(rng.integers(0, 200, 2).tolist())
+        want = list(dict.fromkeys(log[lo:hi].tolist()))
+        for fn in fns:
+            seen = np.zeros(30, dtype=np.bool_)
+            out = np.full(30, -1, dtype=np.int64)
+            m = fn(log, lo, hi, seen, out)
+            assert out[:m].tolist() == want
+            assert not seen.any()
