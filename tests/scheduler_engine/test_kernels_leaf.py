@@ -108,3 +108,21 @@ def test_holds_array_sees_arrays_in_return_types():
     assert holds_array(types.Optional(arr))
     assert not holds_array(types.int64)
     assert not holds_array(types.Tuple((types.int64, types.float64)))
+
+
+def test_numba_refuses_a_leaf_that_allocates():
+    """The other half of the contract is numba's: a kernel compiled without its runtime cannot make an
+    array (if a numba version ever compiled one, its memory would never be freed, or freed under a
+    live view; this test would then fail)."""
+    import numpy as np
+    from numba.core.errors import TypingError
+
+    from scheduler_engine.kernels import leaf_kernel
+
+    @leaf_kernel
+    def makes_one(n):
+        a = np.zeros(n)
+        return a[0]
+
+    with pytest.raises(TypingError, match="Only accept returning of array passed into the function"):
+        makes_one(3)
