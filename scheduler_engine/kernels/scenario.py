@@ -205,7 +205,7 @@ J_START, J_COUNT, J_MIN, J_OK, J_PRIO, J_RANK = 0, 1, 2, 3, 4, 5
 T_ORD, T_POS, T_ROW = 0, 1, 2
 S_K, S_COL, S_SPREAD, S_SEL, S_SHARED, S_FRAC = 0, 1, 2, 3, 4, 5
 S_RC, S_RM, S_TOP, S_FGPU = 0, 1, 2, 3
-IO_I0, IO_LOG, IO_PROTECT, IO_END, IO_LOG_END, IO_PROTECT_END, IO_FREED, IO_NEED = 0, 1, 2, 3, 4, 5, 6, 7
+IO_I0, IO_LOG, IO_PROTECT, IO_END, IO_LOG_END, IO_PROTECT_END, IO_FREED, IO_NEED, IO_J, IO_NP, IO_NV = range(11)
 
 
 @leaf_kernel
@@ -502,7 +502,7 @@ def evict_moved(i, t, n, preemptible, shared, gin, input_node, input_tdev, input
 
 
 @kernel
-def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, input_node, input_tdev, input_tndev,
+def run_scenario(io, pv, clear, jst, tst, order_req, shared, input_node, input_tdev, input_tndev,
                  jmark, tmark, qmark,
                  sint, sfl, sched, sel, no_sel, no_frac, ndev, cap, idle_ok, any_ok, key, hk, hn, hs, pos, log,
                  by_depth, path, kid_ptr, kids, stat, tot, prio, tb, qalloc, leaf_live, req, qkey, vrep,
@@ -535,9 +535,12 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
     then each task in task order, rolled back (:func:`journal.undo`, then the released victims
     Pending on a node made Releasing again, ``Placer.fix_after_rollback``) when one does not fit.
 
-    ``io``: in: first journal entry, log length, the state's ``_protect_len``; out: end of the
-    entries, log length, ``_protect_len``, rollbacks below it (``resources_freed`` bumps) and, with
-    :data:`ROOM`, the entries needed. Nodes are appended to ``log`` as the Python code appends them
+    ``io``: in: first journal entry, log length, the state's ``_protect_len``, the beneficiary j
+    and how many of ``pv``'s first entries are its ``partial`` tasks, then how many ``victims``
+    follow them; out: end of the entries, log length, ``_protect_len``, rollbacks below it
+    (``resources_freed`` bumps) and, with :data:`ROOM`, the entries needed. (The scenario comes in
+    arrays its caller keeps, so every call passes the very same arguments: the caller then calls
+    the compiled version directly, ``Simulation._run_compiled``.) Nodes are appended to ``log`` as the Python code appends them
     to ``state.node_log`` (each entry's node, each undone entry's node in backward order).
     ``clear[i - i0]``: what entry i's task's gpuGroup list becomes (``GROUPS_*``: the Python code's
     ``[]`` after a placement or an undone placement, its input list when a moved task is evicted,
@@ -545,6 +548,9 @@ def run_scenario(j, partial, victims, io, clear, jst, tst, order_req, shared, in
     as ``CycleState.place`` keeps it (a device of a shared placement carries a gpuGroup; a group
     made by a placement a gang rollback undoes is gone again); the caller names new groups
     (``CycleState._new_group_name``) in entry order. ``newg``: one int64 of scratch."""
+    j = io[IO_J]
+    partial = pv[:io[IO_NP]]
+    victims = pv[io[IO_NP]:io[IO_NP] + io[IO_NV]]
     nv = victims.shape[0]
     i0 = io[IO_I0]
     lo = io[IO_LOG]

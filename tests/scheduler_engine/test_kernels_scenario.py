@@ -522,3 +522,98 @@ def test_distinct_nodes_into_a_scratch_row():
             m = fn(log, lo, hi, seen, out)
             assert out[:m].tolist() == want
             assert not seen.any()
+
+
+def _decisions(snap) -> str:
+    from scheduler_engine.cycle import run_cycle_with_state
+
+    state, _result = run_cycle_with_state(snap)
+    return bench.decision_digest(state)
+
+
+@pytest.mark.parametrize("seed,shape,features", [(3, "mixed", {}), (4, "one-gpu", {}),
+                                                 (5, "mixed", {"dra_nodes": 0.3})])
+def test_entry_point_calls_decide_as_dispatcher_calls(monkeypatch, seed, shape, features):
+    """``ScenarioArrays.call`` through the compiled version's entry point decides what calls through
+    the dispatcher decide (whole cycles: reclaim, preempt and consolidation simulate scenarios), and
+    the entry point is used when allowed."""
+    snap = bench.generate(nodes=60, jobs=420, queues=20, seed=seed, shape=shape)
+    if features:
+        snap = bench.with_features(snap, seed=seed, **features)
+    made = []
+    init = simulation.ScenarioArrays.__init__
+
+    def keep(self, *a, **k):
+        init(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(simulation.ScenarioArrays, "__init__", keep)
+    monkeypatch.setattr(simulation.ScenarioArrays, "use_entry_point", False)
+    off = _decisions(snap)
+    assert made and sum(ka.entry_calls for ka in made) == 0
+    made.clear()
+    monkeypatch.setattr(simulation.ScenarioArrays, "use_entry_point", True)
+    on = _decisions(snap)
+    assert on == off
+    from scheduler_engine.kernels import JIT_ENABLED, scenario
+
+    if JIT_ENABLED and len(scenario.run_scenario.overloads) == 1:
+        assert sum(ka.entry_calls for ka in made) > 10
+
+
+def _scenario_entry_check() -> tuple[int, int]:
+    """Cycles with ``victim_run.CHECK_ENTRY`` on (every call through an entry point asserts the
+    version's numba types and the same argument objects); returns the scenario calls made through the
+    entry point and all checked calls."""
+    from pathlib import Path
+
+    from scheduler_engine.check import check_snapshot
+    from scheduler_engine.cycle import run_cycle
+    from scheduler_engine.kernels import victim_run
+    from scheduler_engine.loader import load_scenario
+
+    victim_run.CHECK_ENTRY = True
+    made = []
+    init = simulation.ScenarioArrays.__init__
+
+    def keep(self, *a, **k):
+        init(self, *a, **k)
+        made.append(self)
+
+    simulation.ScenarioArrays.__init__ = keep
+    for nodes, jobs, queues, shape, seed, features in [
+            (60, 400, 20, "mixed", 3, {}), (80, 600, 20, "one-gpu", 5, {}),
+            (40, 300, 10, "mixed", 9, {"sub_groups": 0.3}), (40, 300, 16, "mixed", 4, {"dra_nodes": 0.3}),
+            (400, 2400, 40, "mixed", 6, {})]:
+        snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+        if features:
+            snap = bench.with_features(snap, seed=seed, **features)
+        run_cycle(snap)
+    golden = Path(__file__).resolve().parents[2].parent / "shared" / "scenarios" / "reclaim_preempt"
+    for f in sorted(golden.glob("*.yaml")) if golden.is_dir() else []:
+        check_snapshot(load_scenario(f))
+    return sum(ka.entry_calls for ka in made), len(victim_run.CHECKED)
+
+
+@pytest.mark.skipif(not __import__("scheduler_engine.kernels").kernels.JIT_ENABLED,
+                    reason="no entry point without the JIT")
+def test_scenario_entry_point_calls_have_the_versions_types():
+    """Every call of the scenario kernel through its entry point (no type check of its own: a
+    mismatched array would be read wrongly) passes the numba types of the version it runs and the
+    argument objects it was looked up with, on generated clusters (plain, one-GPU, subgroups, DRA,
+    400 nodes: stack, log and journal arrays grown and the tuple rebuilt) and the reclaim / preempt
+    golden scenarios; and such calls happen. In a fresh process (one compiled version)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("from tests.scheduler_engine.test_kernels_scenario import _scenario_entry_check as f; "
+            "print('CHECKED', *f())")
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    calls, checked = (int(x) for x in proc.stdout.split("CHECKED")[-1].split())
+    assert checked >= calls > 200
