@@ -21,6 +21,7 @@ The queue state the validator reads is copied when the job's attempt starts (ups
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -238,7 +239,7 @@ class Reclaim(EvictingAction):
 
         reqs: dict[tuple, np.ndarray] = {}  # per prefix of the job's tasks (the scenario's beneficiaries)
 
-        def validator(sc: Scenario) -> str | None:
+        def validator(sc: Scenario) -> str | Callable[[], str] | None:
             key = tuple(sc.tasks)
             req = reqs.get(key)
             if req is None:
@@ -248,7 +249,10 @@ class Reclaim(EvictingAction):
                                        victims=victims, multiplier=self.multiplier)
             if not verdict:
                 sc.blocked = verdict.taken_from
-                return verdict_text(s, verdict, start, leaf, req)
+                # the text is written only if it is shown (the last refusal of a failed solve): about
+                # half of the validated scenarios are refused, and every input of the text is fixed
+                # by now (the attempt's start copy, the verdict, the prefix's request)
+                return partial(verdict_text, s, verdict, start, leaf, req)
             return min_runtime_elastic(s, sc.released, lambda v: reclaim_min_runtime(s, leaf, s.job_queue(v)))
 
         return validator

@@ -124,10 +124,15 @@ def entry_point(disp, args: tuple):
     overloads = getattr(disp, "overloads", None)
     if not overloads or len(overloads) != 1:
         return disp
-    ((sig, cres),) = overloads.items()
+    # (read through dict's own views: iterating the OrderedDict looks each key up again, and a key
+    # is the tuple of 34 numba types, whose hashes are computed in Python: ~70-180 us per lookup,
+    # which made a short search lose on the entry point)
+    cres = next(iter(dict.values(overloads)))
     if not CHECK_ENTRY:
         return cres.entry_point
     from numba import typeof
+
+    sig = next(iter(dict.keys(overloads)))
 
     seen = CHECKED
 

@@ -314,7 +314,8 @@ class PrefixSearch:
                 code = self._kernel_step(vq, best_all)
                 best_all = float(k["fst"][vr.FS_BEST])
                 if code == vr.SIM:
-                    res = solver._try(j, partial, recorded + pot[loc[:int(ist[vr.IS_SETLEN])]].tolist())
+                    sel = pot[loc[:int(ist[vr.IS_SETLEN])]]  # (a new array: the set's tasks)
+                    res = solver._try(j, partial, recorded + sel.tolist(), None if recorded else sel)
                     if res is not None:
                         return res
                     if solver.prune:
@@ -506,7 +507,7 @@ class PrefixSearch:
                       vq.popped, vq.cj, walloc, glen, s.job_start, gt, k["ti"], s.task_node, s.task_alloc[:, GPU],
                       k["nf"], k["ni"], k["pi"], k["ji"]) + tuple(k["dem"]) + (k["tt"], k["pool"], k["ist"], k["fst"]))
         k["ist"][victim_run.IS_NEXT] = vq._knext
-        k["fn"], k["calls"] = None, 0  # the loop's compiled entry point for these arguments (_kernel_step)
+        k["fn"] = None  # the loop's compiled entry point for these arguments (_kernel_step)
 
     def _accumulate(self, vj: int, evict: list[int]) -> None:
         """Victims the Python loop accumulates, into the arrays (as the kernel writes them)."""
@@ -619,15 +620,15 @@ class PrefixSearch:
         k["fst"][vr.FS_BEST] = best_all
         fn = k["fn"]
         if fn is None:
-            # through the dispatcher (which compiles or loads it); after a few calls (a search that
-            # simulates goes on for long) through the compiled entry point (victim_run.entry_point)
+            # through the dispatcher (which compiles or loads it); from the second call on through
+            # the compiled entry point (victim_run.entry_point: its look-up costs ~1 us, a call through
+            # the dispatcher ~4 us more than one through the entry point)
             code = vr.run_victims(*k["args"])
-            k["calls"] += 1
-            if k["calls"] >= 3:
-                k["fn"] = vr.entry_point(vr.run_victims, k["args"])
+            k["fn"] = vr.entry_point(vr.run_victims, k["args"])
         else:
             code = fn(*k["args"])
-        n_steps, n_good, n_empt, knext = ist[[vr.IS_STEPS, vr.IS_GOOD, vr.IS_EMPTIED, vr.IS_NEXT]].tolist()
+        n_steps, n_good, n_empt, knext = int(ist[vr.IS_STEPS]), int(ist[vr.IS_GOOD]), int(ist[vr.IS_EMPTIED]), \
+            int(ist[vr.IS_NEXT])
         solver.steps = n_steps
         self.n_good = n_good
         vq.after_run(vq.qi[vr.QI_EMPTIED], n_empt, knext, n_steps != steps0)

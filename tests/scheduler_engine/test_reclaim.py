@@ -354,3 +354,40 @@ def test_property_decisions_never_over_commit_a_node(sc):
             # placement(s) of this cycle undone")
             got = (int(TaskState.PIPELINED), int(TaskState.BINDING))
             assert later_victim or any(int(s.task_state[t]) in got for t in s.job_task_range(b))
+
+
+def test_refusal_texts_written_late_read_what_they_read_when_refused():
+    """The reclaim validator hands its refusal text over as a function (written only for the last
+    refusal of a failed solve): every one of them, written after the solve, must say what it said at
+    the moment of the refusal (its inputs are fixed then: the attempt's start copy, the verdict, the
+    prefix's request), and some of them are shown in events."""
+    from scheduler_engine import clusters
+    from scheduler_engine.actions import reclaim as reclaim_mod
+
+    snap = clusters.generate(nodes=60, jobs=480, queues=24, seed=1, shape="mixed")
+    s = CycleState(snap)
+    for a in ("allocate", "consolidation"):
+        get_action(a)(s)
+    seen: list[tuple] = []
+    make = reclaim_mod.Reclaim.validator
+
+    def validator(self, j, tasks, leaf):
+        inner = make(self, j, tasks, leaf)
+
+        def recorded(sc):
+            why = inner(sc)
+            if why is not None and not isinstance(why, str):
+                seen.append((why, why()))
+            return why
+
+        return recorded
+
+    reclaim_mod.Reclaim.validator = validator
+    try:
+        get_action("reclaim")(s)
+    finally:
+        reclaim_mod.Reclaim.validator = make
+    assert len(seen) > 20
+    assert all(why() == text for why, text in seen)
+    shown = {e["message"] for e in s.events if e["reason"] == "NotReclaiming"}
+    assert any(text in m for _why, text in seen for m in shown)
