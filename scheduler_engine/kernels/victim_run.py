@@ -60,7 +60,7 @@ import numpy as np
 
 from . import kernel
 from .gpu_fit import pack_best_fit
-from .victim_keys import rekey_path
+from .victim_keys import rekey_victim_path
 
 PY = 1
 END = 2
@@ -555,7 +555,8 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
                 need: np.ndarray, sel: np.ndarray, masks: np.ndarray, tt: np.ndarray, pool: np.ndarray,
                 ist: np.ndarray, fst: np.ndarray) -> int:
     """The accumulation loop and the emission of each victim's scenarios (module docstring);
-    returns the code of the point where it stopped."""
+    returns the code of the point where it stopped. A pop re-keys the leaf's path with
+    :func:`.victim_keys.rekey_victim_path` (only the column that changes; ``prio`` is not read)."""
     hi, ptr, has_popped, heap_live = qi[QI_HI], qi[QI_PTR], qi[QI_HAS_POPPED], qi[QI_HEAP_LIVE]
     skip_leaf, emptied = qi[QI_SKIP], qi[QI_EMPTIED]
     all_gpu, cap, base = nf[NF_ALL_GPU], nf[NF_CAP], nf[NF_BASE]
@@ -583,9 +584,6 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
     single = ist[IS_SINGLE] != 0
     local_filter = ist[IS_LOCAL_FILTER] != 0
     pack = ist[IS_PACK] != 0
-    # the victim order's flag as a computed bool: a literal True would make numba compile a second
-    # specialisation of rekey_path (and queue_key) beside the one Python callers use (cold cache)
-    victim_mode = ist.shape[0] > 0
     ist[IS_POT0] = n_pot
     best_all = fst[FS_BEST]
     thr = fst[FS_THR]
@@ -638,8 +636,7 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
                 leaf_live[leaf] = False
                 emptied[n_empt] = leaf
                 n_empt += 1
-            knext = rekey_path(victim_mode, leaf, path, kid_ptr, kids, stat, tot, prio, tb, alloc, leaf_live, req,
-                               key, vrep)
+            knext = rekey_victim_path(leaf, path, kid_ptr, kids, stat, tot, tb, alloc, leaf_live, req, key, vrep)
             # accumulate it (a job popped whole from its leaf's run is new to the accumulated set)
             if skip_leaf[leaf] or (c1 - c0 == 1 and is_rec[gt[c0]]):
                 continue

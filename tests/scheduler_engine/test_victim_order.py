@@ -265,3 +265,38 @@ def test_victim_queue_from_runs_is_the_sorted_one(monkeypatch, nodes, jobs, queu
     with monkeypatch.context() as m:
         m.setattr(reclaim, "USE_LEAF_RUNS", False)
         assert _cycle(snap) == with_runs
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_victim_rekey_of_the_compiled_loop_writes_the_full_keys(seed):
+    """``victim_keys.rekey_victim_path`` (the compiled victim loop's re-key, column 4 only) leaves
+    every key, representative and next leaf exactly as the full ``rekey_path`` in victim order does,
+    pop after pop from the keys ``build`` wrote (what a leaf gives up grows, leaves die)."""
+    from scheduler_engine.kernels import victim_keys as vk
+
+    rng = random.Random(seed)
+    s = CycleState(load_dict(_random_cluster(rng, chain=True)))
+    jobs = np.flatnonzero(s.job_preemptible_arr & (s.job_num_active_arr > 0))
+    vq = victim_order.VictimQueue(s, jobs)
+    if not vq or not vq.run_ready():
+        pytest.skip("no victim to order")
+    path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep = vq._k
+    full = [leaf_live.copy(), req.copy(), key.copy(), vrep.copy()]
+    part = [leaf_live.copy(), req.copy(), key.copy(), vrep.copy()]
+    nxt = vq._knext
+    steps = 0
+    while nxt >= 0:
+        leaf = nxt
+        add = np.array([rng.choice([0.0, 0.5, 1.0, 2.0, 1.0 / 3.0]), rng.choice([0.0, 1.0, 7.0]), rng.random() * 9])
+        die = rng.random() < 0.3
+        for ll, rq, _k, _v in (full, part):
+            rq[leaf] += add
+            if die:
+                ll[leaf] = False
+        a = vk.rekey_path(True, leaf, path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, *full)
+        b = vk.rekey_victim_path(leaf, path, kid_ptr, kids, stat, tot, tb, s.queue_alloc, *part)
+        assert a == b
+        assert np.array_equal(full[2], part[2]) and np.array_equal(full[3], part[3])
+        nxt = a
+        steps += 1
+    assert steps >= 1
