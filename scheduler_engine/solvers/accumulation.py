@@ -79,7 +79,10 @@ def _scratch(state: CycleState) -> list:
     """The per-job and per-task rows of the accumulated victims (``ji``: all -1, ``ti``: recorded 0,
     position -1), kept on the state and lent to one prefix search at a time: the last search's
     entries (its accumulated victims' tasks and jobs, its recorded tasks) are reset here, O(victims),
-    instead of new (J,) and (T,) rows per search. The compiled loop's tried-set table and its pool
+    instead of new (J,) and (T,) rows per search. The per-victim columns ``pi`` (room for every task:
+    a task is accumulated at most once per search, and every column is written when its victim is
+    accumulated, so nothing is reset) and the per-node rows ``nf`` / ``ni`` (every row a search reads
+    is written by :meth:`PrefixSearch._arrays` first, or is scratch) are lent too. The compiled loop's tried-set table and its pool
     (:func:`~scheduler_engine.kernels.victim_run.tried_add`) are lent the same way: each search
     gets a new generation, which empties every slot at once. Searches run one after another (the solvers are
     sequential and a search's rows are not read after the next one starts)."""
@@ -90,7 +93,9 @@ def _scratch(state: CycleState) -> list:
         ti[vr.TI_REC] = 0
         ti[vr.TI_POS] = -1
         sc = state._victims_scratch = [np.full((2, state.J), -1, dtype=np.int64), ti, None,
-                                       np.zeros((4, 4096), dtype=np.int64), np.empty(16384, dtype=np.int64), 0]
+                                       np.zeros((4, 4096), dtype=np.int64), np.empty(2 * state.T + 2, dtype=np.int64), 0,
+                                       np.empty((8, state.T + 1), dtype=np.int64), np.empty((6, state.N)),
+                                       np.empty((5, state.N), dtype=np.int64)]
     elif sc[2] is not None:
         k, rec = sc[2]
         p = int(k["ist"][vr.IS_POT])
@@ -196,12 +201,19 @@ class PrefixSearch:
         if b >= 0:
             self.blocked.add(b)
             self._skip_stale = True
-            p = int(self.kst["ist"][victim_run.IS_POT])
-            if p:
+            k, vr = self.kst, victim_run
+            ist = k["ist"]
+            p = int(ist[vr.IS_POT])
+            if p and self._kernel_mode:  # (the same as below in one compiled pass)
+                ist[vr.IS_GOOD] = self.n_good
+                vr.drop_under(b, kernel_static(s)[1], s.job_queue_arr, k["pi"], s.task_node, s.task_alloc[:, GPU],
+                              k["nf"], k["ni"], ist, k["fst"])
+                self.n_good = int(ist[vr.IS_GOOD])
+            elif p:
                 # the accumulated victims (in accumulation order) whose leaf's path holds b
-                pi = self.kst["pi"]
-                under = (kernel_static(s)[1][s.job_queue_arr[pi[victim_run.PI_JOB, :p]]] == b).any(axis=1)
-                self.drop(pi[victim_run.PI_POT, :p][under].tolist())
+                pi = k["pi"]
+                under = (kernel_static(s)[1][s.job_queue_arr[pi[vr.PI_JOB, :p]]] == b).any(axis=1)
+                self.drop(pi[vr.PI_POT, :p][under].tolist())
 
     # ---------------------------------------------------------------- the search
     def run(self):
@@ -458,21 +470,19 @@ class PrefixSearch:
         capacity ``cap``, filter base, recorded GPUs) and the filter's good nodes (``ni``)."""
         s, solver, vr = self.state, self.solver, victim_run
         N = s.N
-        nf = np.zeros((6, N))
+        scratch = _scratch(s)
+        ji, ti = scratch[0], scratch[1]
+        # (lent, see _scratch: the sums' scratch rows NF_TSUM / NF_CAPBUF are read only where this
+        # search's stamps and counts say they were written)
+        nf, ni, pi = scratch[7], scratch[8], scratch[6]
         nf[vr.NF_ALL_GPU] = rec_gpu
         nf[vr.NF_CAP] = cap
         nf[vr.NF_BASE] = base
         nf[vr.NF_REC_GPU] = rec_gpu
-        ni = np.empty((5, N), dtype=np.int64)
         ni[vr.NI_GOOD] = self.good_l if self.fast else 0
         ni[vr.NI_TSTAMP] = -1
         ni[vr.NI_NODE_HEAD] = -1
         self.all_gpu, self.good_l = nf[vr.NF_ALL_GPU], ni[vr.NI_GOOD]
-        cap_t = int(s.job_count[cands].sum()) + 1  # every task accumulated at most once
-        pi = np.empty((8, cap_t), dtype=np.int64)
-        pi[vr.PI_DROP] = -1
-        scratch = _scratch(s)
-        ji, ti = scratch[0], scratch[1]
         if self.recorded:
             ti[vr.TI_REC, self.recorded] = 1
         ist = np.zeros(25, dtype=np.int64)
@@ -486,8 +496,6 @@ class PrefixSearch:
         fst = np.array([0.0, self.thr, float(need1) - 1e-9, self.mthr])
         ist[vr.IS_PHASE] = -1
         ist[vr.IS_GEN] = scratch[5]
-        if scratch[4].shape[0] < cap_t:  # (room for any one set: at most every accumulated victim)
-            scratch[4] = np.empty(2 * cap_t, dtype=np.int64)
         if dem is None:  # (only read by the packing filter)
             dem = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, N), dtype=np.bool_))
         self.kst = {"nf": nf, "ni": ni, "pi": pi, "ji": ji, "ti": ti, "tt": scratch[3], "pool": scratch[4],
@@ -527,10 +535,12 @@ class PrefixSearch:
         while x >= 0:
             seen.add(int(pot_node[x]))
             x = int(pot_next[x])
+        drop_seq = pi[vr.PI_DROP]
         for t in evict:
             pot[u] = t
             pot_job[u] = vj
             pot_next[u] = -1
+            drop_seq[u] = -1  # (kept; the lent columns hold an earlier search's values)
             tpos[t] = u
             last = int(job_last[vj])
             if last >= 0:

@@ -466,16 +466,21 @@ def test_victim_rows_lent_to_each_search_come_back_clean(monkeypatch, nodes, job
     """The per-job / per-task rows of the accumulated victims are kept on the state and lent to
     one prefix search after another (``accumulation._scratch``): each search gets them in the state
     fresh rows have (every job -1, every task unrecorded and not accumulated), and the cycle decides
-    as with fresh rows per search."""
+    as with fresh rows per search. The lent per-victim columns and per-node rows (``pi``, ``nf``,
+    ``ni``: not reset between searches) are overwritten before each search with "kept" / 0 / -1,
+    then with a drop number / NaN / node 3: a search that read an entry it did not write would
+    decide otherwise in one of the two."""
     snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
     if features:
         snap = bench.with_features(snap, seed=seed, **features)
     real = accumulation._scratch
     lent = []
 
-    def checked(state):
+    def checked(state, poison=None):
         sc = real(state)
         assert (sc[0] == -1).all() and (sc[1][victim_run.TI_REC] == 0).all() and (sc[1][victim_run.TI_POS] == -1).all()
+        if poison is not None:  # whatever the lent columns and rows hold, the search writes before it reads
+            sc[6][:], sc[7][:], sc[8][:] = poison
         lent.append(1)
         return sc
 
@@ -483,13 +488,21 @@ def test_victim_rows_lent_to_each_search_come_back_clean(monkeypatch, nodes, job
         state._victims_scratch = None
         return real(state)
 
-    with monkeypatch.context() as m:
-        m.setattr(accumulation, "_scratch", checked)
-        kept = _cycle(snap)
-    assert len(lent) > 10
-    with monkeypatch.context() as m:
-        m.setattr(accumulation, "_scratch", fresh)
-        assert _cycle(snap) == kept
+    for use_kernel in (True, False):  # (without the compiled loop Python accumulates every victim)
+        with monkeypatch.context() as m:
+            m.setattr(accumulation, "USE_KERNEL", use_kernel)
+            m.setattr(accumulation, "_scratch", checked)
+            kept = _cycle(snap)
+        assert len(lent) > 10
+        with monkeypatch.context() as m:
+            m.setattr(accumulation, "USE_KERNEL", use_kernel)
+            m.setattr(accumulation, "_scratch", fresh)
+            assert _cycle(snap) == kept
+        for poison in ((-1, 0.0, -1), (5, np.nan, 3)):
+            with monkeypatch.context() as m:
+                m.setattr(accumulation, "USE_KERNEL", use_kernel)
+                m.setattr(accumulation, "_scratch", lambda state: checked(state, poison))
+                assert _cycle(snap) == kept
 
 
 @pytest.mark.parametrize("nodes,jobs,queues,shape,seed,features", [

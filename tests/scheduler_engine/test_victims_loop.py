@@ -121,9 +121,9 @@ def _record_scenarios(monkeypatch):
         cur["recorded"] = tuple(recorded)
         return real_partial(self, j, part, recorded)
 
-    def try_(self, j, part, vs):
+    def try_(self, j, part, vs, arr=None):
         self._served_first, self._blocked_fail = [], -1
-        res = real_try(self, j, part, vs)
+        res = real_try(self, j, part, vs, arr)
         log.append((cur["solve"], cur["prefix"], cur["recorded"], list(vs), res is not None,
                     list(self._served_first), self._blocked_fail))
         return res
