@@ -506,13 +506,16 @@ def tried_grown(tt: np.ndarray, gen: int) -> np.ndarray:
 @kernel
 def drop_served(served: np.ndarray, ti: np.ndarray, pi: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray,
                 task_job: np.ndarray, job_queue: np.ndarray, own: int, nf: np.ndarray, ni: np.ndarray,
-                ist: np.ndarray, fst: np.ndarray, skip: np.ndarray, out: np.ndarray) -> int:
+                ist: np.ndarray, fst: np.ndarray, skip: np.ndarray, out: np.ndarray, blocked: int,
+                path: np.ndarray) -> int:
     """The pruning after a failed scenario (:meth:`~scheduler_engine.solvers.accumulation.PrefixSearch.
     prune`) of its victims ``served`` that the simulation re-placed before the beneficiary's turn:
     each one not recorded leaves the accumulated set as ``PrefixSearch.drop`` takes it out (numbered
     in drop order from ``ist[IS_DROPPED]``, its GPUs off its node's sum, the single-task filter's
     good nodes and ``ist[IS_GOOD]`` updated), and its leaf, unless the beneficiary's own, is passed
-    over from now on (``skip``). Writes the leaves newly marked into ``out``; returns how many."""
+    over from now on (``skip``). Writes the leaves newly marked into ``out``; returns how many.
+    ``blocked`` >= 0 (the validator refused because of what that queue gave up; ``served`` is then
+    empty): :func:`drop_under` it (one entry point for both prunings, which the warm-up's cycles reach)."""
     is_rec, tpos, drop_seq = ti[TI_REC], ti[TI_POS], pi[PI_DROP]
     all_gpu, base, good = nf[NF_ALL_GPU], nf[NF_BASE], ni[NI_GOOD]
     fast = ist[IS_FAST] != 0
@@ -542,6 +545,8 @@ def drop_served(served: np.ndarray, ti: np.ndarray, pi: np.ndarray, task_node: n
             m += 1
     ist[IS_DROPPED] = n_drop
     ist[IS_GOOD] = n_good
+    if blocked >= 0:
+        drop_under(blocked, path, job_queue, pi, task_node, task_gpu, nf, ni, ist, fst)
     return m
 
 

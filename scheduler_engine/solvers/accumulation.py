@@ -175,15 +175,19 @@ class PrefixSearch:
     def prune(self) -> None:
         """After a failed scenario (module docstring, "Pruning")."""
         s = self.state
+        b = self.solver._blocked_fail
         if self._kernel_mode:
-            # the same in one compiled call, which also marks their leaves in the kernel's skip row
+            # the same in one compiled call, which also marks their leaves in the kernel's skip row;
+            # after a validator refusal (nothing served: the scenario placed) the victims under the
+            # queue it refused to take from, in the same call (victim_run.drop_under)
             served = self.solver._served_arr
-            if served.shape[0]:
-                k, vr = self.kst, victim_run
-                ist = k["ist"]
+            k, vr = self.kst, victim_run
+            ist = k["ist"]
+            if served.shape[0] or (b >= 0 and ist[vr.IS_POT]):
                 ist[vr.IS_GOOD] = self.n_good
                 m = vr.drop_served(served, k["ti"], k["pi"], s.task_node, s.task_alloc[:, GPU], s.task_job,
-                                   s.job_queue_arr, self.own, k["nf"], k["ni"], ist, k["fst"], k["skip"], k["qbuf"])
+                                   s.job_queue_arr, self.own, k["nf"], k["ni"], ist, k["fst"], k["skip"], k["qbuf"],
+                                   b, kernel_static(s)[1])
                 self.n_good = int(ist[vr.IS_GOOD])
                 if m:
                     new = k["qbuf"][:m].tolist()
@@ -197,23 +201,15 @@ class PrefixSearch:
             own = self.own
             self.retook.update(q for q in (int(s.job_queue_arr[int(s.task_job[t])]) for t in kept) if q != own)
             self._skip_stale = True  # the kernel's row is brought up to date at its next run
-        b = self.solver._blocked_fail
         if b >= 0:
             self.blocked.add(b)
             self._skip_stale = True
-            k, vr = self.kst, victim_run
-            ist = k["ist"]
-            p = int(ist[vr.IS_POT])
-            if p and self._kernel_mode:  # (the same as below in one compiled pass)
-                ist[vr.IS_GOOD] = self.n_good
-                vr.drop_under(b, kernel_static(s)[1], s.job_queue_arr, k["pi"], s.task_node, s.task_alloc[:, GPU],
-                              k["nf"], k["ni"], ist, k["fst"])
-                self.n_good = int(ist[vr.IS_GOOD])
-            elif p:
+            p = int(self.kst["ist"][victim_run.IS_POT])
+            if p and not self._kernel_mode:  # (compiled: in drop_served above)
                 # the accumulated victims (in accumulation order) whose leaf's path holds b
-                pi = k["pi"]
-                under = (kernel_static(s)[1][s.job_queue_arr[pi[vr.PI_JOB, :p]]] == b).any(axis=1)
-                self.drop(pi[vr.PI_POT, :p][under].tolist())
+                pi = self.kst["pi"]
+                under = (kernel_static(s)[1][s.job_queue_arr[pi[victim_run.PI_JOB, :p]]] == b).any(axis=1)
+                self.drop(pi[victim_run.PI_POT, :p][under].tolist())
 
     # ---------------------------------------------------------------- the search
     def run(self):
