@@ -23,6 +23,7 @@ HOT_LEAVES = {
     "scenario.over_capacity", "scenario.evict_moved", "scenario.old_node_key", "scenario.old_node_key_shared",
     "scenario._place_task", "scenario.distinct_nodes", "scenario.stable_order_into", "victim_keys.build",
     "victim_keys.rekey_path",
+    "victim_keys.rekey_victim_path",  # (the compiled victim loop's re-key, once per victim examined)
 }
 
 
