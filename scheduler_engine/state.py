@@ -83,8 +83,8 @@ Primitives:
   ``job_num_active(j)``, ``job_is_preemptible(j)``, ``job_queue(j)``.
 * ``job_signature(j, tasks)``: hashable key of a job's scheduling shape (used for failure caches);
   ``resources_freed`` counter bumped whenever resources become free or releasing (cache invalidation).
-* Change tracking for incremental caches: ``node_log`` (append-only list of nodes whose resources
-  changed, rollbacks included), ``job_version`` (J,) and ``queue_version`` (Q,) counters bumped
+* Change tracking for incremental caches: ``node_log`` (append-only int64 log of nodes whose resources
+  changed, rollbacks included: :class:`NodeLog`), ``job_version`` (J,) and ``queue_version`` (Q,) counters bumped
   whenever a job's tasks / a queue's allocation change. ``fit_rows(t, rows)`` = ``fit_masks`` on a
   subset of nodes. Code outside this module that mutates tasks/nodes/queues directly must call
   ``_record(t, n)`` first (journal + trackers), as ``solvers/simulation.py`` does.
@@ -162,6 +162,93 @@ class TaskRows:
 
     def __repr__(self) -> str:
         return repr(list(self))
+
+
+class NodeLog:
+    """``CycleState.node_log``: the append-only log of nodes whose resources changed, as int64.
+
+    Why an array and not a list: at 10,000 nodes one cycle logs ~9.4 million entries (every simulated
+    scenario logs its nodes twice, applied and rolled back). As a Python list that is ~9.4 million int
+    objects (hundreds of MB), every compiled reader needed an int64 copy of it (``ScenarioArrays`` kept
+    a mirror and copied each new entry up, allocate another), and each scenario's nodes went from the
+    kernel's array to the list through ``tolist``. Here the compiled code writes into the log's own
+    buffer (:meth:`reserve`, then :meth:`set_len`), readers slice it without a copy, and the Python
+    paths append as before.
+
+    ``buf[:len(self)]`` is the log; a slice ``log[a:b]`` is a view of it (entries are never rewritten,
+    so a view stays valid, also after the buffer grew: the old buffer keeps its entries). The buffer
+    is replaced when it grows: holders of ``buf`` check ``buf is log.buf`` before writing into it.
+    """
+
+    __slots__ = ("buf", "n")
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.buf = np.empty(max(int(capacity), 16), dtype=np.int64)
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def reserve(self, extra: int) -> np.ndarray:
+        """A buffer with room for ``extra`` more entries beyond the current length (grown by
+        doubling: amortised O(1) per entry); returns it (a new array when it grew)."""
+        need = self.n + int(extra)
+        if need > self.buf.shape[0]:
+            grown = np.empty(max(need, 2 * self.buf.shape[0]), dtype=np.int64)
+            grown[:self.n] = self.buf[:self.n]
+            self.buf = grown
+        return self.buf
+
+    def set_len(self, n: int) -> None:
+        """The log ends at ``n``: a compiled writer appended ``buf[len(self):n]`` (after
+        :meth:`reserve`)."""
+        if not self.n <= n <= self.buf.shape[0]:
+            raise ValueError(f"node log length {n} outside [{self.n}, {self.buf.shape[0]}]")
+        self.n = n
+
+    def append(self, node: int) -> None:
+        n = self.n
+        if n == self.buf.shape[0]:
+            self.reserve(1)
+        self.buf[n] = node
+        self.n = n + 1
+
+    def extend(self, nodes) -> None:
+        a = np.asarray(nodes, dtype=np.int64)
+        k = a.shape[0]
+        if k:
+            buf = self.reserve(k)
+            buf[self.n:self.n + k] = a
+            self.n += k
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.buf[:self.n][i]
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError("node log index out of range")
+        return int(self.buf[i])
+
+    def __iter__(self):
+        return iter(self.buf[:self.n].tolist())
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.buf[:self.n]
+        return a.astype(dtype) if dtype is not None and dtype != a.dtype else a.copy()
+
+    def tolist(self) -> list[int]:
+        return self.buf[:self.n].tolist()
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, NodeLog):
+            return self.n == other.n and bool(np.array_equal(self.buf[:self.n], other.buf[:other.n]))
+        return self.tolist() == list(other)
+
+    __hash__ = None  # mutable
+
+    def __repr__(self) -> str:
+        return f"NodeLog({self.tolist()!r})"
 
 
 def fmt_amount(r: int, x: float) -> str:
@@ -326,7 +413,7 @@ class CycleState:
         self.resources_freed = 0
         # change tracking for incremental caches: nodes whose resources changed (append-only),
         # and per-job / per-queue counters bumped on every change of their tasks / allocation
-        self.node_log: list[int] = []
+        self.node_log = NodeLog()
         self.job_version = np.zeros(self.J, dtype=np.int64)
         self.queue_version = np.zeros(self.Q, dtype=np.int64)
         self._protect_len = 0
@@ -1020,7 +1107,7 @@ class CycleState:
             a = self._jarrays
             _journal_k.undo(jlen, hi, a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],
                             a[13], a[14], a[15], a[16], a[17], a[18], self._ji, self._jf)
-            tg, log = self.task_gpu_groups, self.node_log
+            tg = self.task_gpu_groups
             for k in range(hi - 1, jlen - 1, -1):
                 t, n, groups, gmap, dra = j[k]
                 tg[t] = groups
@@ -1034,9 +1121,13 @@ class CycleState:
                                 row[[d for d in gmap if d < self.G]] = True
                     if dra is not None:
                         self.dra_free[n], self.dra_rel[n] = dra[2]
-                    log.append(n)
                 if dra is not None:
                     self.task_dra[t], self.task_dra_take[t] = dra[0], dra[1]
+            # every undone entry's node, in the same backward order, in one call: the numeric
+            # entries hold the same node as the object half (``journal.record`` writes it, and
+            # ``Simulation._run_compiled`` builds the object half from it)
+            nodes = self._ji[jlen:hi, 4][::-1]
+            self.node_log.extend(nodes[nodes >= 0])
             del j[jlen:]
         del self.events[elen:]
 

@@ -100,8 +100,6 @@ class Allocator:
         self._limits: tuple[np.ndarray, np.ndarray] | None = None  # (Q, 3) limits / deserved, inf = none
         self._kio = np.empty(0, dtype=np.int64)  # the compiled attempt's out buffer (grown on demand)
         self._t1 = np.empty(1, dtype=np.int64)  # a single-task attempt's task
-        self._log = np.empty(0, dtype=np.int64)  # ``state.node_log`` as an array: its first _logn entries
-        self._logn = 0
         self._no_task_prio: bool | None = None  # no task of the cycle has a priority (see _task_order)
 
     # ------------------------------------------------------------------ driver
@@ -564,19 +562,12 @@ class Allocator:
             req = s.task_quota_req[tasks].sum(axis=0)
             tasks = self._task_order(tasks)
             ta = np.array(tasks, dtype=np.int64)
-        # the node log as an array (``state.node_log`` is append-only): this mirror catches up with
-        # the entries appended since the last attempt; the kernel reads ``log[idx.pos:hi]`` and
-        # appends each placement's node, which the journal's object half below appends to
-        # ``state.node_log`` too
+        # the node log's own int64 buffer (``state.NodeLog``) with room for m more: the kernel reads
+        # ``log[idx.pos:hi]`` and writes each placement's node after ``hi``; the journal's object
+        # half below appends the same nodes to ``state.node_log`` (the same values in the same slots)
         slog = s.node_log
         hi = len(slog)
-        log = self._log
-        if hi + m > log.shape[0]:
-            grown = np.empty(2 * (hi + m) + 1024, dtype=np.int64)
-            grown[:self._logn] = log[:self._logn]
-            log = self._log = grown
-        if hi > self._logn:
-            log[self._logn:hi] = slog[self._logn:hi]
+        log = slog.reserve(m)
         i0 = len(s._journal)
         if i0 + m > s._ji.shape[0]:
             s._journal_room_for(i0 + m)
@@ -593,7 +584,6 @@ class Allocator:
                                     *kargs, i0, *s._jarrays, s._ji, s._jf, s.task_request, io)
         out = io[:2 + m].tolist()
         idx.pos = out[0]
-        self._logn = hi + placed
         # the journal's object half in the entries' order (devices are in the state's arrays)
         tg = s.task_gpu_groups
         rec = s._record_objects

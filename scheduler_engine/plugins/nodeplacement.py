@@ -281,7 +281,7 @@ class ShapeIndex:
             hi = len(log)
             if hi == self.pos:
                 return int(node_index.best(self.any_ok, self.key, self.hk, self.hn, self.hs))
-            delta = np.array(log[self.pos:hi], dtype=np.int64)
+            delta = log[self.pos:hi]  # (an int64 view of the log: the query only reads it)
             self.pos = hi
             return int(self._query_fast(delta))
         if len(log) != self.pos:
@@ -293,7 +293,7 @@ class ShapeIndex:
             else:
                 # (the order nodes are re-evaluated in does not matter: each one's entries are
                 # recomputed from the current state and the heap orders by (key, node))
-                changed = set(delta)
+                changed = set(delta.tolist())
                 if len(changed) * 8 > s.N:
                     self._full()
                 elif len(changed) > 48:

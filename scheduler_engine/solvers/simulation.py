@@ -475,8 +475,7 @@ class Simulation:
             else:
                 return -1
         i1, lo1 = int(io[3]), int(io[4])
-        s.node_log.extend(ka.log[lo:lo1].tolist())
-        ka.synced = lo1
+        s.node_log.set_len(lo1)  # (the kernel appended to the log's own buffer: ``ka.log``)
         s._protect_len = int(io[5])
         s.resources_freed += len(victims) + int(io[6])
         if i1 > i0:
@@ -762,8 +761,9 @@ class ScenarioArrays:
       arrays become views of them), so the Python placements and the kernel update the same
       arrays; the kernel keeps each row's position in the change log in ``pos``
       (``Placer._place_one_compiled`` uses it too);
-    * ``log``: ``state.node_log`` as an int64 array, copied up lazily (each entry once) before a call;
-      the kernel appends to it and the caller extends the list with what it appended.
+    * ``log``: ``state.node_log``'s buffer (:class:`~scheduler_engine.state.NodeLog`): the kernel
+      appends to it and the caller sets the log's new length; re-read before each call (the buffer
+      is replaced when the log grows).
     """
 
     def __init__(self, state: CycleState, placer: Placer, tb: np.ndarray) -> None:
@@ -800,8 +800,7 @@ class ScenarioArrays:
         self.devs = np.empty(max(s.G, 1), dtype=np.int64)
         gcap, dgpu, _claims, dra_free, dra_rel = s.dra_query_args(0)  # the cluster's DRA GPUs (gcap empty: none)
         self.dra = (gcap, dgpu, dra_free, dra_rel)
-        self.log = np.empty(max(1024, 2 * len(s.node_log)), dtype=np.int64)
-        self.synced = 0
+        self.log = s.node_log.buf
         self.H = 2 * N + 16  # a compiled-update index's heap capacity (never grown)
         self.rows: dict = {}  # ShapeIndex -> row
         self.S = 0
@@ -953,21 +952,13 @@ class ScenarioArrays:
         if need > self.clear.shape[0]:
             self.clear = np.zeros((2 * need, 2), dtype=np.int64)
             self.full = None
-        want = self.synced + 2 * need
-        if want > self.log.shape[0]:
-            log = np.empty(max(want, 2 * self.log.shape[0]), dtype=np.int64)
-            log[:self.synced] = self.log[:self.synced]
-            self.log = log
-            self._args()
+        self.state.node_log.reserve(2 * need)
+        self.sync_log()
 
     def sync_log(self) -> int:
-        """Copy the change log's new entries into ``log``; its length."""
+        """The change log's length, with ``log`` its current buffer (replaced when it grew)."""
         nl = self.state.node_log
-        hi = len(nl)
-        lo = self.synced
-        if hi > lo:
-            if hi > self.log.shape[0]:
-                self.room((hi - lo + 1) // 2 + 1)
-            self.log[lo:hi] = nl[lo:hi]
-            self.synced = hi
-        return hi
+        if self.log is not nl.buf:
+            self.log = nl.buf
+            self._args()
+        return nl.n
