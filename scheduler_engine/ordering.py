@@ -599,7 +599,7 @@ class JobQueue:
             else:
                 live[leaf] = False
             self._next = victim_keys.rekey_path(self.victim, leaf, path, kid_ptr, kids, stat, tot, prio, tb,
-                                                self._alloc, live, req, key, vrep)
+                                                self._alloc, live, req, key, vrep, False)
             return
         h = self.heaps[leaf]
         j = h[0][1] if h else -1

@@ -721,7 +721,7 @@ def run_scenario(io, pv, clear, jst, tst, order_req, shared, input_node, input_t
                                  vrep)
             elif dirty >= 0:
                 nxt_leaf = rekey_path(False, dirty, path, kid_ptr, kids, stat, tot, prio, tb, qalloc, leaf_live,
-                                      req, qkey, vrep)
+                                      req, qkey, vrep, False)
                 dirty = -1
             leaf = nxt_leaf
         g = qmark[leaf]

@@ -222,40 +222,20 @@ def build(victim: bool, by_depth: np.ndarray, kid_ptr: np.ndarray, kids: np.ndar
 @leaf_kernel
 def rekey_path(victim: bool, leaf: int, path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray,
                tot: np.ndarray, prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, leaf_live: np.ndarray,
-               req: np.ndarray, key: np.ndarray, vrep: np.ndarray) -> int:
+               req: np.ndarray, key: np.ndarray, vrep: np.ndarray, share_only: bool) -> int:
     """After victims were taken from / given back to ``leaf`` (``req[leaf]``, ``leaf_live[leaf]``
-    updated): re-key the queues on its path, bottom-up. Returns the leaf whose victim comes next."""
-    lq = leaf if leaf_live[leaf] else -1
-    for i in range(path.shape[1]):
-        q = path[leaf, i]
-        if q < 0:
-            break
-        if i:
-            b = best_child(q, kid_ptr, kids, vrep, key, tb)
-            lq = vrep[b] if b >= 0 else -1
-        vrep[q] = lq
-        if lq >= 0:
-            queue_key(q, req[lq, 0], req[lq, 1], req[lq, 2], victim, stat, tot, prio, alloc, key)
-    root = kid_ptr.shape[0] - 2
-    b = best_child(root, kid_ptr, kids, vrep, key, tb)
-    return vrep[b] if b >= 0 else -1
+    updated): re-key the queues on its path, bottom-up. Returns the leaf whose victim comes next.
 
-
-@leaf_kernel
-def rekey_victim_path(leaf: int, path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray,
-                      tot: np.ndarray, tb: np.ndarray, alloc: np.ndarray, leaf_live: np.ndarray, req: np.ndarray,
-                      key: np.ndarray, vrep: np.ndarray) -> int:
-    """:func:`rekey_path` in victim order for the compiled victim loop, writing only the column that
+    ``share_only`` (victim order, the compiled victim loop's pops): write only the column that
     changes. A victim key depends on what the represented leaf gives up in rule 5's first share
     only (column 4: the dominant share of the allocation minus it); the other columns (over fair
     share, starved, priority, violates, the share without it) read the queue's allocation and its
     static values alone, and :func:`build` wrote them for every queue above a live leaf. Within one
     victim search the queues' allocations are those of the search's start (every simulated scenario
     is rolled back by assignment before the loop runs again), a leaf only dies in the loop (pops), and
-    Python re-keys in full what it pushes back, so those columns are already what :func:`rekey_path`
+    Python re-keys in full what it pushes back, so those columns already hold what a full re-key
     would write: the same keys, the same next leaf, ~0.15 us less per victim examined (~40 % of a
-    re-key at 2,000 nodes; a failing reclaimer examines thousands). A leaf (no reference counting of
-    its twelve array arguments per pop), like the full re-key."""
+    re-key at 2,000 nodes; a failing reclaimer examines thousands)."""
     lq = leaf if leaf_live[leaf] else -1
     for i in range(path.shape[1]):
         q = path[leaf, i]
@@ -265,9 +245,13 @@ def rekey_victim_path(leaf: int, path: np.ndarray, kid_ptr: np.ndarray, kids: np
             b = best_child(q, kid_ptr, kids, vrep, key, tb)
             lq = vrep[b] if b >= 0 else -1
         vrep[q] = lq
-        if lq >= 0:
+        if lq < 0:
+            continue
+        if share_only:
             key[q, 4] = -round12(dominant(alloc[q, 0] - req[lq, 0], alloc[q, 1] - req[lq, 1], alloc[q, 2] - req[lq, 2],
                                           stat, q, tot))
+        else:
+            queue_key(q, req[lq, 0], req[lq, 1], req[lq, 2], victim, stat, tot, prio, alloc, key)
     root = kid_ptr.shape[0] - 2
     b = best_child(root, kid_ptr, kids, vrep, key, tb)
     return vrep[b] if b >= 0 else -1

@@ -58,9 +58,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernel
+from . import kernel, leaf_kernel
 from .gpu_fit import pack_best_fit
-from .victim_keys import rekey_victim_path
+from .victim_keys import rekey_path
 
 PY = 1
 END = 2
@@ -503,6 +503,32 @@ def tried_grown(tt: np.ndarray, gen: int) -> np.ndarray:
     return out
 
 
+@leaf_kernel
+def good_step(n: int, all_gpu: np.ndarray, base: np.ndarray, thr: float, good: np.ndarray) -> int:
+    """After the accumulated victims' GPUs on node ``n`` changed (``all_gpu[n]``): node ``n``'s mark in
+    the single-task filter's good nodes (its base plus what the accumulated set frees reaches the
+    threshold), and the change of their count (+1, -1 or 0) for ``ist[IS_GOOD]``."""
+    ok = base[n] + all_gpu[n] >= thr
+    if ok == (good[n] != 0):
+        return 0
+    good[n] = 1 if ok else 0
+    return 1 if ok else -1
+
+
+@leaf_kernel
+def drop_one(u: int, seq: int, t: int, drop_seq: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray,
+             all_gpu: np.ndarray, base: np.ndarray, fast: bool, thr: float, good: np.ndarray) -> int:
+    """Accumulated victim ``u`` (task ``t``) leaves the set as ``PrefixSearch.drop`` takes it out:
+    numbered ``seq`` in drop order, its GPUs off its node's sum, the good nodes kept (the one step of
+    both prunings, :func:`drop_served` and :func:`drop_under`). Returns the good count's change."""
+    drop_seq[u] = seq
+    n = task_node[t]
+    if n < 0:
+        return 0
+    all_gpu[n] = all_gpu[n] - task_gpu[t]
+    return good_step(n, all_gpu, base, thr, good) if fast else 0
+
+
 @kernel
 def drop_served(served: np.ndarray, ti: np.ndarray, pi: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray,
                 task_job: np.ndarray, job_queue: np.ndarray, own: int, nf: np.ndarray, ni: np.ndarray,
@@ -528,16 +554,8 @@ def drop_served(served: np.ndarray, ti: np.ndarray, pi: np.ndarray, task_node: n
             continue
         u = tpos[t]
         if u >= 0 and drop_seq[u] < 0:
-            drop_seq[u] = n_drop
+            n_good += drop_one(u, n_drop, t, drop_seq, task_node, task_gpu, all_gpu, base, fast, thr, good)
             n_drop += 1
-            n = task_node[t]
-            if n >= 0:
-                all_gpu[n] = all_gpu[n] - task_gpu[t]
-                if fast:
-                    ok = base[n] + all_gpu[n] >= thr
-                    if ok != (good[n] != 0):
-                        good[n] = 1 if ok else 0
-                        n_good += 1 if ok else -1
         q = job_queue[task_job[t]]
         if q != own and skip[q] == 0:
             skip[q] = 1
@@ -578,18 +596,9 @@ def drop_under(b: int, path: np.ndarray, job_queue: np.ndarray, pi: np.ndarray, 
                 break
         if not under:
             continue
-        drop_seq[u] = n_drop
+        n_good += drop_one(u, n_drop, pot[u], drop_seq, task_node, task_gpu, all_gpu, base, fast, thr, good)
         n_drop += 1
         m += 1
-        t = pot[u]
-        n = task_node[t]
-        if n >= 0:
-            all_gpu[n] = all_gpu[n] - task_gpu[t]
-            if fast:
-                ok = base[n] + all_gpu[n] >= thr
-                if ok != (good[n] != 0):
-                    good[n] = 1 if ok else 0
-                    n_good += 1 if ok else -1
     ist[IS_DROPPED] = n_drop
     ist[IS_GOOD] = n_good
     return m
@@ -606,7 +615,7 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
                 ist: np.ndarray, fst: np.ndarray) -> int:
     """The accumulation loop and the emission of each victim's scenarios (module docstring);
     returns the code of the point where it stopped. A pop re-keys the leaf's path with
-    :func:`.victim_keys.rekey_victim_path` (only the column that changes; ``prio`` is not read)."""
+    :func:`.victim_keys.rekey_path` ``share_only`` (only the column that changes)."""
     hi, ptr, has_popped, heap_live = qi[QI_HI], qi[QI_PTR], qi[QI_HAS_POPPED], qi[QI_HEAP_LIVE]
     skip_leaf, emptied = qi[QI_SKIP], qi[QI_EMPTIED]
     all_gpu, cap, base = nf[NF_ALL_GPU], nf[NF_CAP], nf[NF_BASE]
@@ -686,7 +695,8 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
                 leaf_live[leaf] = False
                 emptied[n_empt] = leaf
                 n_empt += 1
-            knext = rekey_victim_path(leaf, path, kid_ptr, kids, stat, tot, tb, alloc, leaf_live, req, key, vrep)
+            knext = rekey_path(True, leaf, path, kid_ptr, kids, stat, tot, prio, tb, alloc, leaf_live, req, key, vrep,
+                               True)
             # accumulate it (a job popped whole from its leaf's run is new to the accumulated set)
             if skip_leaf[leaf] or (c1 - c0 == 1 and is_rec[gt[c0]]):
                 continue
@@ -728,10 +738,7 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
                     g = task_gpu[t]
                     all_gpu[n] = all_gpu[n] + g
                     if fast:
-                        ok = base[n] + all_gpu[n] >= thr
-                        if ok != (good[n] != 0):
-                            good[n] = 1 if ok else 0
-                            n_good += 1 if ok else -1
+                        n_good += good_step(n, all_gpu, base, thr, good)
                     c = cap[n] + g
                     cap[n] = c
                     if c > best_all:

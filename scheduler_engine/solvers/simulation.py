@@ -730,7 +730,7 @@ class LeafTournament:
                 self._dirty_leaf = -1
                 path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep = self._k
                 self._next = victim_keys.rekey_path(False, leaf, path, kid_ptr, kids, stat, tot, prio, tb,
-                                                    self.state.queue_alloc, leaf_live, req, key, vrep)
+                                                    self.state.queue_alloc, leaf_live, req, key, vrep, False)
             return self._next
         path = self.dirty
         if path is not None:

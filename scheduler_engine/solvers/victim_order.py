@@ -741,7 +741,7 @@ class VictimQueue:
         if live:
             req[leaf] = self._leaf_victims(leaf)
         self._knext = victim_keys.rekey_path(True, leaf, path, kid_ptr, kids, stat, tot, prio, tb,
-                                             self.state.queue_alloc, leaf_live, req, key, vrep)
+                                             self.state.queue_alloc, leaf_live, req, key, vrep, False)
         self._dirty.clear()
 
 

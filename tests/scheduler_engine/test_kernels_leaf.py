@@ -22,8 +22,7 @@ HOT_LEAVES = {
     "devices.choose_whole", "devices.choose_shared", "scenario.place_one_whole", "scenario._try_shared",
     "scenario.over_capacity", "scenario.evict_moved", "scenario.old_node_key", "scenario.old_node_key_shared",
     "scenario._place_task", "scenario.distinct_nodes", "scenario.stable_order_into", "victim_keys.build",
-    "victim_keys.rekey_path",
-    "victim_keys.rekey_victim_path",  # (the compiled victim loop's re-key, once per victim examined)
+    "victim_keys.rekey_path", "victim_run.good_step", "victim_run.drop_one",
 }
 
 

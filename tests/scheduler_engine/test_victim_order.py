@@ -269,8 +269,8 @@ def test_victim_queue_from_runs_is_the_sorted_one(monkeypatch, nodes, jobs, queu
 
 @pytest.mark.parametrize("seed", range(12))
 def test_victim_rekey_of_the_compiled_loop_writes_the_full_keys(seed):
-    """``victim_keys.rekey_victim_path`` (the compiled victim loop's re-key, column 4 only) leaves
-    every key, representative and next leaf exactly as the full ``rekey_path`` in victim order does,
+    """``victim_keys.rekey_path`` with ``share_only`` (the compiled victim loop's re-key, column 4 only) leaves
+    every key, representative and next leaf exactly as the full re-key in victim order does,
     pop after pop from the keys ``build`` wrote (what a leaf gives up grows, leaves die)."""
     from scheduler_engine.kernels import victim_keys as vk
 
@@ -293,8 +293,8 @@ def test_victim_rekey_of_the_compiled_loop_writes_the_full_keys(seed):
             rq[leaf] += add
             if die:
                 ll[leaf] = False
-        a = vk.rekey_path(True, leaf, path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, *full)
-        b = vk.rekey_victim_path(leaf, path, kid_ptr, kids, stat, tot, tb, s.queue_alloc, *part)
+        a = vk.rekey_path(True, leaf, path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, *full, False)
+        b = vk.rekey_path(True, leaf, path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, *part, True)
         assert a == b
         assert np.array_equal(full[2], part[2]) and np.array_equal(full[3], part[3])
         nxt = a
