@@ -603,17 +603,7 @@ def test_scenario_entry_point_calls_have_the_versions_types():
     argument objects it was looked up with, on generated clusters (plain, one-GPU, subgroups, DRA,
     400 nodes: stack, log and journal arrays grown and the tuple rebuilt) and the reclaim / preempt
     golden scenarios; and such calls happen. In a fresh process (one compiled version)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from tests.support.fresh_process import fresh_process_ints
 
-    root = Path(__file__).resolve().parents[2]
-    code = ("from tests.scheduler_engine.test_kernels_scenario import _scenario_entry_check as f; "
-            "print('CHECKED', *f())")
-    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    calls, checked = (int(x) for x in proc.stdout.split("CHECKED")[-1].split())
+    calls, checked = fresh_process_ints("tests.scheduler_engine.test_kernels_scenario:_scenario_entry_check")
     assert checked >= calls > 200

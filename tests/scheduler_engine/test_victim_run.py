@@ -626,19 +626,8 @@ def test_entry_point_calls_have_the_versions_types():
     reclaim / preempt golden scenarios; and such calls happen. In a fresh process: a test that
     called the loop with other types leaves the dispatcher with two versions, and then every call
     goes through the dispatcher (the fallback) and nothing would be checked."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from scheduler_engine.kernels import JIT_ENABLED
+    from tests.support.fresh_process import fresh_process_ints
 
-    root = Path(__file__).resolve().parents[2]
-    code = ("from tests.scheduler_engine.test_victim_run import _entry_point_check as f; "
-            "print('CHECKED', f())")
-    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    checked = int(proc.stdout.split("CHECKED")[-1])
+    (checked,) = fresh_process_ints("tests.scheduler_engine.test_victim_run:_entry_point_check")
     assert not JIT_ENABLED or checked > 100
