@@ -153,6 +153,30 @@ def claims_fit(n: int, claims: np.ndarray, dra_free: np.ndarray, dra_rel: np.nda
 
 
 @leaf_kernel
+def query_span(lo: int, hi: int, n_nodes: int, hs: np.ndarray) -> tuple[int, int, bool]:
+    """The nodes a query re-evaluates: ``log[lo:hi]``, or every node when the changed ones are many
+    (more than an eighth of the nodes), and then the heap starts empty (every fitting node is pushed
+    anew). Returns ``(lo, hi, full)``."""
+    if (hi - lo) * 8 > n_nodes:
+        hs[0] = 0
+        return 0, n_nodes, True
+    return lo, hi, False
+
+
+@leaf_kernel
+def offer(n: int, fi: bool, kk: float, idle_ok: np.ndarray, any_ok: np.ndarray, key: np.ndarray, hk: np.ndarray,
+          hn: np.ndarray, hs: np.ndarray) -> None:
+    """Record that node ``n`` fits (on idle resources: ``fi``) with placement key ``kk`` and push its
+    heap entry, dropping the dead entries first when the heap is full (:func:`rebuild`)."""
+    idle_ok[n] = fi
+    any_ok[n] = True
+    key[n] = kk
+    if hs[0] >= hk.shape[0]:
+        rebuild(any_ok, key, hk, hn, hs)
+    push(hk, hn, hs, kk, n)
+
+
+@leaf_kernel
 def query_whole(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: np.ndarray, rc: float, rm: float,
                 k: int, ndev: np.ndarray, top: float, cap: np.ndarray, col: int, spread: bool, node_both: np.ndarray,
                 dev_free: np.ndarray, dev_rel: np.ndarray, idle_ok: np.ndarray, any_ok: np.ndarray, key: np.ndarray,
@@ -191,11 +215,7 @@ def query_whole_dra(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: n
     of capacity > N, ``hs`` (1,) int64). When the heap is full the dead entries are dropped first
     (:func:`rebuild`; it pushes every fitting node's current entry, so a node pushed right after is
     a duplicate of a live entry, which changes nothing :func:`best` returns)."""
-    N = any_ok.shape[0]
-    full = (hi - lo) * 8 > N
-    if full:
-        hs[0] = 0
-        lo, hi = 0, N
+    lo, hi, full = query_span(lo, hi, any_ok.shape[0], hs)
     has_sel = sel.shape[0] > 0
     dra = gcap.shape[0] > 0
     has_claims = claims.shape[0] > 0
@@ -228,12 +248,11 @@ def query_whole_dra(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: n
                 fa = fi or whole_any >= k
                 if not fa:
                     continue
-        if has_claims:
+        if has_claims:  # (the node fits otherwise: fa holds here)
             c = claims_fit(n, claims, dra_free, dra_rel)
-            fi = fi and c == 2
-            fa = (fa or fi) and c > 0
-            if not fa:
+            if c == 0:
                 continue
+            fi = fi and c == 2
         if col == GPU:
             free = float(whole_any)
             overall = float(nd)
@@ -246,13 +265,7 @@ def query_whole_dra(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: n
         tier = 1000.0 if fi else 0.0
         if col == CPU and ((gcap[n] == 0) if dra else (nd == 0)):
             tier += 10.0
-        kk = placement_key(free, overall, top, spread, tier)
-        idle_ok[n] = fi
-        any_ok[n] = True
-        key[n] = kk
-        if hs[0] >= hk.shape[0]:
-            rebuild(any_ok, key, hk, hn, hs)
-        push(hk, hn, hs, kk, n)
+        offer(n, fi, placement_key(free, overall, top, spread, tier), idle_ok, any_ok, key, hk, hn, hs)
     return best(any_ok, key, hk, hn, hs)
 
 
@@ -276,11 +289,7 @@ def query_shared_dra(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: 
                      dra_rel: np.ndarray) -> int:
     """:func:`query_whole_dra` for a task sharing one GPU (fraction ``fgpu``, or per node ``frac`` of
     its device memory when ``frac`` is not empty); the DRA arguments as there."""
-    N = any_ok.shape[0]
-    full = (hi - lo) * 8 > N
-    if full:
-        hs[0] = 0
-        lo, hi = 0, N
+    lo, hi, full = query_span(lo, hi, any_ok.shape[0], hs)
     has_sel = sel.shape[0] > 0
     has_frac = frac.shape[0] > 0
     dra = gcap.shape[0] > 0
@@ -317,12 +326,11 @@ def query_shared_dra(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: 
         fa = fi or any_dev
         if not fa:
             continue
-        if has_claims:
+        if has_claims:  # (the node fits otherwise: fa holds here)
             c = claims_fit(n, claims, dra_free, dra_rel)
-            fi = fi and c == 2
-            fa = (fa or fi) and c > 0
-            if not fa:
+            if c == 0:
                 continue
+            fi = fi and c == 2
         tier = 1000.0 if fi else 0.0
         if joins and not spread:  # gpusharingorder runs with the GPU binpack strategy only
             tier += 10000.0
@@ -331,11 +339,5 @@ def query_shared_dra(log: np.ndarray, lo: int, hi: int, sched: np.ndarray, sel: 
         if dra:
             free += float(dra_gpu_free(n, dgpu, dra_free, dra_rel))
             overall = gcap[n]
-        kk = placement_key(free, overall, top, spread, tier)
-        idle_ok[n] = fi
-        any_ok[n] = True
-        key[n] = kk
-        if hs[0] >= hk.shape[0]:
-            rebuild(any_ok, key, hk, hn, hs)
-        push(hk, hn, hs, kk, n)
+        offer(n, fi, placement_key(free, overall, top, spread, tier), idle_ok, any_ok, key, hk, hn, hs)
     return best(any_ok, key, hk, hn, hs)

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.skipif(not JIT_ENABLED, reason="nothing is compiled wit
 HOT_LEAVES = {
     "journal.record", "journal.undo", "journal.evict", "journal.place", "journal.place_dev", "journal.unevict",
     "journal.evict_many", "node_index.query_whole_dra", "node_index.query_shared_dra", "node_index.best",
+    "node_index.offer", "node_index.query_span",
     "devices.choose_whole", "devices.choose_shared", "scenario.place_one_whole", "scenario._try_shared",
     "scenario.over_capacity", "scenario.evict_moved", "scenario.old_node_key", "scenario.old_node_key_shared",
     "scenario._place_task", "scenario.distinct_nodes", "scenario.stable_order_into", "victim_keys.build",
