@@ -72,6 +72,7 @@ from typing import Any, Iterator, Sequence, TextIO
 
 import numpy as np
 
+from .cli import parse_command_line
 from .clusters import generate, queue_tree_sizes, with_features  # re-exported: bench.generate & co.
 from .snapshot import ACTION_NAMES, GPU, Snapshot, TaskState
 
@@ -479,13 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    out = sys.stdout if out is None else out
-    err = sys.stderr if err is None else err
-    parser = build_parser()
-    try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args, out, err = parse_command_line(build_parser(), argv, out, err)
+    if isinstance(args, int):
+        return args
     problems = []
     if args.nodes < 1 or args.nodes > 1_000_000:
         problems.append("--nodes: must be between 1 and 1000000")

@@ -225,6 +225,22 @@ def run_lazy(command: str, argv: list[str], err: TextIO) -> int:
 # ------------------------------------------------------------------------------------------ main
 
 
+def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+                       out: TextIO | None, err: TextIO | None) -> tuple[argparse.Namespace | int, TextIO, TextIO]:
+    """The common prologue of the commands' ``main(argv, out=, err=)``: the streams (default stdout /
+    stderr) and the parsed arguments, or argparse's exit code (0 for --help, 2 for a usage error) in
+    place of its ``SystemExit``, so that a command called from Python (tests, ``run_lazy``) returns
+    its code instead of ending the process."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    try:
+        return parser.parse_args(list(sys.argv[1:] if argv is None else argv)), out, err
+    except SystemExit as exc:
+        return int(exc.code or 0), out, err
+
+
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m scheduler_engine",

@@ -42,7 +42,6 @@ import argparse
 import csv
 import dataclasses
 import math
-import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -51,6 +50,7 @@ from typing import Any, Sequence, TextIO
 import numpy as np
 
 from .actions import get_action
+from .cli import parse_command_line
 from .cycle import rewrite_snapshot
 from .loader import ScenarioError, load_scenario
 from .snapshot import CPU, GPU, MEM, NRES, RESOURCES, Jobs, Snapshot, TaskState, Tasks
@@ -713,13 +713,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    out = sys.stdout if out is None else out
-    err = sys.stderr if err is None else err
-    parser = build_parser()
-    try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    args, out, err = parse_command_line(build_parser(), argv, out, err)
+    if isinstance(args, int):
+        return args
     if args.cycles is not None and args.cycles < 1:
         print("error: --cycles: must be >= 1", file=err)
         return 2
