@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernel
+from . import leaf_kernel
 
 EPS = 1e-9
 
 
-@kernel
+@leaf_kernel
 def pack_best_fit(need: np.ndarray, sel_row: np.ndarray, masks: np.ndarray, idx: np.ndarray,
                   cap: np.ndarray) -> bool:
     """Place requests ``need`` (in the order given: largest first) one by one on the node of

@@ -15,7 +15,8 @@ from scheduler_engine.kernels import JIT_ENABLED
 
 pytestmark = pytest.mark.skipif(not JIT_ENABLED, reason="nothing is compiled with the JIT disabled")
 
-#: the scenario kernel's callees per placement and eviction (and the victim keys its tournament uses)
+#: the scenario kernel's callees per placement and eviction (and the victim keys its tournament uses), the
+#: victim search's loop and its callees
 HOT_LEAVES = {
     "journal.record", "journal.undo", "journal.evict", "journal.place", "journal.place_dev", "journal.unevict",
     "journal.evict_many", "node_index.query_whole_dra", "node_index.query_shared_dra", "node_index.best",
@@ -24,6 +25,10 @@ HOT_LEAVES = {
     "scenario.over_capacity", "scenario.evict_moved", "scenario.old_node_key", "scenario.old_node_key_shared",
     "scenario._place_task", "scenario.distinct_nodes", "scenario.stable_order_into", "victim_keys.build",
     "victim_keys.rekey_path", "victim_run.good_step", "victim_run.drop_one",
+    # the compiled victim loop, called from Python once per scenario (as a leaf its arrays are unboxed
+    # without a reference-counted wrapper each), its callees per victim examined, the prunings
+    "victim_run.run_victims", "victim_run.node_local", "victim_run.tried_add", "victim_run._gpu_filter",
+    "victim_run.all_filter", "gpu_fit.pack_best_fit", "victim_run.drop_served", "victim_run.drop_under",
 }
 
 
