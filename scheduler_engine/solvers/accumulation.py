@@ -44,6 +44,11 @@ if TYPE_CHECKING:  # the solver drives the search; annotations only
 _ACTIVE_LUT = np.zeros(max(int(x) for x in TaskState) + 1, dtype=bool)
 _ACTIVE_LUT[[int(TaskState.RUNNING), int(TaskState.BINDING), int(TaskState.PIPELINED)]] = True
 
+#: (the fields the loop's driver reads and writes on every call, as module constants)
+_IS_NEXT, _IS_STEPS, _IS_GOOD, _IS_EMPTIED = (victim_run.IS_NEXT, victim_run.IS_STEPS, victim_run.IS_GOOD,
+                                              victim_run.IS_EMPTIED)
+_FS_BEST = victim_run.FS_BEST
+
 #: pop and accumulate plain victims with the compiled loop (:mod:`~scheduler_engine.kernels.victim_run`);
 #: ``False``: every victim through the Python loop below (the reference the kernel is tested against)
 USE_KERNEL = True
@@ -185,9 +190,7 @@ class PrefixSearch:
             ist = k["ist"]
             if served.shape[0] or (b >= 0 and ist[vr.IS_POT]):
                 ist[vr.IS_GOOD] = self.n_good
-                m = vr.drop_served(served, k["ti"], k["pi"], s.task_node, s.task_alloc[:, GPU], s.task_job,
-                                   s.job_queue_arr, self.own, k["nf"], k["ni"], ist, k["fst"], k["skip"], k["qbuf"],
-                                   b, kernel_static(s)[1])
+                m = vr.drop_served(served, *k["dargs"], b, k["path"])
                 self.n_good = int(ist[vr.IS_GOOD])
                 if m:
                     new = k["qbuf"][:m].tolist()
@@ -507,6 +510,12 @@ class PrefixSearch:
         path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep = vq._k
         k["skip"] = vq.qi[victim_run.QI_SKIP]
         k["qbuf"] = np.empty(s.Q, dtype=np.int64)
+        k["emptied"] = vq.qi[victim_run.QI_EMPTIED]
+        # the compiled pruning's arguments but the served victims and the blocked queue (prune; the
+        # same arrays for the whole search, as the loop's)
+        k["dargs"] = (k["ti"], k["pi"], s.task_node, s.task_alloc[:, GPU], s.task_job, s.job_queue_arr, self.own,
+                      k["nf"], k["ni"], k["ist"], k["fst"], k["skip"], k["qbuf"])
+        k["path"] = kernel_static(s)[1]
         k["args"] = ((path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, leaf_live, req, key, vrep, vq.qi,
                       vq.popped, vq.cj, walloc, glen, s.job_start, gt, k["ti"], s.task_node, s.task_alloc[:, GPU],
                       k["nf"], k["ni"], k["pi"], k["ji"]) + tuple(k["dem"]) + (k["tt"], k["pool"], k["ist"], k["fst"]))
@@ -613,29 +622,30 @@ class PrefixSearch:
         up to date (steps, live leaves; the accumulated victims are the arrays both share).
         Returns the kernel's code; after :data:`~scheduler_engine.kernels.victim_run.SIM` the set to
         simulate is ``pi[PI_LOC][:ist[IS_SETLEN]]`` (accumulation positions, ascending)."""
-        solver, k, vr = self.solver, self.kst, victim_run
+        k = self.kst
         ist = k["ist"]
         if self._skip_stale:
             self._update_skip(vq)
             self._skip_stale = False
-        ist[vr.IS_NEXT] = vq._knext
+        solver = self.solver
         steps0 = solver.steps
-        ist[vr.IS_STEPS] = steps0
-        ist[vr.IS_GOOD] = self.n_good
-        ist[vr.IS_EMPTIED] = 0
-        k["fst"][vr.FS_BEST] = best_all
+        ist[_IS_NEXT] = vq._knext
+        ist[_IS_STEPS] = steps0
+        ist[_IS_GOOD] = self.n_good
+        ist[_IS_EMPTIED] = 0
+        k["fst"][_FS_BEST] = best_all
         fn = k["fn"]
         if fn is None:
             # through the dispatcher (which compiles or loads it); from the second call on through
             # the compiled entry point (victim_run.entry_point: its look-up costs ~1 us, a call through
-            # the dispatcher ~4 us more than one through the entry point)
+            # the dispatcher ~0.5 us more than one through the entry point)
+            vr = victim_run
             code = vr.run_victims(*k["args"])
             k["fn"] = vr.entry_point(vr.run_victims, k["args"])
         else:
             code = fn(*k["args"])
-        n_steps, n_good, n_empt, knext = int(ist[vr.IS_STEPS]), int(ist[vr.IS_GOOD]), int(ist[vr.IS_EMPTIED]), \
-            int(ist[vr.IS_NEXT])
+        n_steps = int(ist[_IS_STEPS])
         solver.steps = n_steps
-        self.n_good = n_good
-        vq.after_run(vq.qi[vr.QI_EMPTIED], n_empt, knext, n_steps != steps0)
+        self.n_good = int(ist[_IS_GOOD])
+        vq.after_run(k["emptied"], int(ist[_IS_EMPTIED]), int(ist[_IS_NEXT]), n_steps != steps0)
         return code
