@@ -40,7 +40,8 @@ scenario made thousands of such atomic operations: most of the kernel's time wen
 (``_nrt=False``) borrows its caller's references, which is safe exactly when it allocates no array
 (numba refuses to compile that without the runtime) and returns none (its caller would drop a
 reference that was never taken): the journal primitives, the node index, the device choice, the
-victim keys and the scenario's placement steps are such leaves. Arithmetic and control flow are the
+victim keys, the scenario's placement steps and the scenario kernel itself (its scratch lent by its
+caller) are such leaves. Arithmetic and control flow are the
 same either way, so the decisions are too.
 """
 from __future__ import annotations

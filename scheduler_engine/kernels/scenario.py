@@ -206,6 +206,13 @@ T_ORD, T_POS, T_ROW = 0, 1, 2
 S_K, S_COL, S_SPREAD, S_SEL, S_SHARED, S_FRAC = 0, 1, 2, 3, 4, 5
 S_RC, S_RM, S_TOP, S_FGPU = 0, 1, 2, 3
 IO_I0, IO_LOG, IO_PROTECT, IO_END, IO_LOG_END, IO_PROTECT_END, IO_FREED, IO_NEED, IO_J, IO_NP, IO_NV = range(11)
+# rows of :func:`run_scenario`'s scratch ``wi`` (int64, per job of the scenario or per task it places) and ``wf``
+# (float64): the jobs, the tasks each places and their offsets, the pop order and its sort's rows, the leaf
+# segments, the victims released from Running; each job's order request (three rows) and the sort keys
+W_JL, W_TF, W_TOFF, W_ORDR, W_ORDR2, W_ORD, W_TMP, W_SLEAF, W_SPTR, W_SEND, W_REL = range(11)
+WI_ROWS = 11
+F_JREQ, F_KK = 0, 3
+WF_ROWS = 4
 
 
 @leaf_kernel
@@ -246,16 +253,6 @@ def stable_order_into(keys: np.ndarray, m: int, a: np.ndarray, b: np.ndarray) ->
     if flipped:  # (an odd number of passes: the result is in b)
         for x in range(m):
             a[x] = b[x]
-
-
-@kernel
-def stable_order(keys: np.ndarray) -> np.ndarray:
-    """The positions of ``keys`` (float64) in ascending order, equal keys in their order
-    (``np.argsort(keys, kind="stable")``): :func:`stable_order_into` on arrays of its own."""
-    m = keys.shape[0]
-    a = np.empty(m, dtype=np.int64)
-    stable_order_into(keys, m, a, np.empty(m, dtype=np.int64))
-    return a
 
 
 @leaf_kernel
@@ -501,8 +498,8 @@ def evict_moved(i, t, n, preemptible, shared, gin, input_node, input_tdev, input
     num_active[j] -= 1
 
 
-@kernel
-def run_scenario(io, pv, clear, jst, tst, order_req, shared, input_node, input_tdev, input_tndev,
+@leaf_kernel
+def run_scenario(io, pv, clear, wi, wf, scr, sck, seen, jst, tst, order_req, shared, input_node, input_tdev, input_tndev,
                  jmark, tmark, qmark,
                  sint, sfl, sched, sel, no_sel, no_frac, ndev, cap, idle_ok, any_ok, key, hk, hn, hs, pos, log,
                  by_depth, path, kid_ptr, kids, stat, tot, prio, tb, qalloc, leaf_live, req, qkey, vrep,
@@ -547,15 +544,25 @@ def run_scenario(io, pv, clear, jst, tst, order_req, shared, input_node, input_t
     the group of its device ``clear[i - i0, 1]`` after a shared placement). ``dev_shared`` is kept
     as ``CycleState.place`` keeps it (a device of a shared placement carries a gpuGroup; a group
     made by a placement a gang rollback undoes is gone again); the caller names new groups
-    (``CycleState._new_group_name``) in entry order. ``newg``: one int64 of scratch."""
+    (``CycleState._new_group_name``) in entry order. ``newg``: one int64 of scratch.
+
+    Scratch, the caller's, so that this kernel allocates nothing and runs without reference counting
+    (``leaf_kernel``: at ~75 array arguments, an atomic increment and decrement of each per call, and no
+    runtime object made for each when Python calls it): ``wi`` ((:data:`WI_ROWS`, W) int64, rows ``W_*``)
+    and ``wf`` ((:data:`WF_ROWS`, W) float64, rows ``F_*``) with W at least two more than both ``pv``'s and
+    ``clear``'s lengths (checked: :data:`ROOM` otherwise); ``scr`` / ``sck`` / ``seen`` per node, as
+    :func:`_place_task` takes them (``seen`` all False, and left so)."""
     j = io[IO_J]
     partial = pv[:io[IO_NP]]
     victims = pv[io[IO_NP]:io[IO_NP] + io[IO_NV]]
     nv = victims.shape[0]
     i0 = io[IO_I0]
     lo = io[IO_LOG]
+    if partial.shape[0] + nv + 2 > wi.shape[1]:  # (the caller sizes wi by pv and clear: not met)
+        io[IO_NEED] = partial.shape[0] + nv
+        return ROOM
     # ---- checks (nothing changed before they pass); marks are reset on every exit
-    jl = np.empty(nv + 1, dtype=np.int64)
+    jl = wi[W_JL]
     jl[0] = j
     jmark[j] = 0
     m = 1
@@ -583,7 +590,8 @@ def run_scenario(io, pv, clear, jst, tst, order_req, shared, input_node, input_t
             ok = jst[jj, J_OK]
             if ok != 1 and code != UNKNOWN_JOB:
                 code = UNKNOWN_JOB if ok < 0 else (NOT_PLAIN if code == 1 else code)
-    if code == 1 and (i0 + bound > ji.shape[0] or lo + 2 * bound > log.shape[0] or bound > clear.shape[0]):
+    if code == 1 and (i0 + bound > ji.shape[0] or lo + 2 * bound > log.shape[0] or bound > clear.shape[0]
+                      or bound + 2 > wi.shape[1]):
         io[IO_NEED] = bound
         code = ROOM
     if code != 1:
@@ -593,16 +601,13 @@ def run_scenario(io, pv, clear, jst, tst, order_req, shared, input_node, input_t
             jmark[jl[x]] = -1
         return code
     # ---- evict the victims (CycleState.evict_many)
-    rel = np.empty(nv, dtype=np.bool_)
-    seen = np.zeros(node_both.shape[0], dtype=np.bool_)  # distinct_nodes' scratch
-    scr = np.empty((3, node_both.shape[0]), dtype=np.int64)  # _place_task's scratch
-    sck = np.empty(node_both.shape[0])
+    rel = wi[W_REL]  # (1: the victim was Running)
     i = i0
     for x in range(nv):
         t = victims[x]
         s = task_state[t]
         n = task_node[t]
-        rel[x] = s == _RUN
+        rel[x] = 1 if s == _RUN else 0
         if s == _PIPE and input_state[t] == _RUN and input_node[t] >= 0:  # moved: back to Releasing
             gin = task_request[t, 0]
             row = tst[t, T_ROW]
@@ -622,8 +627,9 @@ def run_scenario(io, pv, clear, jst, tst, order_req, shared, input_node, input_t
         log[lo] = n
         lo += 1
     # ---- what each job places (the beneficiary: partial, as given), its order request
-    tf = np.empty(bound, dtype=np.int64)
-    toff = np.zeros(m + 1, dtype=np.int64)
+    tf = wi[W_TF]
+    toff = wi[W_TOFF]
+    toff[0] = 0
     np_ = partial.shape[0]
     for x in range(np_):
         tf[x] = partial[x]
@@ -646,19 +652,22 @@ def run_scenario(io, pv, clear, jst, tst, order_req, shared, input_node, input_t
             else:
                 c = 1
         toff[li + 1] = base + c
-    jreq = np.zeros((m, 3))
-    for li in range(m):
+    for li in range(m):  # (row F_JREQ + r: the job's request in resource r)
         a = toff[li]
         b = toff[li + 1]
-        if b > a:
-            for r in range(3):
+        for r in range(3):
+            v = 0.0
+            if b > a:
                 v = order_req[tf[a], r]
                 for p in range(a + 1, b):
                     v += order_req[tf[p], r]
-                jreq[li, r] = v
+            wf[F_JREQ + r, li] = v
     # ---- per leaf, jobs in pop order: (leaf, priority, elastic state, rank, later first), stable sorts
-    ordr = np.arange(m - 1, -1, -1)
-    kk = np.empty(m)
+    ordr = wi[W_ORDR]
+    ordr2 = wi[W_ORDR2]
+    for x in range(m):
+        ordr[x] = m - 1 - x
+    kk = wf[F_KK]
     for level in range(4):
         for x in range(m):
             li = ordr[x]
@@ -676,12 +685,16 @@ def run_scenario(io, pv, clear, jst, tst, order_req, shared, input_node, input_t
                 kk[x] = jst[jj, J_PRIO]
             else:
                 kk[x] = job_queue[jj]
-        ordr = ordr[stable_order(kk)]
+        srt = wi[W_ORD]
+        stable_order_into(kk, m, srt, wi[W_TMP])
+        for x in range(m):
+            ordr2[x] = ordr[srt[x]]
+        ordr, ordr2 = ordr2, ordr
     # leaf segments of ordr: qmark[leaf] -> segment; seg_ptr / seg_end
     nseg = 0
-    seg_leaf = np.empty(m, dtype=np.int64)
-    seg_ptr = np.empty(m, dtype=np.int64)
-    seg_end = np.empty(m, dtype=np.int64)
+    seg_leaf = wi[W_SLEAF]
+    seg_ptr = wi[W_SPTR]
+    seg_end = wi[W_SEND]
     for x in range(m):
         q = job_queue[jl[ordr[x]]]
         if x == 0 or q != seg_leaf[nseg - 1]:
@@ -716,7 +729,7 @@ def run_scenario(io, pv, clear, jst, tst, order_req, shared, input_node, input_t
                         q = seg_leaf[g]
                         leaf_live[q] = True
                         for r in range(3):
-                            req[q, r] = jreq[ordr[seg_ptr[g]], r]
+                            req[q, r] = wf[F_JREQ + r, ordr[seg_ptr[g]]]
                 nxt_leaf = build(False, by_depth, kid_ptr, kids, stat, tot, prio, tb, qalloc, leaf_live, req, qkey,
                                  vrep)
             elif dirty >= 0:
@@ -735,7 +748,7 @@ def run_scenario(io, pv, clear, jst, tst, order_req, shared, input_node, input_t
                 leaf_live[leaf] = False
             else:
                 for r in range(3):
-                    req[leaf, r] = jreq[ordr[seg_ptr[g]], r]
+                    req[leaf, r] = wf[F_JREQ + r, ordr[seg_ptr[g]]]
             dirty = leaf
         a = toff[li]
         b = toff[li + 1]
@@ -808,7 +821,7 @@ def run_scenario(io, pv, clear, jst, tst, order_req, shared, input_node, input_t
                 i = cp
             for x in range(nv):
                 t = victims[x]
-                if rel[x] and task_state[t] == _PEND and task_node[t] >= 0:
+                if rel[x] != 0 and task_state[t] == _PEND and task_node[t] >= 0:
                     task_state[t] = _REL
         if li == 0:
             if not ok:

@@ -797,6 +797,11 @@ class ScenarioArrays:
         self.pv = np.zeros(64, dtype=np.int64)  # the scenario: partial tasks, then victims (io says how many)
         self.clear = np.zeros((64, 2), dtype=np.int64)
         self.newg = np.zeros(1, dtype=np.int64)
+        # the kernel's scratch (it allocates nothing): per node, and per scenario job / task (``_scratch``)
+        self.scr = np.zeros((3, N), dtype=np.int64)
+        self.sck = np.zeros(N)
+        self.seen = np.zeros(N, dtype=np.bool_)
+        self._scratch()
         self.devs = np.empty(max(s.G, 1), dtype=np.int64)
         gcap, dgpu, _claims, dra_free, dra_rel = s.dra_query_args(0)  # the cluster's DRA GPUs (gcap empty: none)
         self.dra = (gcap, dgpu, dra_free, dra_rel)
@@ -844,10 +849,18 @@ class ScenarioArrays:
         idx.hk, idx.hn, idx.hs = self.hk[r], self.hn[r], self.hs[r]
         idx._kargs = None
 
+    def _scratch(self) -> None:
+        """The kernel's per-scenario scratch rows, wide enough for any scenario ``pv`` and ``clear``
+        hold (two more than both: the scenario's jobs and their offsets)."""
+        w = max(self.pv.shape[0], self.clear.shape[0]) + 2
+        self.wi = np.zeros((_scenario_k.WI_ROWS, w), dtype=np.int64)
+        self.wf = np.zeros((_scenario_k.WF_ROWS, w))
+        self.full = None
+
     def _args(self) -> None:
         st = self.state
         self.full = None
-        self.args = (self.jst, self.tst, st.task_order_req, st.task_is_shared, st._input_node, st._input_tdev,
+        self.args = (self.scr, self.sck, self.seen, self.jst, self.tst, st.task_order_req, st.task_is_shared, st._input_node, st._input_tdev,
                      st._input_tndev, self.jmark, self.tmark, self.qmark, self.sint, self.sfl, self.sched, self.sel,
                      self._no_sel, self._no_frac, self.ndev, self.cap, self.idle_ok, self.any_ok, self.key, self.hk,
                      self.hn, self.hs, self.pos, self.log, *self._tour, st.dev_shared, self.newg,
@@ -870,9 +883,10 @@ class ScenarioArrays:
         ``run_scenario`` is another object (a test's wrapper)."""
         st = self.state
         full = self.full
-        if full is None or full[-1] is not st._jf or full[-2] is not st._ji or full[2] is not self.clear:
+        if (full is None or full[-1] is not st._jf or full[-2] is not st._ji or full[2] is not self.clear
+                or full[3] is not self.wi):
             lim, des = st.queue_limit_arrays()
-            full = self.full = (self.io, self.pv, self.clear, *self.args, lim, des, st.task_request, self.devs,
+            full = self.full = (self.io, self.pv, self.clear, self.wi, self.wf, *self.args, lim, des, st.task_request, self.devs,
                                 *self.dra, *st._jarrays, st._ji, st._jf)
             self._ep = None
         disp = _scenario_k.run_scenario
@@ -889,7 +903,7 @@ class ScenarioArrays:
     def grow_pv(self, need: int) -> None:
         """Room for a scenario of ``need`` partial tasks and victims."""
         self.pv = np.zeros(max(need, 2 * self.pv.shape[0]), dtype=np.int64)
-        self.full = None
+        self._scratch()
 
     def row(self, idx: ShapeIndex) -> int:
         """idx's row, taking it in first (-1: not a compiled-update index)."""
@@ -948,10 +962,11 @@ class ScenarioArrays:
             jst[jj, _scenario_k.J_OK] = int(ok)
 
     def room(self, need: int) -> None:
-        """Room for ``need`` more entries (flags) and twice as many log entries."""
+        """Room for ``need`` more entries (flags, the kernel's scratch) and twice as many log entries."""
         if need > self.clear.shape[0]:
             self.clear = np.zeros((2 * need, 2), dtype=np.int64)
-            self.full = None
+        if self.wi.shape[1] < max(self.pv.shape[0], self.clear.shape[0]) + 2:
+            self._scratch()
         self.state.node_log.reserve(2 * need)
         self.sync_log()
 

@@ -29,6 +29,7 @@ HOT_LEAVES = {
     # without a reference-counted wrapper each), its callees per victim examined, the prunings
     "victim_run.run_victims", "victim_run.node_local", "victim_run.tried_add", "victim_run._gpu_filter",
     "victim_run.all_filter", "gpu_fit.pack_best_fit", "victim_run.drop_served", "victim_run.drop_under",
+    "scenario.run_scenario",  # (the scenario itself: ~80 array arguments, once per simulated scenario)
 }
 
 
@@ -57,8 +58,13 @@ def test_hot_callees_are_leaves():
     assert not missing, missing
     counted = sorted(name for name in HOT_LEAVES if not _is_leaf(ks[name]))
     assert not counted, f"compiled with reference counting again: {counted}"
-    # the kernels that allocate (the scenario's own scratch) keep the runtime
-    assert not _is_leaf(ks["scenario.run_scenario"])
+    # (the check can fail: a kernel with the runtime is not taken for a leaf)
+    from scheduler_engine.kernels import kernel, leaf_kernel
+
+    def first(a):
+        return a[0]
+
+    assert not _is_leaf(kernel(first)) and _is_leaf(leaf_kernel(first))
 
 
 _CHILD = """

@@ -296,8 +296,16 @@ def test_compiled_scenario_simulates_like_the_python_steps(seed, shape, sg, gpu,
         partial = fast.job_pending_tasks(j)[:max(1, int(fast.job_min_available[j]))]
         if k % 7 == 3 and len(partial) > 1:
             partial = partial[::-1]  # (the kernel puts them into task order as place_job does)
-        if k % 10 == 5 and sims[0]._ka is not None:
-            sims[0]._ka.clear = np.zeros((1, 2), dtype=np.int64)  # too short: the call asks for room first
+        ka = sims[0]._ka
+        if k % 10 == 5 and ka is not None:
+            ka.clear = np.zeros((1, 2), dtype=np.int64)  # too short: the call asks for room first
+        if k % 10 == 8 and ka is not None:  # scratch narrower than the scenario: refused, room made
+            ka.wi = np.zeros((scenario.WI_ROWS, 1), dtype=np.int64)
+        if ka is not None and k % 2 == 0:
+            # the kernel's scratch rows hold what the last scenario left or, here, anything: it must
+            # write every entry it reads (a job's offsets, its order request when it places nothing)
+            ka.wi.fill(1)
+            ka.wf.fill(np.nan)
         if k % 4 == 1:  # a failure point of allocate above: rolling back below it bumps resources_freed
             fast._protect_len = slow._protect_len = len(fast._journal) + 10_000
         sims[0].check_first = k % 6 != 0  # (now and then the kernel's own checks refuse)
@@ -310,6 +318,8 @@ def test_compiled_scenario_simulates_like_the_python_steps(seed, shape, sg, gpu,
         b = sims[1].run(j, partial, victims)
         assert a == b, k
         placed[a] += 1
+        if sims[0]._ka is not None:  # (distinct_nodes' marks: all False again)
+            assert not sims[0]._ka.seen.any(), k
         kernel_ran = codes.get(1, 0) + codes.get(0, 0) > n_ran
         shared_ran += has_shared and kernel_ran
         mem_ran += has_mem and kernel_ran
@@ -328,6 +338,7 @@ def test_compiled_scenario_simulates_like_the_python_steps(seed, shape, sg, gpu,
     assert placed[True] > 0, placed  # (failed scenarios: code 0 below, on the mixed clusters)
     ran = {c: n - before.get(c, 0) for c, n in codes.items()}
     assert ran.get(1, 0) + ran.get(0, 0) > (10 if sg == 0 else 4), ran  # (subgroup jobs stay in Python)
+    assert ran.get(scenario.ROOM, 0) > 0, ran  # (the narrowed clear / scratch rows were met)
     if shape == "mixed":  # (GPU fractions and GPU memory among the beneficiaries and victims)
         assert shared_ran > 15 and mem_ran > 2, (shared_ran, mem_ran)
 
@@ -470,20 +481,22 @@ def test_shared_device_choice_and_old_node_key_are_the_python_code(seed, gpu, dr
     assert seen["none"] > 100 and seen["dev"] > 100 and (spread or seen["tier"] > 20), seen
 
 
-def test_stable_order_is_a_stable_argsort():
-    """``kernels.scenario.stable_order`` (the scenario kernel's sorts) is numpy's stable argsort,
-    ties (many equal keys) in input order, compiled and interpreted, on every length around the
-    merge widths."""
-    from scheduler_engine.kernels.scenario import stable_order
+def test_stable_order_into_is_a_stable_argsort():
+    """``kernels.scenario.stable_order_into`` (the scenario kernel's sorts of its jobs, the scan's sort)
+    is numpy's stable argsort, ties (many equal keys) in input order, compiled and interpreted, on every
+    length around the merge widths, into scratch rows that hold anything before."""
+    from scheduler_engine.kernels.scenario import stable_order_into
 
+    fns = [stable_order_into] + ([stable_order_into.py_func] if hasattr(stable_order_into, "py_func") else [])
     rng = np.random.default_rng(5)
     for m in list(range(0, 34)) + [63, 64, 65, 1000, 4097]:
         for hi in (2, 7, 1000):
             keys = rng.integers(0, hi, m).astype(np.float64)
             want = np.argsort(keys, kind="stable")
-            assert (stable_order(keys) == want).all(), m
-            if hasattr(stable_order, "py_func"):  # (compiled: the interpreted source as well)
-                assert (stable_order.py_func(keys) == want).all(), m
+            for fn in fns:
+                a, b = rng.integers(-3, m + 3, m), rng.integers(-3, m + 3, m)
+                fn(keys, m, a, b)
+                assert (a == want).all(), m
 
 
 def test_stable_order_into_sorts_a_prefix_into_the_callers_arrays():
