@@ -1102,34 +1102,68 @@ class CycleState:
             self.resources_freed += 1
             self._protect_len = jlen
         if hi > jlen:
-            # numeric part in one compiled replay, then the object part in the same backward order
-            # (every field is restored by assignment, so the split gives the same state)
-            a = self._jarrays
-            _journal_k.undo(jlen, hi, a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],
-                            a[13], a[14], a[15], a[16], a[17], a[18], self._ji, self._jf)
+            # numeric part in one compiled replay, with every undone entry's node appended to the change
+            # log in the same backward order (the numeric entries hold the same node as the object half:
+            # ``journal.record`` writes it, ``Simulation._run_compiled`` builds the object half from it),
+            # then the object part in that order (every field is restored by assignment, so the split
+            # gives the same state)
+            self._undo_logged(jlen, hi)
             tg = self.task_gpu_groups
-            for k in range(hi - 1, jlen - 1, -1):
-                t, n, groups, gmap, dra = j[k]
+            G = self.G
+            for t, n, groups, gmap, dra in reversed(j[jlen:hi]):
                 tg[t] = groups
                 if n >= 0:
                     if gmap is not None:
                         self.dev_group[n] = gmap
-                        if self.G:
+                        if G:
                             row = self.dev_shared[n]
                             row[:] = False
-                            if gmap:
-                                row[[d for d in gmap if d < self.G]] = True
+                            for d in gmap:  # (a few devices: cheaper than a fancy index)
+                                if d < G:
+                                    row[d] = True
                     if dra is not None:
                         self.dra_free[n], self.dra_rel[n] = dra[2]
                 if dra is not None:
                     self.task_dra[t], self.task_dra_take[t] = dra[0], dra[1]
-            # every undone entry's node, in the same backward order, in one call: the numeric
-            # entries hold the same node as the object half (``journal.record`` writes it, and
-            # ``Simulation._run_compiled`` builds the object half from it)
-            nodes = self._ji[jlen:hi, 4][::-1]
-            self.node_log.extend(nodes[nodes >= 0])
             del j[jlen:]
         del self.events[elen:]
+
+    #: ``False``: every rollback calls :func:`kernels.journal.undo_logged` through its dispatcher (tests)
+    undo_entry_point = True
+    #: rollbacks made through the compiled version's entry point (tests)
+    undo_entry_calls = 0
+
+    def _undo_logged(self, lo: int, hi: int) -> None:
+        """:func:`kernels.journal.undo_logged` of entries ``lo:hi`` into the change log. Every call passes
+        the same argument tuple (the range in ``_undo_io``; rebuilt when the entry arrays or the log's
+        buffer were replaced), so after one call through the dispatcher the next ones call the compiled
+        version's entry point (:func:`kernels.victim_run.entry_point`, with its guard), as
+        ``ScenarioArrays.call`` does; looked up again whenever the module's ``undo_logged`` is another
+        object (a test's wrapper)."""
+        nl = self.node_log
+        buf = nl.reserve(hi - lo)
+        args = self.__dict__.get("_undo_args")
+        if args is None or args[-1] is not buf or args[-2] is not self._jf or args[-3] is not self._ji:
+            io = np.zeros(4, dtype=np.int64)
+            args = self._undo_args = (io, *self._jarrays[1:], self._ji, self._jf, buf)
+            self._undo_ep = None
+        io = args[0]
+        io[0] = lo
+        io[1] = hi
+        io[2] = nl.n
+        disp = _journal_k.undo_logged
+        ep = self._undo_ep
+        if ep is not None and self._undo_ep_of is disp:
+            self.undo_entry_calls += 1
+            ep(*args)
+        else:
+            disp(*args)
+            if self.undo_entry_point:
+                from .kernels.victim_run import entry_point
+
+                self._undo_ep = entry_point(disp, args)
+                self._undo_ep_of = disp
+        nl.set_len(int(io[3]))
 
     def mark_failure_point(self) -> None:
         """Called when a failure is cached: a later rollback below this point bumps ``resources_freed``."""

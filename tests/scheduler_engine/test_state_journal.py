@@ -181,3 +181,54 @@ def test_task_rows_read_and_write_like_lists():
     rows[t] = []
     assert list(rows)[t] == [] and (s._tdev[t] == -1).all()
     assert repr(rows) == repr([list(x) for x in rows]) and rows == list(rows)
+
+
+@pytest.mark.parametrize("seed,shape,features", [(3, "mixed", {}), (4, "one-gpu", {}),
+                                                 (5, "mixed", {"dra_nodes": 0.3, "sub_groups": 0.2})])
+def test_rollback_through_the_entry_point_decides_as_the_dispatcher(monkeypatch, seed, shape, features):
+    """``CycleState.rollback``'s numeric half (``journal.undo_logged``) through the compiled version's entry
+    point decides what calls through the dispatcher decide, on whole cycles (every simulated scenario is
+    rolled back), and the entry point is used when allowed."""
+    from scheduler_engine.cycle import run_cycle_with_state
+    from scheduler_engine.kernels import JIT_ENABLED
+
+    snap = bench.generate(nodes=60, jobs=420, queues=20, seed=seed, shape=shape)
+    if features:
+        snap = bench.with_features(snap, seed=seed, **features)
+    monkeypatch.setattr(CycleState, "undo_entry_point", False)
+    state, _ = run_cycle_with_state(snap)
+    off = bench.decision_digest(state), state.node_log.tolist()
+    assert state.undo_entry_calls == 0
+    monkeypatch.setattr(CycleState, "undo_entry_point", True)
+    state, _ = run_cycle_with_state(snap)
+    assert (bench.decision_digest(state), state.node_log.tolist()) == off
+    if JIT_ENABLED and len(journal.undo_logged.overloads) == 1:
+        assert state.undo_entry_calls > 10
+
+
+def test_undo_logged_is_undo_then_the_undone_nodes_last_entry_first():
+    """``journal.undo_logged``: the state ``journal.undo`` leaves, and each undone entry's node appended
+    to the log from ``io[2]`` last entry first (entries without a node skipped), the rest of the log
+    untouched, the new length in ``io[3]``; compiled and interpreted."""
+    fns = [journal.undo_logged] + ([journal.undo_logged.py_func] if hasattr(journal.undo_logged, "py_func") else [])
+    for fn in fns:
+        a, c = CycleState(_snapshot(2, "mixed")), CycleState(_snapshot(2, "mixed"))
+        for s in (a, c):  # the same steps on both
+            rng = np.random.default_rng(8)
+            for _ in range(6):
+                _step(s, rng)
+            cp = s.checkpoint()
+            for _ in range(60):
+                _step(s, rng)
+            s._ji[cp[0] + 1, 4] = -1  # (an entry without a node)
+        lo, hi = cp[0], len(a._journal)
+        assert _image(a) == _image(c)
+        want = [n for n in a._ji[lo:hi, 4][::-1].tolist() if n >= 0]
+        assert hi - lo > len(want) > 10
+        log = np.full(hi - lo + 5, -7, dtype=np.int64)
+        io = np.array([lo, hi, 3, -1], dtype=np.int64)
+        fn(io, *a._jarrays[1:], a._ji, a._jf, log)
+        journal.undo(lo, hi, *c._jarrays[1:], c._ji, c._jf)
+        assert _image(a) == _image(c)
+        assert log.tolist() == [-7] * 3 + want + [-7] * (log.shape[0] - 3 - len(want))
+        assert io[3] == 3 + len(want)
