@@ -178,3 +178,32 @@ def test_budget_survives_export_and_reload():
     snap = load_dict(_two_moves_cluster(maxConsolidationPreemptees=3))
     again = load_dict(snapshot_to_dict(snap))
     assert again.config.max_consolidation_preemptees == 3
+
+
+def test_the_job_loop_runs_with_the_cyclic_collector_paused_and_restores_it(monkeypatch):
+    """Consolidation's searches run with the cyclic collector off (as reclaim's and preempt's job
+    loop): at 10,000 nodes it ran two full collections there for nothing. After the action the
+    collector is as it was, on or off (a long-lived worker runs every later phase with it)."""
+    import gc
+
+    from scheduler_engine.actions import consolidation
+
+    seen: list[bool] = []
+    solve = consolidation.VictimSolver.solve
+
+    def watched(self, j, tasks):
+        seen.append(gc.isenabled())
+        return solve(self, j, tasks)
+
+    monkeypatch.setattr(consolidation.VictimSolver, "solve", watched)
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            seen.clear()
+            s = run(_split_cluster())
+            assert status(s, "p-0") == ("Pipelined", "n1")  # (the loop ran and solved)
+            assert seen and not any(seen)
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
