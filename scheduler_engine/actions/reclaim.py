@@ -183,9 +183,9 @@ class Reclaim(EvictingAction):
                     if runs is not None:
                         runs.sets.clear()
                 if runs is not None and mr_q is None:
-                    # every member of the victim leaves: their runs, leaf by leaf (the victim queue
-                    # recognises the array and starts from the runs)
-                    out = runs.jobs_of(keep_q)
+                    # every member of the victim leaves: their runs, leaf by leaf, named by the leaves
+                    # (the victim queue starts from the runs; the job array is made only if read)
+                    out = runs.candidates(keep_q)
                 else:
                     leaves = s.job_queue_arr
                     mask = active & keep_q[leaves]

@@ -36,7 +36,7 @@ from ..state import EPS, CycleState
 from ..kernels import victim_run
 from ..ordering import kernel_static
 from .idle_gpus import demand, fit_base, may_fit
-from .victim_order import VictimQueue
+from .victim_order import RunCandidates, VictimQueue
 
 if TYPE_CHECKING:  # the solver drives the search; annotations only
     from .job_solver import VictimSolver
@@ -53,26 +53,61 @@ _FS_BEST = victim_run.FS_BEST
 #: ``False``: every victim through the Python loop below (the reference the kernel is tested against)
 USE_KERNEL = True
 
+#: the bound of reclaim's many candidates from its leaf mask and membership (:func:`_candidate_gpu`);
+#: ``False``: :func:`~scheduler_engine.kernels.victim_run.candidate_gpu` on their job array (tests compare)
+USE_RUNS_BOUND = True
+
 
 def _fit_base(state: CycleState) -> np.ndarray:
     """:func:`.idle_gpus.fit_base` kept on the state across the job loop's commits and brought up to
     date on the nodes ``state.node_log`` names since (every change of a node's resources, rollbacks
     included, is logged): a commit changes the beneficiary's and the victims' nodes only, so the
     next search recomputes those rows (the same per-row sums) instead of every node. A new array
-    each time it changes (a caller may hold the previous one)."""
+    each time it changes (a caller may hold the previous one).
+
+    The rows are the *distinct* logged nodes: every failed scenario logs its nodes twice (applied,
+    rolled back) and a job loop simulates tens of scenarios between two commits, so the raw count
+    passed N / 8 at nearly every commit at 2,000 and 10,000 nodes (a full recomputation each time)
+    while the distinct nodes are a few hundred."""
     log = state.node_log
     end = len(log)
+    N = state.N
     hit = getattr(state, "_victims_fit_base", None)
-    if hit is None or 8 * (end - hit[1]) > state.N:  # (many logged: all rows, the same values)
+    if hit is None:
         base = fit_base(state)
     else:
         base, pos = hit
         if pos < end:
-            rows = np.unique(np.asarray(log[pos:end], dtype=np.int64))
-            base = base.copy()
-            base[rows] = fit_base(state, rows)
+            seg = np.asarray(log[pos:end], dtype=np.int64)
+            if seg.shape[0] <= N // 8:
+                rows = np.unique(seg)
+            else:  # (a mark per node: O(entries + N), where sorting many entries would cost more)
+                mark = np.zeros(N, dtype=np.bool_)
+                mark[seg] = True
+                rows = np.flatnonzero(mark)
+            if 8 * rows.shape[0] > N:  # (many: all rows, the same values)
+                base = fit_base(state)
+            else:
+                base = base.copy()
+                base[rows] = fit_base(state, rows)
     state._victims_fit_base = (base, end)
     return base
+
+
+def _candidate_gpu(state: CycleState, cands: np.ndarray | RunCandidates, out: np.ndarray) -> None:
+    """Add to ``out`` the bound's per-node GPUs of every candidate's active, placed tasks, in task
+    order (:func:`~scheduler_engine.kernels.victim_run.candidate_gpu`). Reclaim's candidates named by
+    their leaves (:class:`.victim_order.RunCandidates`), when many (``candidate_gpu`` would take its
+    pass over every task too), are summed by that pass reading the leaves and the membership
+    (:meth:`.victim_order.LeafRuns.bound`: the same terms in the same order), without their job array."""
+    s = state
+    if isinstance(cands, RunCandidates):
+        if USE_RUNS_BOUND and 8 * cands.size > s.J:
+            cands.runs.bound(cands.keep, _ACTIVE_LUT, out)
+            return
+        cands = cands.jobs()
+    victim_run.candidate_gpu(cands, s.job_start, s.job_count, s.task_state, _ACTIVE_LUT, s.task_job,
+                             s.task_node, s.task_alloc[:, GPU], out)
 
 
 def _scratch_of(state: CycleState) -> list:
@@ -225,7 +260,8 @@ class PrefixSearch:
             if res is not None:
                 return res
         cands = solver.candidates()
-        cands = np.asarray(list(cands) if not isinstance(cands, np.ndarray) else cands, dtype=np.int64)
+        if not isinstance(cands, RunCandidates):  # (reclaim's, named by leaves: read as such below)
+            cands = np.asarray(list(cands) if not isinstance(cands, np.ndarray) else cands, dtype=np.int64)
         memo = solver.memo
         if memo is None:
             base = fit_base(s)
@@ -254,8 +290,7 @@ class PrefixSearch:
                 every = hit[1]
             else:
                 every = rec_gpu.copy() if recorded else np.zeros(s.N)
-                victim_run.candidate_gpu(cands, s.job_start, s.job_count, s.task_state, _ACTIVE_LUT, s.task_job,
-                                         s.task_node, s.task_alloc[:, GPU], every)
+                _candidate_gpu(s, cands, every)
                 if memo is not None and not recorded:
                     memo[("every", id(cands))] = (cands, every)
             passes = may_fit(s, partial, base, every, dem)

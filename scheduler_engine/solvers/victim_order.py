@@ -12,11 +12,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..kernels import victim_keys, victim_run
+from ..kernels import victim_bound, victim_keys, victim_run
 from ..ordering import (_QueueProfile, _alloc_rows, _dom, _profile_less, _static, chain_tiebreaks, kernel_static,
                         queue_kids)
 from .. import subgroups
 from ..plugins.elastic import tasks_to_evict
+from ..snapshot import GPU
 from ..state import ACTIVE_STATES, CycleState
 
 
@@ -287,6 +288,20 @@ class LeafRuns:
         _refresh_heads(s, jobs)
         self._mark()
 
+    def bound(self, keep: np.ndarray, active: np.ndarray, out: np.ndarray) -> None:
+        """Add to ``out`` (per node) the GPUs of the candidates :meth:`jobs_of` ``(keep)`` gives, as
+        :func:`~scheduler_engine.kernels.victim_run.candidate_gpu` adds them for that array: the same
+        pass over every task in task order (a task counts when it is active, per ``active``, and placed,
+        and its job a member of a kept leaf), without the array or its per-job mark."""
+        s = self.state
+        victim_bound.member_gpu(keep, self.member, s.job_queue_arr, s.task_job, s.task_state, active, s.task_node,
+                                s.task_alloc[:, GPU], out)
+
+    def candidates(self, keep: np.ndarray) -> "RunCandidates":
+        """The member jobs of the leaves ``keep`` (bool per queue) as a :class:`RunCandidates` (their
+        array, :meth:`jobs_of`, made only if something reads it)."""
+        return RunCandidates(self, keep)
+
     def jobs_of(self, keep: np.ndarray) -> np.ndarray:
         """The member jobs of the leaves ``keep`` (bool per queue), leaf by leaf in victim order (a
         candidate array; registered in ``sets`` with its leaf mask)."""
@@ -298,6 +313,45 @@ class LeafRuns:
         out = self.cj[np.arange(total, dtype=np.int64) + shift]
         self.sets[id(out)] = (out, keep)
         return out
+
+
+class RunCandidates:
+    """Reclaim's candidate victim jobs named by their leaves: the member jobs of the leaves ``keep`` of
+    ``runs`` (:class:`LeafRuns`), leaf by leaf in victim order.
+
+    What a prefix search reads of its candidates is their number, the bound over their tasks
+    (:meth:`LeafRuns.bound`) and the victim queue, which starts from the runs' slots of the kept
+    leaves: none of it needs the job array, which at 10,000 nodes was ~12,600 jobs gathered from the
+    runs per candidate set and commit (:meth:`LeafRuns.jobs_of`, O(jobs)). It is made when read
+    (``np.asarray``, iteration; the same array :meth:`LeafRuns.jobs_of` gives). Valid while the runs
+    are (until the next commit's :meth:`LeafRuns.sync`), as the arrays are.
+    """
+
+    __slots__ = ("runs", "keep", "size", "_jobs")
+
+    def __init__(self, runs: LeafRuns, keep: np.ndarray) -> None:
+        self.runs = runs
+        self.keep = keep
+        self.size = int(runs.n[keep].sum())
+        self._jobs: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.size
+
+    def jobs(self) -> np.ndarray:
+        """The candidate jobs as an int64 array (:meth:`LeafRuns.jobs_of`, made once)."""
+        if self._jobs is None:
+            self._jobs = self.runs.jobs_of(self.keep)
+        return self._jobs
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.jobs()
+        if dtype is not None and a.dtype != dtype:
+            return a.astype(dtype)
+        return a.copy() if copy else a
+
+    def __iter__(self):
+        return iter(self.jobs().tolist())
 
 
 class VictimQueue:
@@ -323,13 +377,19 @@ class VictimQueue:
     def __init__(self, state: CycleState, jobs: Iterable[int], proto: tuple | None = None) -> None:
         self.state = state
         s = state
-        # candidates made from reclaim's per-leaf runs (LeafRuns.jobs_of): start from their slots
-        runs = getattr(s, "_victim_leaf_runs", None)
-        hit = runs.sets.get(id(jobs)) if runs is not None else None
-        runs_keep = hit[1] if hit is not None and hit[0] is jobs else None
+        # candidates made from reclaim's per-leaf runs (LeafRuns.candidates, or an array of LeafRuns.jobs_of):
+        # start from their slots
+        if isinstance(jobs, RunCandidates):
+            runs, runs_keep = jobs.runs, jobs.keep
+        else:
+            runs = getattr(s, "_victim_leaf_runs", None)
+            hit = runs.sets.get(id(jobs)) if runs is not None else None
+            runs_keep = hit[1] if hit is not None and hit[0] is jobs else None
+            # (an int64 array as it is: nothing below writes into it; astype copied ~12,600 jobs per search
+            # at 10,000 nodes)
+            jobs = np.fromiter((int(j) for j in jobs), dtype=np.int64) if not isinstance(jobs, np.ndarray) \
+                else np.asarray(jobs, dtype=np.int64)
         self._runs = runs if runs_keep is not None else None  # (the heads rows of its members are kept fresh)
-        jobs = np.fromiter((int(j) for j in jobs), dtype=np.int64) if not isinstance(jobs, np.ndarray) \
-            else jobs.astype(np.int64)
         Q = s.Q
         # each leaf's candidates in victim order: a run [lo, hi) of ``cj`` (all leaves' runs
         # concatenated), ``ptr`` the next position; what each leaf gave up so far in ``popped``
@@ -377,6 +437,7 @@ class VictimQueue:
             self.ptr[firsts] = runs.lo[firsts]
             self.hi[firsts] = runs.lo[firsts] + runs.n[firsts]
             self._cands = firsts.tolist()
+            self._live = set(self._cands)  # (every leaf with candidates is live at the start: _leaves)
             return
         if jobs.size:
             # victim order inside each leaf, leaves grouped: the order of (leaf, priority) group,
@@ -394,6 +455,7 @@ class VictimQueue:
                 if done:
                     self.cj = cj
                     self._cands = firsts.tolist()
+                    self._live = set(self._cands)
                     return
             is_c = np.zeros(s.J, dtype=np.bool_)
             is_c[jobs] = True

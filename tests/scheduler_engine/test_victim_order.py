@@ -229,6 +229,108 @@ def test_leaf_runs_patched_per_commit_are_the_rebuilt_ones(monkeypatch, nodes, j
 @pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [
     (60, 400, 20, "mixed", 3),
     (80, 600, 30, "one-gpu", 2),
+    (120, 900, 40, "mixed", 7),
+])
+def test_bound_from_the_leaves_is_candidate_gpu_bit_for_bit(monkeypatch, nodes, jobs, queues, shape, seed):
+    """The prefix search's bound for reclaim's candidates named by their leaves, summed from the leaf
+    mask and the runs' membership (``LeafRuns.bound``, no job array), is at every search - with and
+    without recorded victims - bit for bit what ``candidate_gpu`` adds for their job array, and a
+    cycle decides the same with it switched off."""
+    from scheduler_engine import bench
+    from scheduler_engine.kernels import victim_run
+    from scheduler_engine.snapshot import GPU
+    from scheduler_engine.solvers import accumulation
+
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    real = accumulation._candidate_gpu
+    seen = {"runs": 0, "runs_rec": 0, "other": 0}
+    bad = []
+
+    def checked(state, cands, out):
+        ref = out.copy()
+        victim_run.candidate_gpu(np.asarray(cands, dtype=np.int64), state.job_start, state.job_count, state.task_state,
+                                 accumulation._ACTIVE_LUT, state.task_job, state.task_node, state.task_alloc[:, GPU],
+                                 ref)
+        hit = isinstance(cands, victim_order.RunCandidates) and 8 * cands.size > state.J  # (LeafRuns.bound)
+        seen["other" if not hit else ("runs_rec" if out.any() else "runs")] += 1
+        real(state, cands, out)
+        if out.tobytes() != ref.tobytes():
+            bad.append(np.flatnonzero(out != ref).tolist())
+
+    with monkeypatch.context() as m:
+        m.setattr(accumulation, "_candidate_gpu", checked)
+        kept = _cycle(snap)
+    assert not bad
+    assert seen["runs"] >= 5 and (seen["runs_rec"] >= 1 or shape == "one-gpu"), seen  # (one-gpu: no prefix 2)
+    with monkeypatch.context() as m:
+        m.setattr(accumulation, "USE_RUNS_BOUND", False)
+        assert _cycle(snap) == kept
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [
+    (60, 400, 20, "mixed", 3),
+    (80, 600, 30, "one-gpu", 2),
+    (40, 300, 10, "mixed", 9),
+])
+def test_candidates_named_by_leaves_decide_as_the_job_arrays(monkeypatch, nodes, jobs, queues, shape, seed):
+    """Reclaim's candidates handed to the search as ``RunCandidates`` (their leaves; the job array
+    never made) decide as the job arrays of ``LeafRuns.jobs_of`` do: the same count in the texts, the
+    same bound and victim queues. The handle's array is that array, and its size its length."""
+    from scheduler_engine import bench
+
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    if shape == "mixed" and seed == 9:
+        snap = bench.with_features(snap, seed=seed, sub_groups=0.3)  # (no runs: the arrays' path)
+    real = victim_order.LeafRuns.candidates
+    made = []
+
+    def checked(self, keep):
+        h = real(self, keep)
+        arr = self.jobs_of(keep)
+        assert h.size == len(h) == arr.size and np.asarray(h, dtype=np.int64).tolist() == arr.tolist()
+        made.append(h)
+        return real(self, keep)  # (a fresh handle: its array not made)
+
+    with monkeypatch.context() as m:
+        m.setattr(victim_order.LeafRuns, "candidates", checked)
+        kept = _cycle(snap)
+    assert len(made) >= 3 or seed == 9
+    with monkeypatch.context() as m:
+        m.setattr(victim_order.LeafRuns, "candidates", lambda self, keep: self.jobs_of(keep))
+        assert _cycle(snap) == kept
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed,features", [
+    (60, 400, 20, "mixed", 3, {}),
+    (80, 600, 30, "one-gpu", 2, {}),
+    (50, 360, 20, "mixed", 4, {"dra_nodes": 0.3}),
+])
+def test_victim_queue_starts_with_its_live_leaves(monkeypatch, nodes, jobs, queues, shape, seed, features):
+    """A victim queue made from runs or from the compiled per-leaf sort knows its live leaves from the
+    start: the set its scan of the runs (``_leaves``) gives."""
+    from scheduler_engine import bench
+
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    if features:
+        snap = bench.with_features(snap, seed=seed, **features)
+    real_init = victim_order.VictimQueue.__init__
+    seen = []
+
+    def init(self, state, jobs, proto=None):
+        real_init(self, state, jobs, proto)
+        if self._live is not None and proto is None:
+            assert self._live == set(self._leaves())
+            seen.append(len(self._live))
+
+    with monkeypatch.context() as m:
+        m.setattr(victim_order.VictimQueue, "__init__", init)
+        _cycle(snap)
+    assert len(seen) > 5 and max(seen) > 1
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [
+    (60, 400, 20, "mixed", 3),
+    (80, 600, 30, "one-gpu", 2),
 ])
 def test_victim_queue_from_runs_is_the_sorted_one(monkeypatch, nodes, jobs, queues, shape, seed):
     """A victim queue over reclaim's candidates made from the runs (``LeafRuns.jobs_of``, started from

@@ -554,6 +554,41 @@ def test_fit_base_patched_on_logged_nodes_is_the_full_one(monkeypatch, nodes, jo
     assert any(stale)
 
 
+def test_fit_base_patches_the_distinct_logged_nodes(monkeypatch):
+    """``_fit_base`` patches the rows of the distinct nodes logged since its last call, also when the
+    log repeats them (each failed scenario logs its nodes twice) past N / 8 entries: such searches
+    take the row path, on exactly those nodes, and (test above) give the full array's values."""
+    snap = bench.generate(nodes=120, jobs=900, queues=40, seed=7, shape="mixed")
+    real_fb = accumulation.fit_base
+    real = accumulation._fit_base
+    rows_seen, calls = [], []
+
+    def fb(state, rows=None):
+        rows_seen.append(None if rows is None else np.asarray(rows).tolist())
+        return real_fb(state, rows)
+
+    def checked(state):
+        hit = getattr(state, "_victims_fit_base", None)
+        log = np.asarray(state.node_log[hit[1]:len(state.node_log)]) if hit is not None else None
+        rows_seen.clear()
+        base = real(state)
+        if log is not None and log.size:
+            distinct = np.unique(log).tolist()
+            calls.append((log.size, len(distinct), rows_seen[-1] if rows_seen else "none"))
+            if 8 * len(distinct) <= state.N:
+                assert rows_seen == [distinct]
+            else:
+                assert rows_seen == [None]
+        return base
+
+    with monkeypatch.context() as m:
+        m.setattr(accumulation, "fit_base", fb)
+        m.setattr(accumulation, "_fit_base", checked)
+        _cycle(snap)
+    n = 120
+    assert any(raw * 8 > n and isinstance(r, list) for raw, _d, r in calls)  # repeated entries, row path
+
+
 @pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [(60, 400, 20, "mixed", 3), (80, 600, 20, "one-gpu", 5),
                                                           (120, 900, 40, "mixed", 7)])
 def test_the_bound_of_every_candidate(monkeypatch, nodes, jobs, queues, shape, seed):
