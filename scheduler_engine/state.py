@@ -108,6 +108,7 @@ from .snapshot import CPU, GPU, MEM, NRES, UNLIMITED, Snapshot, TaskState
 from .kernels import devices as _devices_k
 from .kernels import journal as _journal_k
 from .kernels import scenario as _scenario_k
+from .kernels.victim_run import EntryCall
 
 EPS = 1e-9
 _PEND = int(TaskState.PENDING)
@@ -1130,39 +1131,32 @@ class CycleState:
 
     #: ``False``: every rollback calls :func:`kernels.journal.undo_logged` through its dispatcher (tests)
     undo_entry_point = True
-    #: rollbacks made through the compiled version's entry point (tests)
-    undo_entry_calls = 0
+
+    @property
+    def undo_entry_calls(self) -> int:
+        """Rollbacks made through the compiled version's entry point (tests)."""
+        call = self.__dict__.get("_undo_call")
+        return call.calls if call is not None else 0
 
     def _undo_logged(self, lo: int, hi: int) -> None:
         """:func:`kernels.journal.undo_logged` of entries ``lo:hi`` into the change log. Every call passes
         the same argument tuple (the range in ``_undo_io``; rebuilt when the entry arrays or the log's
         buffer were replaced), so after one call through the dispatcher the next ones call the compiled
-        version's entry point (:func:`kernels.victim_run.entry_point`, with its guard), as
-        ``ScenarioArrays.call`` does; looked up again whenever the module's ``undo_logged`` is another
-        object (a test's wrapper)."""
+        version's entry point (:class:`kernels.victim_run.EntryCall`, as ``ScenarioArrays.call`` does)."""
         nl = self.node_log
         buf = nl.reserve(hi - lo)
         args = self.__dict__.get("_undo_args")
         if args is None or args[-1] is not buf or args[-2] is not self._jf or args[-3] is not self._ji:
             io = np.zeros(4, dtype=np.int64)
             args = self._undo_args = (io, *self._jarrays[1:], self._ji, self._jf, buf)
-            self._undo_ep = None
+            if "_undo_call" not in self.__dict__:
+                self._undo_call = EntryCall()
+            self._undo_call.forget()
         io = args[0]
         io[0] = lo
         io[1] = hi
         io[2] = nl.n
-        disp = _journal_k.undo_logged
-        ep = self._undo_ep
-        if ep is not None and self._undo_ep_of is disp:
-            self.undo_entry_calls += 1
-            ep(*args)
-        else:
-            disp(*args)
-            if self.undo_entry_point:
-                from .kernels.victim_run import entry_point
-
-                self._undo_ep = entry_point(disp, args)
-                self._undo_ep_of = disp
+        self._undo_call(_journal_k.undo_logged, args, self.undo_entry_point)
         nl.set_len(int(io[3]))
 
     def mark_failure_point(self) -> None:

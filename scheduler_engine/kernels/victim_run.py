@@ -151,6 +151,37 @@ def entry_point(disp, args: tuple):
     return checked
 
 
+class EntryCall:
+    """Repeated calls of one kernel with one argument tuple: the first through the dispatcher (which
+    compiles or loads it), the next ones through the compiled version's entry point
+    (:func:`entry_point`), as long as the tuple is the same (its owner calls :meth:`forget` when it
+    rebuilt the tuple) and the kernel is the same object (a test may put a wrapper in its place).
+    One mechanism for every caller that keeps a fixed argument tuple (the scenario kernel, a
+    rollback's undo); ``calls`` counts the calls made through the entry point (tests)."""
+
+    __slots__ = ("ep", "of", "calls")
+
+    def __init__(self) -> None:
+        self.ep = None
+        self.of = None
+        self.calls = 0
+
+    def forget(self) -> None:
+        """The argument tuple was rebuilt: the next call goes through the dispatcher again."""
+        self.ep = None
+
+    def __call__(self, disp, args: tuple, use_entry_point: bool = True):
+        ep = self.ep
+        if ep is not None and self.of is disp:
+            self.calls += 1
+            return ep(*args)
+        r = disp(*args)
+        if use_entry_point:
+            self.ep = entry_point(disp, args)
+            self.of = disp
+        return r
+
+
 @kernel
 def candidate_gpu(cands: np.ndarray, job_start: np.ndarray, job_count: np.ndarray, task_state: np.ndarray,
                   active: np.ndarray, task_job: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray,

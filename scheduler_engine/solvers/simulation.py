@@ -34,7 +34,7 @@ import numpy as np
 from .. import subgroups
 from ..kernels import scenario as _scenario_k
 from ..kernels import victim_keys
-from ..kernels.victim_run import entry_point
+from ..kernels.victim_run import EntryCall
 from ..ordering import _QueueProfile, _profile_less, job_order_key, kernel_static, task_order
 from ..plugins.nodeplacement import ShapeIndex, node_key_one, node_keys, placement_strategy
 from ..plugins.topology import allocation_domains, preferred_tiers
@@ -816,7 +816,7 @@ class ScenarioArrays:
                       np.zeros((Q, 3)), np.zeros((Q, 6)), np.full(Q, -1, dtype=np.int64))
         self._no_sel = np.zeros(0, dtype=np.bool_)
         self._no_frac = np.zeros(0, dtype=np.float64)
-        self._ep = self._ep_of = None  # (call: the compiled version's entry point, for which dispatcher)
+        self._call = EntryCall()  # (call: the dispatcher once, then the compiled version's entry point)
         self._args()
 
     @classmethod
@@ -860,16 +860,19 @@ class ScenarioArrays:
     def _args(self) -> None:
         st = self.state
         self.full = None
-        self.args = (self.scr, self.sck, self.seen, self.jst, self.tst, st.task_order_req, st.task_is_shared, st._input_node, st._input_tdev,
-                     st._input_tndev, self.jmark, self.tmark, self.qmark, self.sint, self.sfl, self.sched, self.sel,
+        self.args = (self.scr, self.sck, self.seen, self.jst, self.tst, st.task_order_req, st.task_is_shared,
+                     st._input_node, st._input_tdev, st._input_tndev, self.jmark, self.tmark, self.qmark, self.sint, self.sfl, self.sched, self.sel,
                      self._no_sel, self._no_frac, self.ndev, self.cap, self.idle_ok, self.any_ok, self.key, self.hk,
                      self.hn, self.hs, self.pos, self.log, *self._tour, st.dev_shared, self.newg,
                      st.job_preemptible_arr, st.task_quota_req)
 
     #: ``False``: every call goes through the dispatcher (the tests compare both ways)
     use_entry_point = True
-    #: calls made through the compiled version's entry point (tests)
-    entry_calls = 0
+
+    @property
+    def entry_calls(self) -> int:
+        """Calls made through the compiled version's entry point (tests)."""
+        return self._call.calls
 
     def call(self) -> int:
         """:func:`kernels.scenario.run_scenario` on this state's arrays and the scenario in ``io`` /
@@ -886,19 +889,10 @@ class ScenarioArrays:
         if (full is None or full[-1] is not st._jf or full[-2] is not st._ji or full[2] is not self.clear
                 or full[3] is not self.wi):
             lim, des = st.queue_limit_arrays()
-            full = self.full = (self.io, self.pv, self.clear, self.wi, self.wf, *self.args, lim, des, st.task_request, self.devs,
-                                *self.dra, *st._jarrays, st._ji, st._jf)
-            self._ep = None
-        disp = _scenario_k.run_scenario
-        ep = self._ep
-        if ep is not None and self._ep_of is disp:
-            self.entry_calls += 1
-            return ep(*full)
-        r = disp(*full)
-        if self.use_entry_point:
-            self._ep = entry_point(disp, full)
-            self._ep_of = disp
-        return r
+            full = self.full = (self.io, self.pv, self.clear, self.wi, self.wf, *self.args, lim, des,
+                                st.task_request, self.devs, *self.dra, *st._jarrays, st._ji, st._jf)
+            self._call.forget()
+        return self._call(_scenario_k.run_scenario, full, self.use_entry_point)
 
     def grow_pv(self, need: int) -> None:
         """Room for a scenario of ``need`` partial tasks and victims."""
