@@ -235,8 +235,14 @@ class NodeLog:
         return iter(self.buf[:self.n].tolist())
 
     def __array__(self, dtype=None, copy=None):
+        # a view unless a copy is asked for or the dtype differs (entries are never rewritten, so
+        # the view stays valid; numpy's protocol: ``copy=False`` must not copy)
         a = self.buf[:self.n]
-        return a.astype(dtype) if dtype is not None and dtype != a.dtype else a.copy()
+        if dtype is not None and np.dtype(dtype) != a.dtype:
+            if copy is False:
+                raise ValueError("node log: a different dtype needs a copy")
+            return a.astype(dtype)
+        return a.copy() if copy else a
 
     def tolist(self) -> list[int]:
         return self.buf[:self.n].tolist()

@@ -37,6 +37,12 @@ def test_node_log_appends_extends_and_slices():
         log[len(log)]
     assert log[len(log):].shape == (0,)
     assert np.asarray(log, dtype=np.int64).tolist() == ref
+    # the array protocol: a view unless a copy or another dtype is asked for
+    assert np.shares_memory(np.asarray(log), log.buf)
+    assert not np.shares_memory(np.array(log, copy=True), log.buf)
+    assert np.asarray(log, dtype=np.float64).tolist() == [float(x) for x in ref]
+    with pytest.raises(ValueError):
+        np.array(log, dtype=np.float64, copy=False)
     other = NodeLog(4)
     other.extend(ref)
     assert log == other
