@@ -8,6 +8,11 @@ leaves (:class:`scheduler_engine.solvers.victim_order.RunCandidates`); at 10,000
 made from the job array, which had to be gathered from the leaves' runs first. Here the mark is
 read from the leaf mask and the membership row directly: the same pass, the same terms in the same
 order, so the sums are the same floats.
+
+The bound is kept across the job loop's commits too (:meth:`scheduler_engine.solvers.victim_order.
+LeafRuns.bound`): per leaf mask, patched on the nodes a commit changed, and a search with recorded
+victims takes it but on their nodes. Both recompute single nodes, which needs each node's tasks in task
+order: per-node lists (:func:`move_tasks` keeps them, :func:`member_gpu` sums a node from them).
 """
 from __future__ import annotations
 
@@ -17,16 +22,79 @@ from . import leaf_kernel
 
 
 @leaf_kernel
-def member_gpu(keep: np.ndarray, member: np.ndarray, job_queue: np.ndarray, task_job: np.ndarray,
-               task_state: np.ndarray, active: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray,
-               out: np.ndarray) -> None:
+def member_gpu(every: bool, rows: np.ndarray, head: np.ndarray, nxt: np.ndarray, keep: np.ndarray,
+               member: np.ndarray, job_queue: np.ndarray, task_job: np.ndarray, task_state: np.ndarray,
+               active: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray, out: np.ndarray) -> None:
     """Add to ``out`` (per node) the GPUs of every active, placed task whose job is a member
     (``member``) of a kept leaf (``keep[job_queue[job]]``), in task order: what
-    :func:`.victim_run.candidate_gpu` adds for the job array of those members."""
-    for t in range(task_state.shape[0]):
-        if active[task_state[t]]:
-            j = task_job[t]
-            if member[j] and keep[job_queue[j]]:
-                n = task_node[t]
-                if n >= 0:
+    :func:`.victim_run.candidate_gpu` adds for the job array of those members.
+
+    ``every``: one pass over every task. Otherwise the nodes ``rows`` only, each from its task list
+    (``head[n]``, then ``nxt[t]``: every task with ``task_node[t] == n``, ascending, as
+    :class:`~scheduler_engine.solvers.victim_order.LeafRuns` keeps it): a node's sum only ever adds
+    that node's tasks, so its terms and their order are the full pass's, and so is the float."""
+    if every:
+        for t in range(task_state.shape[0]):
+            if active[task_state[t]]:
+                j = task_job[t]
+                if member[j] and keep[job_queue[j]]:
+                    n = task_node[t]
+                    if n >= 0:
+                        out[n] = out[n] + task_gpu[t]
+        return
+    for i in range(rows.shape[0]):
+        n = rows[i]
+        t = head[n]
+        while t >= 0:
+            if active[task_state[t]]:
+                j = task_job[t]
+                if member[j] and keep[job_queue[j]]:
                     out[n] = out[n] + task_gpu[t]
+            t = nxt[t]
+
+
+@leaf_kernel
+def move_tasks(tasks: np.ndarray, task_node: np.ndarray, where: np.ndarray, head: np.ndarray, nxt: np.ndarray,
+               changed: np.ndarray) -> int:
+    """Bring the per-node task lists (``head`` / ``nxt``, each ascending; ``where[t]`` the list task t is
+    in, -1: none) up to date for ``tasks`` (distinct): a task whose node moved leaves its old list and
+    is linked into its new one at its place in task order. Every task's old and new node (also of a
+    task whose node did not move: its state or allocation may have) go to ``changed``; returns how many
+    were written (at most two per task)."""
+    m = 0
+    for i in range(tasks.shape[0]):
+        t = tasks[i]
+        old = where[t]
+        new = task_node[t]
+        if old >= 0:
+            changed[m] = old
+            m += 1
+        if new >= 0 and new != old:
+            changed[m] = new
+            m += 1
+        if new == old:
+            continue
+        if old >= 0:  # unlink from the old node's list
+            p = -1
+            x = head[old]
+            while x != t:
+                p = x
+                x = nxt[x]
+            if p < 0:
+                head[old] = nxt[t]
+            else:
+                nxt[p] = nxt[t]
+            nxt[t] = -1
+        if new >= 0:  # link in ascending order
+            p = -1
+            x = head[new]
+            while x >= 0 and x < t:
+                p = x
+                x = nxt[x]
+            nxt[t] = x
+            if p < 0:
+                head[new] = t
+            else:
+                nxt[p] = t
+        where[t] = new
+    return m

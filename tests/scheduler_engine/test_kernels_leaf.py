@@ -30,6 +30,7 @@ HOT_LEAVES = {
     "victim_run.run_victims", "victim_run.node_local", "victim_run.tried_add", "victim_run._gpu_filter",
     "victim_run.all_filter", "gpu_fit.pack_best_fit", "victim_run.drop_served", "victim_run.drop_under",
     "scenario.run_scenario",  # (the scenario itself: ~80 array arguments, once per simulated scenario)
+    "victim_bound.member_gpu", "victim_bound.move_tasks",  # (reclaim's bound per search, its task lists per commit)
 }
 
 

@@ -267,6 +267,79 @@ def test_bound_from_the_leaves_is_candidate_gpu_bit_for_bit(monkeypatch, nodes, 
         assert _cycle(snap) == kept
 
 
+def _task_lists_differ(state: CycleState, runs) -> list[int]:
+    """The nodes whose task list in ``runs`` (``t_head`` / ``t_next``) is not every task on the node,
+    ascending (and tasks whose ``t_where`` is not their node)."""
+    bad = [int(t) for t in np.flatnonzero(runs.t_where != state.task_node)]
+    for n in range(state.N):
+        walk, t = [], int(runs.t_head[n])
+        while t >= 0 and len(walk) <= state.T:
+            walk.append(t)
+            t = int(runs.t_next[t])
+        if walk != np.flatnonzero(state.task_node == n).tolist():
+            bad.append(n)
+    return bad
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [
+    (60, 400, 20, "mixed", 3),
+    (80, 600, 30, "one-gpu", 2),
+    (120, 900, 40, "mixed", 7),
+])
+def test_bound_kept_across_commits_is_the_full_pass(monkeypatch, nodes, jobs, queues, shape, seed):
+    """The bound kept per leaf mask across the job loop's commits (patched on the nodes each sync says
+    changed) and taken for a search with recorded victims but on their nodes is, at every call, bit for
+    bit the full pass (``victim_bound.member_gpu`` from the recorded victims' sums); the per-node task
+    lists are, after every sync, every node's tasks ascending. A sync that moves the lists but does not
+    say which nodes changed leaves stale sums (the check sees them)."""
+    from scheduler_engine import bench
+    from scheduler_engine.kernels import victim_bound
+    from scheduler_engine.snapshot import GPU
+
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    real_bound, real_sync = victim_order.LeafRuns.bound, victim_order.LeafRuns.sync
+    made, bad = [], []
+
+    def bound(self, keep, active, out):
+        s = self.state
+        ref = out.copy()
+        victim_bound.member_gpu(True, np.zeros(0, dtype=np.int64), self.t_head, self.t_next, keep, self.member,
+                                s.job_queue_arr, s.task_job, s.task_state, active, s.task_node, s.task_alloc[:, GPU], ref)
+        real_bound(self, keep, active, out)
+        if out.tobytes() != ref.tobytes():
+            bad.append(np.flatnonzero(out != ref).tolist())
+        if self not in made:
+            made.append(self)
+
+    def sync(self):
+        real_sync(self)
+        bad.extend(_task_lists_differ(self.state, self))
+
+    with monkeypatch.context() as m:
+        m.setattr(victim_order.LeafRuns, "bound", bound)
+        m.setattr(victim_order.LeafRuns, "sync", sync)
+        kept = _cycle(snap)
+    assert not bad
+    counts = made[0].bound_counts
+    assert counts["patched"] >= 3, counts
+    assert counts["recorded"] >= 1 or shape == "one-gpu", counts  # (one-gpu: no prefix 2)
+    with monkeypatch.context() as m:
+        m.setattr(victim_order.LeafRuns, "KEEP_BOUNDS", False)
+        assert _cycle(snap) == kept
+
+    real_move = victim_bound.move_tasks
+
+    def silent(tasks, task_node, where, head, nxt, changed):
+        real_move(tasks, task_node, where, head, nxt, changed)
+        return 0
+
+    with monkeypatch.context() as m:
+        m.setattr(victim_order.LeafRuns, "bound", bound)
+        m.setattr(victim_bound, "move_tasks", silent)
+        _cycle(snap)
+    assert bad
+
+
 @pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [
     (60, 400, 20, "mixed", 3),
     (80, 600, 30, "one-gpu", 2),
