@@ -25,6 +25,8 @@ instead of reductions whose order numba may change, int64 indices, no out-of-ran
   plain jobs (evictions, each job's tasks, the leaf tournament, gangs with their rollback) in one call.
 * :mod:`.victim_run`: the victim search's pop-and-accumulate loop (victim order over per-leaf candidate
   arrays, per-node sums, GPU-count filters, node-local sets) up to the next scenario to simulate.
+* :mod:`.search`: that loop with the scenarios that do not place the beneficiary simulated, rolled back
+  and pruned in the same call (Python gets the placing ones, for the validator).
 * :mod:`.warm`: compile (or load) every kernel ahead of the first cycle.
 
 Layout for what is still Python: per-node arrays are (N, ...) with devices in (N, G) rows and DRA

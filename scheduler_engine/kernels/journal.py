@@ -157,26 +157,34 @@ def undo(lo, hi, task_state, task_node, task_job, job_queue, path_mat, num_activ
 
 
 @leaf_kernel
-def undo_logged(io, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version, queue_version,
-                node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf,
-                log):
-    """A rollback's numeric half in one call: :func:`undo` of entries ``io[1] - 1`` down to ``io[0]``,
-    then each undone entry's node (``ji[i, 4]`` when ``>= 0``) in that backward order appended to the
-    change log ``log`` from ``io[2]`` (room made by the caller); ``io[3]``: the log's new length.
-    ``CycleState.rollback`` calls it with the very same argument objects every time (the range in
-    ``io``), so that it can call the compiled version's entry point instead of the dispatcher
-    (typing 22 arguments, ~2-3 us per rollback), and the nodes need no numpy slicing."""
-    lo = io[0]
-    hi = io[1]
+def undo_log(lo, hi, p, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version,
+             queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake,
+             ji, jf, log):
+    """A rollback's numeric half: :func:`undo` of entries ``hi - 1`` down to ``lo``, then each undone
+    entry's node (``ji[i, 4]`` when ``>= 0``) in that backward order appended to the change log ``log``
+    from ``p`` (room made by the caller); returns the log's new length. Python's rollback calls it
+    through :func:`undo_logged`, the compiled victim search (:func:`.search.run_search`) directly."""
     undo(lo, hi, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version, queue_version,
          node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf)
-    p = io[2]
     for i in range(hi - 1, lo - 1, -1):
         n = ji[i, 4]
         if n >= 0:
             log[p] = n
             p += 1
-    io[3] = p
+    return p
+
+
+@leaf_kernel
+def undo_logged(io, task_state, task_node, task_job, job_queue, path_mat, num_active, job_version, queue_version,
+                node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake, tntake, ji, jf,
+                log):
+    """:func:`undo_log` of entries ``io[0]:io[1]`` into the change log from ``io[2]``; ``io[3]``: the
+    log's new length. ``CycleState.rollback`` calls it with the very same argument objects every time
+    (the range in ``io``), so that it can call the compiled version's entry point instead of the
+    dispatcher (typing 22 arguments, ~2-3 us per rollback), and the nodes need no numpy slicing."""
+    io[3] = undo_log(io[0], io[1], io[2], task_state, task_node, task_job, job_queue, path_mat, num_active,
+                     job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev,
+                     tndev, ttake, tntake, ji, jf, log)
 
 
 @leaf_kernel

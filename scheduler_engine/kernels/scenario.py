@@ -499,8 +499,8 @@ def evict_moved(i, t, n, preemptible, shared, gin, input_node, input_tdev, input
 
 
 @leaf_kernel
-def run_scenario(io, pv, clear, wi, wf, scr, sck, seen, jst, tst, order_req, shared, input_node, input_tdev, input_tndev,
-                 jmark, tmark, qmark,
+def run_scenario(io, pv, clear, wi, wf, scr, sck, seen, jst, tst, order_req, shared, input_node, input_tdev,
+                 input_tndev, jmark, tmark, qmark,
                  sint, sfl, sched, sel, no_sel, no_frac, ndev, cap, idle_ok, any_ok, key, hk, hn, hs, pos, log,
                  by_depth, path, kid_ptr, kids, stat, tot, prio, tb, qalloc, leaf_live, req, qkey, vrep,
                  dev_shared, newg, preempt, quota_req, lim, des, task_request, devs, gcap, dgpu, dra_free, dra_rel,

@@ -14,10 +14,12 @@ fit fails at once.
 The loop runs compiled (:mod:`~scheduler_engine.kernels.victim_run`) for as long as Python has
 nothing to decide: plain victims (evicted whole: one active task, or a gang at or below
 minAvailable; no subgroups) are popped and accumulated there, and every victim's scenarios are
-emitted there (tried sets as a hash table of position sets, the GPU-count filters); Python takes
-over for a set to simulate (and the pruning after it), an elastic surplus, a subgroup job, and
-the explanations. The accumulated victims are kept once, in the kernel's arrays
-(:meth:`PrefixSearch._arrays`), which Python's loop writes and reads too.
+emitted there (tried sets as a hash table of position sets, the GPU-count filters). A set to
+simulate is simulated there too when its scenario kernel can (:mod:`~scheduler_engine.kernels.search`:
+the scenario, its rollback and the pruning after it, when the beneficiary does not fit); Python takes
+over for a scenario that places the beneficiary (the validator), a set the scenario kernel does not
+simulate, an elastic surplus, a subgroup job, and the explanations. The accumulated victims are kept
+once, in the kernel's arrays (:meth:`PrefixSearch._arrays`), which Python's loop writes and reads too.
 
 Pruning (reclaim and preempt; see :mod:`.job_solver`): after a failed scenario, victims the
 simulation served before the beneficiary, and victims under a queue the validator refused to take
@@ -33,6 +35,8 @@ from .. import subgroups
 from ..plugins.elastic import tasks_to_evict
 from ..snapshot import GPU, TaskState
 from ..state import EPS, CycleState
+from ..kernels import scenario as _scenario_k
+from ..kernels import search as _search_k
 from ..kernels import victim_run
 from ..ordering import kernel_static
 from .idle_gpus import demand, fit_base, may_fit
@@ -52,6 +56,18 @@ _FS_BEST = victim_run.FS_BEST
 #: pop and accumulate plain victims with the compiled loop (:mod:`~scheduler_engine.kernels.victim_run`);
 #: ``False``: every victim through the Python loop below (the reference the kernel is tested against)
 USE_KERNEL = True
+
+#: the compiled loop simulates, rolls back and prunes the scenarios that do not place the beneficiary
+#: itself (:func:`~scheduler_engine.kernels.search.run_search`); ``False``: each one through Python's
+#: ``VictimSolver._try`` (the tests compare both, search by search)
+USE_SEARCH_KERNEL = True
+
+#: with a wall-clock budget (``state.budget.seconds`` set), the most scenarios the compiled search keeps
+#: before Python reads the clock again (Python's loop reads it before every call, i.e. between two
+#: scenarios): 16 failed scenarios are ~0.2-1 ms of compiled work at 2,000-10,000 nodes, so a spent budget
+#: is seen at most ~1 ms later than by Python's loop, against budgets of tens of seconds, while a return
+#: to Python (~5-10 us) stays a few % of them. Without a budget the clock decides nothing: no limit.
+SEARCH_YIELD = 16
 
 #: the bound of reclaim's many candidates from its leaf mask and membership (:func:`_candidate_gpu`);
 #: ``False``: :func:`~scheduler_engine.kernels.victim_run.candidate_gpu` on their job array (tests compare)
@@ -359,6 +375,11 @@ class PrefixSearch:
                 ist[vr.IS_STOP] = emitting and (solver.tried >= solver.max_scenarios or s.budget.expired())
                 code = self._kernel_step(vq, best_all)
                 best_all = float(k["fst"][vr.FS_BEST])
+                while code == vr.SIM and k["drive"] is not None and self._learn(k["drive"]):
+                    # the set's jobs looked at: the compiled search simulates it now (nothing between,
+                    # as Python's _try would simulate it now)
+                    code = self._kernel_step(vq, best_all)
+                    best_all = float(k["fst"][vr.FS_BEST])
                 if code == vr.SIM:
                     sel = pot[loc[:int(ist[vr.IS_SETLEN])]]  # (a new array: the set's tasks)
                     res = solver._try(j, partial, recorded + sel.tolist(), None if recorded else sel)
@@ -367,7 +388,14 @@ class PrefixSearch:
                     if solver.prune:
                         self.prune()
                     continue
-                if code == vr.DONE:
+                if code == _search_k.SIMULATED:  # (simulated there: placed, or an object half to write)
+                    res = solver.finish_simulated(j, partial, int(k["drive"]["ds"][_search_k.D_R]))
+                    if res is not None:
+                        return res
+                    if solver.prune:
+                        self.prune()
+                    continue
+                if code == vr.DONE or code == _search_k.YIELD:
                     continue
                 if code == vr.ROOM:
                     self._grow()
@@ -550,12 +578,44 @@ class PrefixSearch:
         # same arrays for the whole search, as the loop's)
         k["dargs"] = (k["ti"], k["pi"], s.task_node, s.task_alloc[:, GPU], s.task_job, s.job_queue_arr, self.own,
                       k["nf"], k["ni"], k["ist"], k["fst"], k["skip"], k["qbuf"])
-        k["path"] = kernel_static(s)[1]
+        k["path"] = path  # (kernel_static's, as the victim order's)
         k["args"] = ((path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, leaf_live, req, key, vrep, vq.qi,
                       vq.popped, vq.cj, walloc, glen, s.job_start, gt, k["ti"], s.task_node, s.task_alloc[:, GPU],
                       k["nf"], k["ni"], k["pi"], k["ji"]) + tuple(k["dem"]) + (k["tt"], k["pool"], k["ist"], k["fst"]))
         k["ist"][victim_run.IS_NEXT] = vq._knext
-        k["fn"] = None  # the loop's compiled entry point for these arguments (_kernel_step)
+        k["call"] = victim_run.EntryCall()  # (the dispatcher once, then the compiled entry point: _kernel_step)
+        k["drive"] = self._search_state()
+
+    def _search_state(self) -> dict | None:
+        """What the compiled search (:func:`~scheduler_engine.kernels.search.run_search`) needs besides
+        the loop's and the scenario kernel's arguments, or None when this search's scenarios cannot run
+        there: when ``Simulation.run`` would not call the scenario kernel (switched off, Python paths),
+        the state has no scenario arrays yet (the first scenario makes them) or the beneficiary is not
+        plain (each scenario takes the Python steps)."""
+        s, solver = self.state, self.solver
+        sim = solver.sim
+        if not (USE_SEARCH_KERNEL and sim.use_kernel and s.fast_paths and sim.placer.use_index
+                and s._journal is not None):
+            return None
+        ka = sim._ka
+        if ka is None:
+            ka = s.__dict__.get("_victims_scenario_arrays")
+            if not ka:
+                return None
+            sim._ka = ka  # (what ScenarioArrays.of gives _run_compiled)
+        if ka.jst[self.j, _scenario_k.J_OK] == 0:
+            return None
+        sk = _search_k
+        ds = np.zeros(sk.D_FIELDS, dtype=np.int64)
+        ds[sk.D_K] = -1 if getattr(s.budget, "seconds", 0) is None else SEARCH_YIELD
+        ds[sk.D_PRUNE] = solver.prune
+        ds[sk.D_MAX] = solver.max_scenarios
+        ds[sk.D_J] = self.j
+        ds[sk.D_OWN] = self.own
+        ds[sk.D_NP] = len(self.partial)
+        return {"ds": ds, "rec": np.asarray(self.recorded, dtype=np.int64),
+                "part": np.asarray(self.partial, dtype=np.int64), "ka": ka, "of": None, "kargs": None, "args": None,
+                "call": victim_run.EntryCall()}
 
     def _accumulate(self, vj: int, evict: list[int]) -> None:
         """Victims the Python loop accumulates, into the arrays (as the kernel writes them)."""
@@ -618,7 +678,7 @@ class PrefixSearch:
         args = list(k["args"])
         args[-4], args[-3] = k["tt"], k["pool"]
         k["args"] = tuple(args)
-        k["fn"] = None
+        k["call"].forget()
 
     def tried_all(self) -> set:
         """Every victim set this search tried (or ruled out by its filter after looking it up), as
@@ -656,7 +716,10 @@ class PrefixSearch:
         """Run the compiled loop from the current state and bring the victim order's Python side
         up to date (steps, live leaves; the accumulated victims are the arrays both share).
         Returns the kernel's code; after :data:`~scheduler_engine.kernels.victim_run.SIM` the set to
-        simulate is ``pi[PI_LOC][:ist[IS_SETLEN]]`` (accumulation positions, ascending)."""
+        simulate is ``pi[PI_LOC][:ist[IS_SETLEN]]`` (accumulation positions, ascending). With the
+        compiled search (``kst["drive"]``, :meth:`_search_call`) the loop's failed scenarios are simulated
+        and pruned in the same call, and it may also return :data:`~scheduler_engine.kernels.search.
+        SIMULATED` (a scenario to finish, ``VictimSolver.finish_simulated``) or ``YIELD``."""
         k = self.kst
         ist = k["ist"]
         if self._skip_stale:
@@ -669,18 +732,76 @@ class PrefixSearch:
         ist[_IS_GOOD] = self.n_good
         ist[_IS_EMPTIED] = 0
         k["fst"][_FS_BEST] = best_all
-        fn = k["fn"]
-        if fn is None:
-            # through the dispatcher (which compiles or loads it); from the second call on through
-            # the compiled entry point (victim_run.entry_point: its look-up costs ~1 us, a call through
-            # the dispatcher ~0.5 us more than one through the entry point)
-            vr = victim_run
-            code = vr.run_victims(*k["args"])
-            k["fn"] = vr.entry_point(vr.run_victims, k["args"])
+        drive = k["drive"]
+        if drive is None:
+            code = k["call"](victim_run.run_victims, k["args"])
         else:
-            code = fn(*k["args"])
+            code = self._search_call(drive)
         n_steps = int(ist[_IS_STEPS])
         solver.steps = n_steps
         self.n_good = int(ist[_IS_GOOD])
         vq.after_run(k["emptied"], int(ist[_IS_EMPTIED]), int(ist[_IS_NEXT]), n_steps != steps0)
+        return code
+
+    def _learn(self, d: dict) -> bool:
+        """The compiled search handed back the set to simulate because the scenario kernel has not looked
+        at one of its jobs yet (``UNKNOWN_JOB``): look at them as ``Simulation._run_compiled`` does before
+        its call (``ScenarioArrays.learn`` of the beneficiary and the victims' jobs, in that order, the
+        state still as the search began), and whether the compiled search may now simulate the set
+        (True: it does so first at its next call) or Python must (a job the kernel does not simulate;
+        then ``_run_compiled`` finds the jobs known and does not look again)."""
+        ds = d["ds"]
+        if ds[_search_k.D_R] != _scenario_k.UNKNOWN_JOB:
+            return False
+        s, ka = self.state, d["ka"]
+        nb = int(ds[_search_k.D_NP])
+        nv = len(self.recorded) + int(self.kst["ist"][victim_run.IS_SETLEN])
+        vj = s.task_job[ka.pv[nb:nb + nv]]
+        ka.learn([self.j] + vj.tolist())
+        jok = ka.jst[:, _scenario_k.J_OK]
+        if jok[self.j] == 0:
+            self.kst["drive"] = None  # (the beneficiary is not plain: every scenario takes the Python steps)
+            return False
+        if jok[self.j] != 1 or (vj.shape[0] and int(jok[vj].min()) != 1):
+            return False
+        ds[_search_k.D_REDO] = 1
+        return True
+
+    def _search_call(self, d: dict) -> int:
+        """:meth:`_kernel_step`'s call of the compiled search (:func:`~scheduler_engine.kernels.search.
+        run_search`): one argument tuple (the driver's arrays, the loop's tuple, the scenario kernel's
+        tuple; rebuilt when either of those is), then what its failed scenarios changed that Python
+        keeps (scenarios tried, the change log's length, ``_protect_len``, ``resources_freed``, the
+        leaves the pruning marked, the last scenario's released victims)."""
+        s, k, solver, sk = self.state, self.kst, self.solver, _search_k
+        ka = d["ka"]
+        ka.sync_log()
+        full = ka.arguments()
+        if d["of"] is not full or d["kargs"] is not k["args"]:  # (ka.vs / va are replaced with full)
+            d["args"] = (d["ds"], d["rec"], d["part"], ka.vs, ka.va, k["qbuf"], *k["args"], *full)
+            d["of"], d["kargs"] = full, k["args"]
+            d["call"].forget()
+        ds = d["ds"]
+        ds[sk.D_I0] = len(s._journal)
+        ds[sk.D_TRIED] = solver.tried
+        ds[sk.D_LOG] = s.node_log.n
+        ds[sk.D_PROTECT] = s._protect_len
+        code = d["call"](sk.run_search, d["args"])
+        solver.tried = int(ds[sk.D_TRIED])
+        s.node_log.set_len(int(ds[sk.D_LOG]))
+        s._protect_len = int(ds[sk.D_PROTECT])
+        if ds[sk.D_KEPT]:
+            s.resources_freed += int(ds[sk.D_FREED])
+            m = int(ds[sk.D_NQ])
+            if m:
+                new = k["qbuf"][:m].tolist()
+                self.retook.update(new)
+                self._skipped[0].update(new)
+            if code != victim_run.SIM and code != sk.SIMULATED:
+                # the last scenario kept there is Simulation.run's last: its victims that were Running
+                # (the next rollback's Placer.fix_after_rollback reads them, as after Python's steps)
+                nb, nv = int(ds[sk.D_NP]), int(ds[sk.D_NV])
+                vs = ka.vs
+                solver.sim.placer.released = {t for t, x in zip(ka.pv[nb:nb + nv].tolist(),
+                                                                vs[sk.VS_RUN, :nv].tolist()) if x}
         return code

@@ -41,6 +41,8 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from ..kernels import scenario as _scenario_k
+from ..kernels import search as _search_k
 from ..state import ACTIVE_STATES, CycleState
 from .accumulation import PrefixSearch
 from .simulation import Scenario, Simulation
@@ -173,16 +175,43 @@ class VictimSolver:
         s = self.state
         self.tried += 1
         self.steps += len(victims)
-        self._served_first = []
-        self._served_arr = _NO_TASKS
-        self._blocked_fail = -1
         cp = s.checkpoint()
         # what the victims held before (one gather each; the per-task dicts are built only for a
         # scenario that places, most do not)
         v = np.asarray(victims, dtype=np.int64) if arr is None else arr  # (for the gathers)
         orig_allocs = s.task_alloc.take(v, axis=0)  # (the rows; take: ~2 us less than the fancy index)
         orig_nodes = s.task_node.take(v).tolist()
-        if not self.sim.run(j, partial, victims):
+        placed = self.sim.run(j, partial, victims)
+        return self._tried(j, partial, victims, v, cp, placed, orig_allocs, orig_nodes)
+
+    def finish_simulated(self, j: int, partial: list[int], r: int):
+        """:meth:`_try` of the scenario the compiled victim search simulated and handed back
+        (:data:`kernels.search.SIMULATED`: it placed the beneficiary, or its journal entries have an
+        object half; ``r``: the scenario kernel's result): counted there, its victims and what they held
+        before in the scenario kernel's rows, its results in ``io``; from here on as :meth:`_try` after
+        ``Simulation.run``."""
+        s, sim = self.state, self.sim
+        ka = sim._ka
+        io = ka.io
+        nb, nv = int(io[_scenario_k.IO_NP]), int(io[_scenario_k.IO_NV])
+        v = ka.pv[nb:nb + nv].copy()
+        victims = v.tolist()
+        cp = s.checkpoint()  # (the journal's object half is not written yet: its length is the scenario's start)
+        orig_allocs = ka.va[:nv].copy()
+        orig_nodes = ka.vs[_search_k.VS_NODE, :nv].tolist()
+        sim.placer.released = {t for t, x in zip(victims, ka.vs[_search_k.VS_RUN, :nv].tolist()) if x}
+        placed = sim.after_compiled(nv, int(io[_scenario_k.IO_I0]), r) == 1
+        return self._tried(j, partial, victims, v, cp, placed, orig_allocs, orig_nodes)
+
+    def _tried(self, j: int, partial: list[int], victims: list[int], v: np.ndarray, cp, placed: bool,
+               orig_allocs: np.ndarray, orig_nodes: list[int]):
+        """:meth:`_try` after the simulation: the victims served first and the rollback of a scenario
+        that did not place, else the outcome and the validator (rolled back when it refuses)."""
+        s = self.state
+        self._served_first = []
+        self._served_arr = _NO_TASKS
+        self._blocked_fail = -1
+        if not placed:
             if self.prune:
                 # re-placed before the beneficiary's turn (back on their node, or elsewhere)
                 self._served_arr = v[_ACTIVE_LUT[s.task_state[v]]]

@@ -474,10 +474,20 @@ class Simulation:
                 s._journal_room_for(i0 + int(io[7]))
             else:
                 return -1
+        return self.after_compiled(nv, i0, r)
+
+    def after_compiled(self, nv: int, i0: int, r: int) -> int:
+        """What :meth:`_run_compiled` does after the scenario kernel simulated a scenario of ``nv``
+        victims from journal entry ``i0`` (its results in ``io``; also after the compiled victim search
+        simulated one and handed it back, ``PrefixSearch``): the change log's length, ``_protect_len``,
+        ``resources_freed`` and the journal's object half. Returns ``r``."""
+        s = self.state
+        ka = self._ka
+        io = ka.io
         i1, lo1 = int(io[3]), int(io[4])
         s.node_log.set_len(lo1)  # (the kernel appended to the log's own buffer: ``ka.log``)
         s._protect_len = int(io[5])
-        s.resources_freed += len(victims) + int(io[6])
+        s.resources_freed += nv + int(io[6])
         if i1 > i0:
             # the journal's object half, entry by entry as CycleState._record_objects writes it (a
             # shared task's entry copies its node's gpuGroup map), and each task's gpuGroup list as
@@ -855,6 +865,10 @@ class ScenarioArrays:
         w = max(self.pv.shape[0], self.clear.shape[0]) + 2
         self.wi = np.zeros((_scenario_k.WI_ROWS, w), dtype=np.int64)
         self.wf = np.zeros((_scenario_k.WF_ROWS, w))
+        # the compiled victim search's rows per victim of a scenario (:func:`kernels.search.run_search`:
+        # node, Running before, served; the allocation before), as wide
+        self.vs = np.zeros((3, w), dtype=np.int64)
+        self.va = np.zeros((w, 3))
         self.full = None
 
     def _args(self) -> None:
@@ -884,6 +898,11 @@ class ScenarioArrays:
         dispatcher's typing of the kernel's 70-odd arguments (~3 us of ~8 per call at 2,000 nodes)
         and the building of the call. Looked up again after a rebuild and whenever the module's
         ``run_scenario`` is another object (a test's wrapper)."""
+        return self._call(_scenario_k.run_scenario, self.arguments(), self.use_entry_point)
+
+    def arguments(self) -> tuple:
+        """:func:`kernels.scenario.run_scenario`'s argument tuple, the same object until an array in it
+        is replaced (then a new one; the compiled victim search passes it on, ``PrefixSearch``)."""
         st = self.state
         full = self.full
         if (full is None or full[-1] is not st._jf or full[-2] is not st._ji or full[2] is not self.clear
@@ -892,7 +911,7 @@ class ScenarioArrays:
             full = self.full = (self.io, self.pv, self.clear, self.wi, self.wf, *self.args, lim, des,
                                 st.task_request, self.devs, *self.dra, *st._jarrays, st._ji, st._jf)
             self._call.forget()
-        return self._call(_scenario_k.run_scenario, full, self.use_entry_point)
+        return full
 
     def grow_pv(self, need: int) -> None:
         """Room for a scenario of ``need`` partial tasks and victims."""

@@ -31,6 +31,8 @@ HOT_LEAVES = {
     "victim_run.all_filter", "gpu_fit.pack_best_fit", "victim_run.drop_served", "victim_run.drop_under",
     "scenario.run_scenario",  # (the scenario itself: ~80 array arguments, once per simulated scenario)
     "victim_bound.member_gpu", "victim_bound.move_tasks",  # (reclaim's bound per search, its task lists per commit)
+    # the victim search with its failed scenarios (~120 arrays, once per return to Python) and its rollback
+    "search.run_search", "journal.undo_log",
 }
 
 

@@ -188,10 +188,13 @@ def test_task_rows_read_and_write_like_lists():
 def test_rollback_through_the_entry_point_decides_as_the_dispatcher(monkeypatch, seed, shape, features):
     """``CycleState.rollback``'s numeric half (``journal.undo_logged``) through the compiled version's entry
     point decides what calls through the dispatcher decide, on whole cycles (every simulated scenario is
-    rolled back), and the entry point is used when allowed."""
+    rolled back), and the entry point is used when allowed. (Python rolls every scenario back: the
+    compiled victim search, which rolls its failed scenarios back itself, is off.)"""
     from scheduler_engine.cycle import run_cycle_with_state
     from scheduler_engine.kernels import JIT_ENABLED
+    from scheduler_engine.solvers import accumulation
 
+    monkeypatch.setattr(accumulation, "USE_SEARCH_KERNEL", False)
     snap = bench.generate(nodes=60, jobs=420, queues=20, seed=seed, shape=shape)
     if features:
         snap = bench.with_features(snap, seed=seed, **features)

@@ -11,6 +11,7 @@ import pytest
 
 from scheduler_engine.actions import get_action
 from scheduler_engine.actions import common
+from scheduler_engine.solvers import accumulation
 from scheduler_engine.solvers.job_solver import VictimSolver
 from scheduler_engine.solvers.victim_order import VictimQueue
 from scheduler_engine.loader import load_dict
@@ -106,7 +107,10 @@ def test_failures_are_not_shared_across_a_commit(monkeypatch):
 # ---------------------------------------------------------------- pruning inside one solve
 def _record_scenarios(monkeypatch):
     """Patch the solver to log every scenario: (solve no., prefix no., recorded victims, victims,
-    accepted, victims re-placed before the beneficiary, queue the validator refused to take from)."""
+    accepted, victims re-placed before the beneficiary, queue the validator refused to take from).
+    Every scenario through ``VictimSolver._try``: the compiled victim search, which simulates and prunes
+    failed scenarios without it, is off (``test_kernels_search`` compares the two search by search)."""
+    monkeypatch.setattr(accumulation, "USE_SEARCH_KERNEL", False)
     log: list[tuple] = []
     cur = {"solve": 0, "prefix": 0, "recorded": ()}
     real_solve, real_partial, real_try = (VictimSolver.solve, VictimSolver._solve_partial,
