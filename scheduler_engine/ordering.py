@@ -33,6 +33,7 @@ import numpy as np
 
 from . import subgroups
 from .kernels import victim_keys
+from .kernels.victim_run import EntryCall
 from .snapshot import NRES, UNLIMITED, TaskState
 from .task_order import task_order
 
@@ -227,13 +228,50 @@ def job_order_key(state, j: int) -> tuple:
     return (-int(jobs.priority[j]), elastic_state(state, j), -float(jobs.created_minutes_ago[j]), jobs.names[j])
 
 
+#: keep the next tasks of a job with several tasks on the state per ``job_version`` (False: compute
+#: them at every call; the tests compare both on whole cycles)
+CACHE_NEXT_TASKS = True
+
+
 def next_tasks_to_allocate(state, j: int) -> list[int]:
     if state.job_count[j] == 1 and not state._sg_list[j]:  # fast path: single-task job
         t = int(state.job_start[j])
         return [t] if state.task_state[t] == _PENDING else []
     if state._sg_list[j]:
         return subgroups.tasks_to_allocate(state, j)
-    pending = task_order(state, state.job_pending_tasks(j))
+    if not CACHE_NEXT_TASKS:
+        return _next_tasks(state, j)
+    # every action asks again for the jobs it pops (and the job queues for their requests): about
+    # four times per job and cycle, ~5 us each for a gang (a pending-task list, its task order). The
+    # answer reads the job's own tasks only (their states, the active count, static priorities and
+    # minAvailable), and ``job_version`` is bumped by every change of them, rollbacks included
+    cache = state.__dict__.get("_next_tasks_cache")
+    if cache is None:
+        cache = state._next_tasks_cache = {}
+    ver = int(state.job_version[j])
+    hit = cache.get(j)
+    if hit is None or hit[0] != ver:
+        hit = cache[j] = (ver, _next_tasks(state, j))
+    return list(hit[1])  # (a list of the caller's own)
+
+
+def _job_has_task_priority(state) -> list[bool]:
+    """Per job: does any of its tasks carry a task priority (static; kept on the state)."""
+    hit = state.__dict__.get("_job_task_prio")
+    if hit is None:
+        prio = np.asarray(state.tasks.priority, dtype=float)
+        n = np.bincount(np.asarray(state.task_job)[~np.isnan(prio)], minlength=state.J) if state.T else \
+            np.zeros(state.J, dtype=np.int64)
+        hit = state._job_task_prio = (n > 0).tolist()
+    return hit
+
+
+def _next_tasks(state, j: int) -> list[int]:
+    """:func:`next_tasks_to_allocate` of a job with several tasks and no subgroups, computed."""
+    pending = state.job_pending_tasks(j)
+    if _job_has_task_priority(state)[j]:
+        pending = task_order(state, pending)
+    # (else the task order is the input order, which the pending list already is: no sort)
     if not pending:
         return []
     missing = int(state.job_min_available[j]) - state.job_num_active(j)
@@ -429,6 +467,34 @@ class JobQueue:
         self._next = -1  # the leaf whose best job comes next (-1: none)
         self._jver = st.job_version  # (the state's arrays, updated in place)
         self._alloc = st.queue_alloc
+        # per leaf: the request last written to its row of ``req`` (a row is rewritten only when it
+        # changes) and the re-key call's argument tuple with its entry point (:meth:`_rekey`)
+        self._lreq: list = [None] * Q
+        self._rk: dict[int, tuple] = {}
+
+    def _set_req(self, leaf: int, r: tuple) -> None:
+        """Write ``r`` into the leaf's request row unless the row holds it already: a tuple equal to
+        the last one written and without a zero (0.0 == -0.0 would hide a sign) holds, element by
+        element, equal non-zero floats or the very same objects (how a tuple compares a NaN), i.e.
+        bit for bit what the row holds. A row write from a tuple costs ~0.8 us; consecutive
+        refreshes of a leaf usually find jobs of the same request."""
+        if r != self._lreq[leaf] or 0.0 in r:
+            self._k[8][leaf] = r
+            self._lreq[leaf] = r
+
+    def _rekey(self, leaf: int) -> int:
+        """``victim_keys.rekey_path`` of ``leaf`` (the job order: ``share_only`` False). Each leaf
+        keeps its argument tuple (the queue's arrays, which are never replaced, and the leaf as a
+        Python int) and an :class:`~scheduler_engine.kernels.victim_run.EntryCall`: after the
+        first call through the dispatcher, the compiled version's entry point (the dispatcher's
+        typing of 15 arguments was ~1 us of a ~3.7 us refresh, ~10,000 refreshes per 500-node
+        cycle, ~38,000 at 2,000 nodes)."""
+        e = self._rk.get(leaf)
+        if e is None:
+            path, kid_ptr, kids, stat, tot, prio, tb, live, req, key, vrep = self._k
+            e = self._rk[leaf] = (EntryCall(), (bool(self.victim), int(leaf), path, kid_ptr, kids, stat, tot, prio,
+                                                tb, self._alloc, live, req, key, vrep, False))
+        return e[0](victim_keys.rekey_path, e[1])
 
     def _seed_requests(self, ja: np.ndarray) -> None:
         """Vectorised ``_default_request`` for jobs whose tasks are all pending and carry no task
@@ -449,10 +515,8 @@ class JobQueue:
         idx = np.empty(2 * jo.size, dtype=np.int64)
         idx[0::2], idx[1::2] = starts, ends
         sums = np.add.reduceat(rows, idx, axis=0)[0::2]
-        vers = st.job_version[jo].tolist()
-        cache = self._req_cache
-        for j, v, r in zip(jo.tolist(), vers, sums.tolist()):
-            cache[j] = (v, tuple(r))
+        # (one C-level pass: a Python loop over ~11,000 jobs was half of the queue's construction)
+        self._req_cache.update(zip(jo.tolist(), zip(st.job_version[jo].tolist(), map(tuple, sums.tolist()))))
 
     def _tiebreaks(self, kids: list[int]) -> bool:
         """Rules 7-8 for ``kids`` (:func:`chain_tiebreaks`): True and ``self._tb`` set if a total order."""
@@ -574,7 +638,7 @@ class JobQueue:
         k = self._k
         if h:
             k[7][leaf] = True
-            k[8][leaf] = self._request(h[0][1])
+            self._set_req(leaf, self._request(h[0][1]))
         else:
             k[7][leaf] = False
 
@@ -589,17 +653,15 @@ class JobQueue:
         k = self._k
         if k is not None:
             # ``_leaf_entry`` and ``_request`` inline (once per popped job)
-            path, kid_ptr, kids, stat, tot, prio, tb, live, req, key, vrep = k
             h = self.heaps[leaf]
             if h:
                 j = h[0][1]
                 hit = self._req_cache.get(j)
-                live[leaf] = True
-                req[leaf] = hit[1] if hit is not None and hit[0] == self._jver[j] else self._request(j)
+                k[7][leaf] = True
+                self._set_req(leaf, hit[1] if hit is not None and hit[0] == self._jver[j] else self._request(j))
             else:
-                live[leaf] = False
-            self._next = victim_keys.rekey_path(self.victim, leaf, path, kid_ptr, kids, stat, tot, prio, tb,
-                                                self._alloc, live, req, key, vrep, False)
+                k[7][leaf] = False
+            self._next = self._rekey(leaf)
             return
         h = self.heaps[leaf]
         j = h[0][1] if h else -1

@@ -352,3 +352,174 @@ def test_chain_trees_use_the_key_kernel_and_pop_like_the_heaps():
             jq.refresh(s.job_queue(j))
         orders.append(seq)
     assert len(orders[0]) >= 400 and orders[0] == orders[1]
+
+
+# ---------------------------------------------------------------- kept next tasks, the leaf re-key
+_CYCLE = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
+
+
+def _whole_cycle(snap) -> tuple:
+    from scheduler_engine.actions import get_action
+
+    st = CycleState(snap)
+    for a in _CYCLE:
+        get_action(a)(st)
+    return st.task_state.tolist(), st.task_node.tolist(), [repr(e) for e in st.events]
+
+
+def _next_tasks_callers():
+    """Every module that calls ``next_tasks_to_allocate`` by its own name."""
+    from scheduler_engine import ordering
+    from scheduler_engine.actions import allocate, common, consolidation
+    return [ordering, common, consolidation, allocate]
+
+
+@pytest.mark.parametrize("shape,features", [("mixed", {}), ("one-gpu", {}), ("mixed", {"sub_groups": 0.3})])
+def test_next_tasks_kept_per_job_version_are_computed_ones(monkeypatch, shape, features):
+    """``next_tasks_to_allocate`` keeps a gang's next tasks per ``job_version``: at every call of
+    whole cycles (allocate, consolidation, reclaim, preempt, the job queues' requests) the answer is
+    the one computed afresh (the uncached path, tasks in task order) and a list of the caller's own,
+    kept answers are used, and the cycle decides the same with the cache off (the version's part:
+    the test below)."""
+    from scheduler_engine import bench, ordering
+
+    snap = bench.generate(nodes=40, jobs=300, queues=12, seed=4, shape=shape)
+    if features:
+        snap = bench.with_features(snap, seed=4, **features)
+    real = ordering.next_tasks_to_allocate
+    bad, hits = [], []
+
+    def fresh(state, j):
+        pend = task_order(state, state.job_pending_tasks(j))
+        if state.job_count[j] == 1 or state._sg_list[j] or not pend:
+            return None  # (paths without the cache)
+        missing = int(state.job_min_available[j]) - state.job_num_active(j)
+        if missing > 0:
+            return pend[:missing] if len(pend) >= missing else []
+        return pend[:1]
+
+    def checked(state, j):
+        cache = state.__dict__.get("_next_tasks_cache") or {}
+        hit = cache.get(j)
+        out = real(state, j)
+        want = fresh(state, j)
+        if want is not None:
+            hits.append(hit is not None and hit[0] == int(state.job_version[j]))
+            if out != want or out is state._next_tasks_cache[j][1]:
+                bad.append(j)
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(ordering, "CACHE_NEXT_TASKS", False)
+        plain = _whole_cycle(snap)
+    with monkeypatch.context() as m:
+        for mod in _next_tasks_callers():
+            m.setattr(mod, "next_tasks_to_allocate", checked)
+        assert _whole_cycle(snap) == plain
+    assert not bad
+    assert sum(hits) > 10 or shape == "one-gpu"  # (one-task jobs take the uncached fast path)
+
+
+def test_next_tasks_kept_follow_placements_and_rollbacks():
+    """The kept next tasks follow ``job_version``: an elastic job's next task moves on when one is
+    placed, comes back after a rollback, and a gang below minAvailable asks for what it misses. (A
+    cache keyed by the job alone would answer the first task again after it was placed.)"""
+    s = _state([{"name": "q"}], [
+        {"name": "el", "queue": "q", "minAvailable": 1, "tasks": [{"gpu": 1}, {"gpu": 1}, {"gpu": 1}]},
+        {"name": "gang", "queue": "q", "minAvailable": 3, "tasks": [{"gpu": 1}] * 4},
+    ])
+    el, gang = s.jobs.index["el"], s.jobs.index["gang"]
+    e0, g0 = int(s.job_start[el]), int(s.job_start[gang])
+    assert next_tasks_to_allocate(s, el) == [e0]
+    assert next_tasks_to_allocate(s, gang) == [g0, g0 + 1, g0 + 2]
+    cp = s.checkpoint()
+    s.place(e0, 0)
+    assert next_tasks_to_allocate(s, el) == [e0 + 1]
+    s.place(g0, 0)
+    assert next_tasks_to_allocate(s, gang) == [g0 + 1, g0 + 2]
+    s.rollback(cp)
+    assert next_tasks_to_allocate(s, el) == [e0]
+    assert next_tasks_to_allocate(s, gang) == [g0, g0 + 1, g0 + 2]
+    got = next_tasks_to_allocate(s, gang)
+    got.append(99)  # (the caller's own list)
+    assert next_tasks_to_allocate(s, gang) == [g0, g0 + 1, g0 + 2]
+
+
+def test_next_tasks_without_task_priorities_skip_the_sort():
+    """A job none of whose tasks has a task priority takes its pending tasks in input order without
+    sorting them (``_job_has_task_priority``); one with a priority is sorted (higher first)."""
+    s = _state([{"name": "q"}], [
+        {"name": "plain", "queue": "q", "minAvailable": 2, "tasks": [{"gpu": 1}, {"gpu": 1}, {"gpu": 1}]},
+        {"name": "prio", "queue": "q", "minAvailable": 2,
+         "tasks": [{"gpu": 1}, {"gpu": 1, "priority": 5}, {"gpu": 1, "priority": 9}]},
+    ])
+    from scheduler_engine.ordering import _job_has_task_priority
+    assert _job_has_task_priority(s) == [False, True]
+    plain, prio = s.jobs.index["plain"], s.jobs.index["prio"]
+    st = int(s.job_start[prio])
+    assert next_tasks_to_allocate(s, plain) == [int(s.job_start[plain]), int(s.job_start[plain]) + 1]
+    assert next_tasks_to_allocate(s, prio) == [st + 2, st + 1]
+
+
+@pytest.mark.parametrize("shape", ["mixed", "one-gpu"])
+def test_leaf_rekey_through_entry_points_keeps_the_request_rows_exact(monkeypatch, shape):
+    """``JobQueue.refresh`` in the key-kernel mode re-keys through one entry point per leaf
+    (``JobQueue._rekey``) and rewrites a leaf's request row only when it changes: after every refresh
+    of whole cycles each live leaf's row holds, bit for bit, the request of its best job, the entry
+    points are used (when compiled), and the queue pops what it pops with every row rewritten and
+    every re-key through the dispatcher. On a mixed cluster, writing each row only once leaves stale
+    rows."""
+    from scheduler_engine import bench, ordering
+    from scheduler_engine.kernels import JIT_ENABLED
+
+    snap = bench.generate(nodes=40, jobs=300, queues=12, seed=4, shape=shape)
+    real_refresh = ordering.JobQueue.refresh
+    bad, queues = [], []
+
+    def checked(self, leaf):
+        real_refresh(self, leaf)
+        if self._k is None:
+            return
+        queues.append(self)
+        live, req = self._k[7], self._k[8]
+        for q in self._leafq:
+            h = self.heaps[q]
+            if bool(live[q]) != bool(h):
+                bad.append(("live", q))
+            elif h and req[q].tobytes() != np.asarray(self._request(h[0][1]), dtype=np.float64).tobytes():
+                bad.append(("req", q))
+
+    with monkeypatch.context() as m:
+        m.setattr(ordering.JobQueue, "refresh", checked)
+        kept = _whole_cycle(snap)
+    assert not bad and queues
+    if JIT_ENABLED:
+        assert sum(e[0].calls for jq in set(queues) for e in jq._rk.values()) > 100
+
+    def every_write(self, leaf, r):
+        self._k[8][leaf] = r
+
+    def dispatcher(self, leaf):
+        path, kid_ptr, kids, stat, tot, prio, tb, live, req, key, vrep = self._k
+        return ordering.victim_keys.rekey_path(self.victim, leaf, path, kid_ptr, kids, stat, tot, prio, tb,
+                                               self._alloc, live, req, key, vrep, False)
+
+    with monkeypatch.context() as m:
+        m.setattr(ordering.JobQueue, "_set_req", every_write)
+        m.setattr(ordering.JobQueue, "_rekey", dispatcher)
+        assert _whole_cycle(snap) == kept
+
+    if shape == "one-gpu":  # (every job asks the same: after its first write no row changes)
+        return
+
+    def no_write(self, leaf, r):
+        if self._lreq[leaf] is None:  # (the first write of each row only)
+            self._k[8][leaf] = r
+        self._lreq[leaf] = r
+
+    bad.clear()
+    with monkeypatch.context() as m:
+        m.setattr(ordering.JobQueue, "_set_req", no_write)
+        m.setattr(ordering.JobQueue, "refresh", checked)
+        _whole_cycle(snap)
+    assert bad
