@@ -17,7 +17,7 @@ from ..ordering import JobQueue, next_tasks_to_allocate
 from ..snapshot import GPU
 from ..solvers.job_solver import VictimSolver
 from ..state import CycleState
-from .common import FailedShapes, bind_what_waits_for_nothing, commit_events, job_ready, stop_for_budget
+from .common import FailedShapes, bind_what_waits_for_nothing, commit_events, pending_ready_jobs, stop_for_budget
 
 
 def run(state: CycleState) -> None:
@@ -45,9 +45,10 @@ class Consolidation:
         s = self.state
         if not consolidation_enabled(s):
             return
-        jobs = [j for j in range(s.J)
-                if s.queue_is_leaf[s.job_queue(j)] and s.job_is_preemptible(j) and s.job_pending_tasks(j)
-                and job_ready(s, j)]
+        # pending ready jobs of leaf queues (one pass over the tasks, :func:`pending_ready_jobs`: the
+        # same jobs, ascending, as a per-job pending list and readiness test), the preemptible ones
+        pre = s.job_preemptible_arr
+        jobs = [j for j in pending_ready_jobs(s) if pre[j]]
         if not jobs:
             return
         # the cyclic collector is paused for the loop, as reclaim's and preempt's (run_evicting): the

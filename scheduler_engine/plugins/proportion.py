@@ -248,12 +248,21 @@ def can_reclaim_resources(shares: QueueShares, leaf: int, req, preemptible: bool
 
     ``A + req <= F`` in every resource; a non-preemptible reclaimer also needs ``Anp + req <= D``.
     """
-    req = np.asarray(req, dtype=np.float64)
-    if not less_equal(shares.allocated[leaf] + req, shares.fair_share[leaf]):
+    # in Python floats (the same IEEE sums and comparisons as the (3,) rows, :func:`_le3`, without
+    # numpy's temporaries: one call per reclaiming job the gate has not seen)
+    rq = np.asarray(req, dtype=np.float64).tolist()
+    a = np.asarray(shares.allocated[leaf], dtype=np.float64).tolist()
+    if len(rq) != NRES or len(a) != NRES:  # (not rows of three resources: the general rule)
+        req = np.asarray(req, dtype=np.float64)
+        if not less_equal(shares.allocated[leaf] + req, shares.fair_share[leaf]):
+            return False
+        return preemptible or bool(less_equal(shares.allocated_np[leaf] + req, shares.deserved[leaf]))
+    if not _le3([x + y for x, y in zip(a, rq)], np.asarray(shares.fair_share[leaf], dtype=np.float64).tolist()):
         return False
     if preemptible:
         return True
-    return bool(less_equal(shares.allocated_np[leaf] + req, shares.deserved[leaf]))
+    anp = np.asarray(shares.allocated_np[leaf], dtype=np.float64).tolist()
+    return _le3([x + y for x, y in zip(anp, rq)], np.asarray(shares.deserved[leaf], dtype=np.float64).tolist())
 
 
 def victim_filter(shares: QueueShares, reclaimer_leaf: int, victim_leaf: int, req) -> bool:
@@ -375,6 +384,73 @@ class Verdict:
         return self.ok
 
 
+class StaticRows:
+    """The queue tree and the static rows of a :class:`QueueShares` (deserved, fair share, limit,
+    their allocatable share) as Python lists, each made on its first read and kept: what
+    :func:`validate_reclaim` reads of them for every validated scenario (~3,000 per 2,000-node
+    cycle, each converting the same few rows afresh). Valid while those arrays do not change (a
+    cycle's: the fair share is computed when the state opens)."""
+
+    __slots__ = ("shares", "parent", "_paths", "_des", "_fair", "_alloc")
+
+    def __init__(self, shares: QueueShares) -> None:
+        self.shares = shares
+        self.parent = np.asarray(shares.parent).tolist()
+        self._paths: dict[int, list[int]] = {}
+        self._des: dict[int, list[float]] = {}
+        self._fair: dict[int, list[float]] = {}
+        self._alloc: dict[int, list[float]] = {}
+
+    def path(self, q: int) -> list[int]:
+        """:func:`path_to_root` of ``q`` (read only)."""
+        p = self._paths.get(q)
+        if p is None:
+            p = self._paths[q] = path_to_root(self.shares.parent, q)
+        return p
+
+    def deserved(self, q: int) -> list[float]:
+        r = self._des.get(q)
+        if r is None:
+            r = self._des[q] = np.asarray(self.shares.deserved[q], dtype=np.float64).tolist()
+        return r
+
+    def fair(self, q: int) -> list[float]:
+        r = self._fair.get(q)
+        if r is None:
+            r = self._fair[q] = np.asarray(self.shares.fair_share[q], dtype=np.float64).tolist()
+        return r
+
+    def allocatable(self, q: int) -> list[float]:
+        """:func:`_allocatable_row` of ``q``."""
+        r = self._alloc.get(q)
+        if r is None:
+            sh = self.shares
+            r = self._alloc[q] = _allocatable_row(self.deserved(q), self.fair(q),
+                                                  np.asarray(sh.limit[q], dtype=np.float64).tolist())
+        return r
+
+
+class ShareRows:
+    """One :class:`QueueShares`' allocation rows as Python lists, made on first read and kept, beside
+    its :class:`StaticRows` (shared by every copy of the same cycle's shares): for a reclaim attempt's
+    start copy (``OnJobSolutionStart``), which nothing writes while the attempt's scenarios are
+    validated against it."""
+
+    __slots__ = ("shares", "static", "_rows")
+
+    def __init__(self, shares: QueueShares, static: StaticRows | None = None) -> None:
+        self.shares = shares
+        self.static = static if static is not None else StaticRows(shares)
+        self._rows: dict[int, list[float]] = {}
+
+    def allocated(self, q: int) -> list[float]:
+        """``shares.allocated[q]`` as a list (read only)."""
+        r = self._rows.get(q)
+        if r is None:
+            r = self._rows[q] = np.asarray(self.shares.allocated[q], dtype=np.float64).tolist()
+        return r
+
+
 def validate_reclaim(
     shares: QueueShares,
     *,
@@ -383,6 +459,7 @@ def validate_reclaim(
     reclaimer_preemptible: bool,
     victims: Mapping[int, Sequence] | Iterable[tuple[int, Sequence]],
     multiplier: float = 1.0,
+    rows: ShareRows | None = None,
 ) -> Verdict:
     """Proportion scenario validator (upstream ``Reclaimable``), spec c "Proportion validator".
 
@@ -400,23 +477,18 @@ def validate_reclaim(
        ``Anp_X + req <= D_X`` on every X of the path.
     """
     # Python floats throughout (the same IEEE sums and comparisons as float64 arrays, without numpy's
-    # per-call cost on 3-element vectors: this runs once per simulated scenario that fits)
+    # per-call cost on 3-element vectors: this runs once per simulated scenario that fits); the rows
+    # read come from ``rows`` (kept per reclaim attempt and cycle by the caller) or are made here
+    if rows is None or rows.shares is not shares:
+        rows = ShareRows(shares)
+    static = rows.static
     rq = np.asarray(req, dtype=np.float64).tolist()
-    parent = np.asarray(shares.parent)
+    parent = static.parent
     items = list(victims.items()) if isinstance(victims, Mapping) else list(victims)
-    allocated = np.asarray(shares.allocated, dtype=np.float64)
-    deserved = np.asarray(shares.deserved, dtype=np.float64)
-    fair_share = np.asarray(shares.fair_share, dtype=np.float64)
-    limit = np.asarray(shares.limit, dtype=np.float64)
+    row_alloc = rows.allocated
+    path = static.path
     remaining: dict[int, list[float]] = {}
     involved: dict[int, list[bool]] = {}
-    paths: dict[int, list[int]] = {}
-
-    def path(q: int) -> list[int]:
-        p = paths.get(q)
-        if p is None:
-            p = paths[q] = path_to_root(parent, q)
-        return p
 
     rpath = path(int(reclaimer_leaf))
     top_down_a = rpath[::-1]
@@ -424,7 +496,8 @@ def validate_reclaim(
     # 1. per-chunk strategy checks, then subtraction up the victim's path
     for victim_leaf, vectors in items:
         victim_leaf = int(victim_leaf)
-        vecs = [np.asarray(v, dtype=np.float64).tolist() for v in vectors]
+        vecs = [v.tolist() if type(v) is np.ndarray and v.dtype == np.float64 else
+                np.asarray(v, dtype=np.float64).tolist() for v in vectors]
         vpath = path(victim_leaf)
         a_star, b_star = _leveled(top_down_a, vpath[::-1])
         leaf_involved = [False, False, False]
@@ -435,11 +508,11 @@ def validate_reclaim(
         inv0 = involved.get(victim_leaf)
         involved[victim_leaf] = leaf_involved if inv0 is None else [x or y for x, y in zip(inv0, leaf_involved)]
         if b_star not in remaining:
-            remaining[b_star] = allocated[b_star].tolist()
-        alloc_b = _allocatable_row(deserved[b_star].tolist(), fair_share[b_star].tolist(), limit[b_star].tolist())
-        alloc_a = allocated[a_star].tolist()
-        reclaimer_fits = _le3([x + y for x, y in zip(alloc_a, rq)], deserved[a_star].tolist())
-        deserved_b = deserved[b_star].tolist()
+            remaining[b_star] = row_alloc(b_star)
+        alloc_b = static.allocatable(b_star)
+        alloc_a = row_alloc(a_star)
+        reclaimer_fits = _le3([x + y for x, y in zip(alloc_a, rq)], static.deserved(a_star))
+        deserved_b = static.deserved(b_star)
         for v in vecs:
             rem_b = remaining[b_star]
             # MaintainFairShare, else GuaranteeDeservedQuota (fits_reclaim_strategy)
@@ -451,7 +524,7 @@ def validate_reclaim(
             for q in vpath:
                 cur = remaining.get(q)
                 if cur is None:
-                    cur = allocated[q].tolist()
+                    cur = row_alloc(q)
                 remaining[q] = [x - y for x, y in zip(cur, v)]
                 if q != victim_leaf:
                     inv = involved.get(q)
@@ -460,23 +533,23 @@ def validate_reclaim(
     # 2. the reclaimer's side must stay less saturated than every touched sibling
     req_involved = [x > 0 for x in rq]
     for x in rpath:
-        base_x = remaining[x] if x in remaining else allocated[x].tolist()
+        base_x = remaining[x] if x in remaining else row_alloc(x)
         x_alloc = [u + w for u, w in zip(base_x, rq)]
-        px = int(parent[x])
+        px = parent[x]
         fair_x = None
         for s_ in remaining:
-            if s_ == x or int(parent[s_]) != px:
+            if s_ == x or parent[s_] != px:
                 continue
             inv = involved.get(s_)
             inv = req_involved if inv is None else [u or w for u, w in zip(inv, req_involved)]
             if fair_x is None:
-                fair_x = fair_share[x].tolist()
-            if not saturation_lower(inv, x_alloc, fair_x, remaining[s_], fair_share[s_].tolist(), multiplier):
+                fair_x = static.fair(x)
+            if not saturation_lower(inv, x_alloc, fair_x, remaining[s_], static.fair(s_), multiplier):
                 return Verdict(False, f"saturation: queue {x} would be more saturated than sibling {s_}", queue=x,
                                taken_from=s_)
         if not reclaimer_preemptible:
             anp = np.asarray(shares.allocated_np[x], dtype=np.float64).tolist()
-            d = deserved[x].tolist()
+            d = static.deserved(x)
             for r in range(NRES):
                 if not _le1(anp[r] + rq[r], d[r]):
                     return Verdict(
@@ -559,9 +632,11 @@ def gate_failure(state: CycleState, leaf: int, req: np.ndarray, preemptible: boo
 
 def victim_vectors(state: CycleState, sc: Scenario) -> list[tuple[int, list[np.ndarray]]]:
     """Per victim leaf, per victim job: elastic tasks one by one, then the core summed (re-placed left out)."""
+    # (the state's list mirrors of the task -> job and job -> leaf arrays: no numpy scalar per victim)
+    tj = state._task_job_list
     by_job: dict[int, list[int]] = {}
     for t in sc.victims:
-        by_job.setdefault(int(state.task_job[t]), []).append(t)
+        by_job.setdefault(tj[t], []).append(t)
     replaced = set(sc.moved) | set(sc.kept)
     by_leaf: dict[int, list[np.ndarray]] = {}
     order: list[int] = []

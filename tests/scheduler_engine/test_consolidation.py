@@ -207,3 +207,28 @@ def test_the_job_loop_runs_with_the_cyclic_collector_paused_and_restores_it(monk
             assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("shape,features", [("mixed", {}), ("one-gpu", {}), ("mixed", {"sub_groups": 0.3})])
+def test_jobs_tried_are_the_ready_preemptible_leaf_jobs_asked_one_by_one(monkeypatch, shape, features):
+    """The jobs consolidation tries (the preemptible ones of ``pending_ready_jobs``, one pass over
+    the tasks) are those a per-job test finds (leaf queue, preemptible, a pending task, ready), in
+    the same order, after allocate changed task states."""
+    from scheduler_engine import bench
+    from scheduler_engine.actions import consolidation, get_action
+    from scheduler_engine.actions.common import job_ready
+    from scheduler_engine.state import CycleState
+    snap = bench.generate(nodes=40, jobs=300, queues=12, seed=4, shape=shape)
+    if features:
+        snap = bench.with_features(snap, seed=4, **features)
+    st = CycleState(snap)
+    get_action("allocate")(st)
+    want = [j for j in range(st.J) if st.queue_is_leaf[st.job_queue(j)] and st.job_is_preemptible(j)
+            and st.job_pending_tasks(j) and job_ready(st, j)]
+    got = []
+    monkeypatch.setattr(consolidation.Consolidation, "_loop", lambda self, jobs: got.extend(jobs))
+    consolidation.Consolidation(st).run()
+    assert got == want and want

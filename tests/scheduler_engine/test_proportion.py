@@ -713,3 +713,25 @@ def test_allocatable_row_is_allocatable(d, f, lim):
     got = _allocatable_row(d.tolist(), f.tolist(), lim.tolist())
     want = allocatable(d, f, lim).tolist()
     assert [("nan" if x != x else x) for x in got] == [("nan" if x != x else x) for x in want]
+
+
+_AMOUNTS = st.one_of(st.sampled_from([0.0, -0.0, 1.0, 2.0, 3.0, 1e-10, 2.0 + 1e-10, 2.0 - 1e-10, U]),
+                     st.floats(min_value=0, max_value=64, allow_nan=False))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_AMOUNTS, _AMOUNTS, _AMOUNTS, _AMOUNTS, _AMOUNTS), min_size=3, max_size=3),
+       st.tuples(_AMOUNTS, _AMOUNTS, _AMOUNTS), st.booleans())
+def test_can_reclaim_resources_in_python_floats_is_the_array_rule(rows, req, preemptible):
+    """The gate in Python floats (``can_reclaim_resources``: the (3,) rows as lists) answers what the
+    array rule answers (``less_equal`` of ``allocated + req`` against the fair share, and of the
+    non-preemptible allocation against deserved), at the tolerance edges and with -1 (unlimited)."""
+    from scheduler_engine.plugins.proportion import QueueShares
+    col = lambda k: np.array([[r[k] for r in rows]], float)
+    alloc = np.abs(col(0))
+    s = QueueShares(parent=np.array([-1]), deserved=col(1), fair_share=col(2), allocated=alloc,
+                    allocated_np=np.abs(col(3)), limit=col(4), total=np.array([100.0, 100.0, 100.0]))
+    r = np.abs(np.array(req, float))
+    want = bool(less_equal(s.allocated[0] + r, s.fair_share[0])) and (
+        preemptible or bool(less_equal(s.allocated_np[0] + r, s.deserved[0])))
+    assert can_reclaim_resources(s, 0, r, preemptible) is want

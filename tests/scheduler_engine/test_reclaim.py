@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -391,3 +392,83 @@ def test_refusal_texts_written_late_read_what_they_read_when_refused():
     assert all(why() == text for why, text in seen)
     shown = {e["message"] for e in s.events if e["reason"] == "NotReclaiming"}
     assert any(text in m for _why, text in seen for m in shown)
+
+
+def _cycle_with(snap, actions=("allocate", "consolidation", "reclaim", "preempt")):
+    st = CycleState(snap)
+    for a in actions:
+        get_action(a)(st)
+    return st.task_state.tolist(), st.task_node.tolist(), [repr(e) for e in st.events]
+
+
+def _verdict_tuple(v):
+    return (v.ok, v.reason, v.queue, v.resource, v.taken_from)
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [(60, 400, 20, "mixed", 3), (80, 600, 30, "one-gpu", 2),
+                                                          (120, 900, 40, "mixed", 7)])
+def test_validator_rows_kept_per_attempt_give_the_verdicts_of_fresh_rows(monkeypatch, nodes, jobs, queues, shape,
+                                                                        seed):
+    """The proportion validator reads the queue rows as Python lists kept per reclaim attempt (the
+    start copy's allocation, ``ShareRows``) and per cycle (tree and static rows, ``StaticRows``): at
+    every validated scenario of whole cycles the verdict is the one with every row converted afresh,
+    and the cycle decides the same. On mixed clusters, rows that do not follow the attempt's start
+    copy (the first attempt's kept for all) give other verdicts."""
+    from scheduler_engine import bench
+    from scheduler_engine.actions import reclaim
+    from scheduler_engine.plugins import proportion
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    kept = _cycle_with(snap)
+    real = proportion.validate_reclaim
+    calls, bad = [], []
+
+    def checked(shares, **kw):
+        out = real(shares, **kw)
+        calls.append(kw["rows"] is not None)
+        fresh = real(shares, **{k: v for k, v in kw.items() if k != "rows"})
+        if _verdict_tuple(out) != _verdict_tuple(fresh):
+            bad.append(kw["reclaimer_leaf"])
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(reclaim, "validate_reclaim", checked)
+        assert _cycle_with(snap) == kept
+    assert calls and all(calls) and not bad
+    if shape == "one-gpu":  # (there the verdicts do not turn on the victims' queue rows)
+        return
+    first = {}
+
+    class Stale(proportion.ShareRows):
+        __slots__ = ()
+
+        def allocated(self, q):  # the first attempt's rows, whatever the attempt
+            first.setdefault(q, super().allocated(q))
+            return first[q]
+
+    with monkeypatch.context() as m:
+        m.setattr(reclaim, "validate_reclaim", checked)
+        m.setattr(reclaim, "ShareRows", Stale)  # (the reclaim action's rows; the fresh ones are made apart)
+        _cycle_with(snap)
+    assert bad
+
+
+def test_validator_rows_of_other_shares_are_not_read():
+    """``validate_reclaim`` reads the given rows only if they were made for the very shares it
+    validates against (else it makes its own): rows of another allocation do not change a verdict."""
+    from scheduler_engine.plugins.proportion import QueueShares, ShareRows, validate_reclaim
+    U = -1.0
+    parent = np.array([-1, 0, 0])
+    des = np.array([[U, U, U], [2.0, U, U], [2.0, U, U]])
+
+    def shares(a1, a2):
+        alloc = np.array([[a1 + a2, 0, 0], [a1, 0, 0], [a2, 0, 0]], float)
+        return QueueShares(parent=parent, deserved=des, limit=np.full((3, 3), U), fair_share=des.copy(),
+                           allocated=alloc, allocated_np=np.zeros((3, 3)), total=np.array([8.0, 0, 0]))
+
+    a, b = shares(0.0, 4.0), shares(0.0, 2.0)
+    kw = dict(reclaimer_leaf=1, req=np.array([1.0, 0, 0]), reclaimer_preemptible=True,
+              victims={2: [np.array([1.0, 0, 0])]})
+    assert validate_reclaim(a, **kw) and not validate_reclaim(b, **kw)
+    rows_a = ShareRows(a)
+    assert validate_reclaim(a, rows=rows_a, **kw)
+    assert not validate_reclaim(b, rows=rows_a, **kw)

@@ -245,3 +245,21 @@ def test_rolling_back_a_moved_tasks_new_placement_leaves_it_releasing():
     s.rollback(cp)
     assert s.task_state[0] == TaskState.RELEASING and s.task_node[0] == 0
     assert s.node_releasing_gpus()[0] == 1 and s.node_idle_gpus()[1] == 1
+
+
+def test_fmt_amount_memoised_writes_what_it_computes():
+    """``fmt_amount`` is memoised: over numpy and Python floats and ints of the same values (both
+    orders of first use), zeros of both signs and non-integers, each text is the unmemoised
+    function's; a NaN still raises."""
+    from scheduler_engine.state import fmt_amount
+    raw = fmt_amount.__wrapped__
+    vals = [0.0, -0.0, 1, 2.0, np.float64(3.5), np.float32(0.25), 1500, np.int64(7), 1e20, 10 ** 20, 2 ** 53 + 1,
+            float(2 ** 53 + 1), 0.1, np.float64(0.1), 123456.789, 1e-12, -3.0000000001, 4000.0, np.float64(4000)]
+    fmt_amount.cache_clear()
+    for order in (vals, vals[::-1], vals):
+        for r in (GPU, CPU, MEM):
+            for v in order:
+                assert fmt_amount(r, v) == raw(r, v), (r, v)
+        fmt_amount.cache_clear()
+    with pytest.raises(ValueError):
+        fmt_amount(GPU, float("nan"))

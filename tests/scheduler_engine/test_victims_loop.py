@@ -7,6 +7,7 @@ same three reuse it, with the same event text as a full solve would have written
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from scheduler_engine.actions import get_action
@@ -345,30 +346,77 @@ def test_signature_checks_read_kept_signatures_and_requests_as_fresh_ones(monkey
     snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
     kept = _bench_cycle(snap)
 
-    def fresh_reqs(state, j):
+    def fresh_entry(state, j):
         p = state.job_pending_tasks(j)
-        return len(p), common._sorted_requests(state, p)
+        reqs = sorted(tuple(float(x) for x in state.task_order_req[t]) for t in p)  # (the old expression)
+        return -1, len(p), reqs, None
 
     with monkeypatch.context() as m:
         m.setattr(common, "_signature", common._constraint_signature)
-        m.setattr(common, "_pending_requests", fresh_reqs)
+        m.setattr(common, "_pending_entry", fresh_entry)
+        m.setattr(common, "MEMO_SHAPES", False)
         assert _bench_cycle(snap) == kept
 
 
-def test_signature_checks_see_a_rep_whose_pending_tasks_changed():
-    """A recorded job that got a task placed since has fewer pending tasks: a job that was easier
-    (fewer tasks) is not any more. The kept requests follow ``job_version``; without it the stale
-    count lets the job through."""
-    doc = scenario([node("n0", gpus=4)], [queue("q")],
-                   [job("rep", "q", [pending("rep-0", gpu=1), pending("rep-1", gpu=1)], age=20),
-                    job("one", "q", [pending("one-0", gpu=1)], age=10)], ["reclaim"])
-    state = CycleState(load_dict(doc))
-    rep, one = state.jobs.index["rep"], state.jobs.index["one"]
-    shapes = common.FailedShapes(state)
-    shapes.record(rep)
-    assert shapes.blocking(one) is None  # two pending tasks in rep: one task is easier
-    state.place(int(state.job_start[rep]), 0)
-    assert shapes.blocking(one) == rep  # now both ask for one GPU
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", _CACHE_CLUSTERS)
+def test_shape_comparisons_memoised_per_shape_ids_are_the_comparisons(monkeypatch, nodes, jobs, queues, shape, seed):
+    """:class:`common.FailedShapes` memoises its two comparisons per pair of shape ids (equal exactly
+    for equal pending shapes, :func:`common._pending_entry`): at every check of whole cycles the
+    memoised answer is the comparison of the two jobs' pending shapes computed afresh, and memoised
+    answers are used. On mixed clusters a memo keyed by the pending count alone (the requests left
+    out of the key) answers otherwise."""
+    from scheduler_engine import bench
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    kept = _bench_cycle(snap)
+    real_easier, real_smaller, real_entry = common.FailedShapes._easier, common.FailedShapes._smaller, \
+        common._pending_entry
+    calls, bad = [], []
+
+    def fresh(state, j):
+        p = state.job_pending_tasks(j)
+        return len(p), sorted(tuple(float(x) for x in state.task_order_req[t]) for t in p)
+
+    def check(real, plain):
+        def checked(self, j, other):
+            n = len(self._memo_easier) + len(self._memo_smaller)
+            out = real(self, j, other)
+            calls.append(len(self._memo_easier) + len(self._memo_smaller) == n)  # (answered from the memo)
+            if out != plain(*fresh(self.state, j), *fresh(self.state, other)):
+                bad.append((j, other))
+            return out
+        return checked
+
+    with monkeypatch.context() as m:
+        m.setattr(common.FailedShapes, "_easier", check(real_easier, common._easier_shape))
+        m.setattr(common.FailedShapes, "_smaller", check(real_smaller, common._smaller_shape))
+        assert _bench_cycle(snap) == kept
+    assert not bad and sum(calls) > len(calls) // 2
+    if shape == "one-gpu":  # (every pending shape is one task of one request: any memo answers right)
+        return
+
+    def by_count(state, j):  # a key that leaves the requests out
+        e = real_entry(state, j)
+        return e[:3] + (("count", e[1]),)
+
+    with monkeypatch.context() as m:
+        m.setattr(common.FailedShapes, "_easier", check(real_easier, common._easier_shape))
+        m.setattr(common.FailedShapes, "_smaller", check(real_smaller, common._smaller_shape))
+        m.setattr(common, "_pending_entry", by_count)
+        _bench_cycle(snap)
+    assert bad
+
+
+def test_sorted_requests_are_the_float_tuples_of_each_row():
+    """``_sorted_requests`` (one gather and ``tolist``) gives the tuples of Python floats that
+    ``float()`` of each element gives, sorted; an empty task list gives an empty list."""
+    from scheduler_engine import bench
+    st = CycleState(bench.generate(nodes=20, jobs=200, queues=5, seed=3, shape="mixed"))
+    for j in range(st.J):
+        ts = list(st.job_task_range(j))
+        want = sorted(tuple(float(x) for x in st.task_order_req[t]) for t in ts)
+        got = common._sorted_requests(st, ts)
+        assert got == want and all(type(x) is float for r in got for x in r)
+    assert common._sorted_requests(st, []) == []
 
 
 @pytest.mark.parametrize("shape,features", [("mixed", {}), ("one-gpu", {}), ("mixed", {"sub_groups": 0.3})])
@@ -401,3 +449,49 @@ def test_pending_ready_jobs_count_running_tasks_toward_min_available():
                     job("done", "q", [running("d-0", "n0")])], ["reclaim"])
     st = CycleState(load_dict(doc))
     assert [st.jobs.names[j] for j in common.pending_ready_jobs(st)] == ["g"]
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", _CACHE_CLUSTERS)
+def test_reclaim_request_kept_per_job_version_is_the_sum_of_the_tasks(monkeypatch, nodes, jobs, queues, shape, seed):
+    """Reclaim keeps a job's request per ``job_version`` (``Reclaim._job_request``, read by the gate
+    and the candidates): at every call of whole cycles it is bit for bit the sum of the tasks the
+    loop passes (the job's next tasks), and kept values are read."""
+    from scheduler_engine import bench
+    from scheduler_engine.actions import reclaim
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    real = reclaim.Reclaim._job_request
+    bad, hits = [], []
+
+    def checked(self, j, tasks):
+        hits.append(j in self._reqs and self._reqs[j][0] == int(self.state.job_version[j]))
+        req, rb = real(self, j, tasks)
+        want = reclaim._request(self.state, tasks)
+        if req.tobytes() != want.tobytes() or rb != want.tobytes():
+            bad.append(j)
+        return req, rb
+
+    kept = _bench_cycle(snap)
+    with monkeypatch.context() as m:
+        m.setattr(reclaim.Reclaim, "_job_request", checked)
+        assert _bench_cycle(snap) == kept
+    assert not bad and any(hits)
+
+
+def test_preemption_delay_per_job_computed_once_is_the_per_job_rule():
+    """``within_preemption_delay`` reads a per-state list computed once from the jobs' static fields:
+    for NaN, zero, negative and positive delays, and ages on both sides of each (the same float64
+    product and comparison), it is the rule asked job by job."""
+    import math
+    from scheduler_engine import bench
+    snap = bench.generate(nodes=10, jobs=200, queues=4, seed=1, shape="mixed")
+    st = CycleState(snap)
+    rng = np.random.default_rng(5)
+    delay = rng.choice([math.nan, 0.0, -5.0, 30.0, 600.0, 3600.0], size=st.J)
+    ago = rng.choice([0.0, 0.5, 10.0, 60.0, math.nan], size=st.J)
+    ago[::7] = delay[::7] / 60.0  # exactly at the delay: not within it
+    st.jobs.preemption_delay[:] = delay
+    st.jobs.created_minutes_ago[:] = ago
+    for j in range(st.J):
+        d, a = float(delay[j]), float(ago[j])
+        want = not (math.isnan(d) or d <= 0) and a * 60.0 < d
+        assert common.within_preemption_delay(st, j) is want, (d, a)
