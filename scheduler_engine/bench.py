@@ -186,16 +186,42 @@ _DIGEST_EVENT_KEYS = ("job", "reason", "message", "task", "victimOf")
 def decision_digest(state: Any) -> str:
     """SHA-256 (first 16 hex digits) of what a cycle decided: every task's final state and node, and
     every event in order (job, reason, message, task, victim). A speed-up that keeps the scheduler's
-    semantics must keep this digest: compare it before and after a change on the same cluster."""
+    semantics must keep this digest: compare it before and after a change on the same cluster.
+
+    Each event is hashed as ``json.dumps(ev, sort_keys=True, default=str)`` of its digest keys and a
+    newline (:func:`_event_json` writes that same text faster). It runs inside ``bench``'s CPU
+    figure (``total_cpu``): 8,718 events at 500 one-gpu nodes took ~40 ms with a ``json.dumps`` (a
+    new encoder) and a hash update per event, ~6 % of the cycle."""
     h = hashlib.sha256()
     h.update(np.asarray(state.task_state, dtype=np.int64).tobytes())
     h.update(np.asarray(state.task_node, dtype=np.int64).tobytes())
-    for ev in state.events:
-        # the explanation's category is derived from what is hashed here (not a decision of its own)
-        ev = {k: v for k, v in ev.items() if k in _DIGEST_EVENT_KEYS}
-        h.update(json.dumps(ev, sort_keys=True, default=str).encode())
-        h.update(b"\n")
+    # (one update of the joined texts: SHA-256 of a stream does not depend on how it is split)
+    enc = json.JSONEncoder(sort_keys=True, default=str)
+    h.update("".join([_event_json(ev, enc) + "\n" for ev in state.events]).encode())
     return h.hexdigest()[:16]
+
+
+_json_str = json.encoder.encode_basestring_ascii  # (what json.dumps writes a str with: ensure_ascii)
+
+
+def _event_json(ev: dict, enc: json.JSONEncoder) -> str:
+    """``json.dumps(e, sort_keys=True, default=str)`` of the event's digest keys (the category is
+    derived from what is hashed, not a decision of its own). An event whose values are all ``str``
+    (the usual: names and texts) is written here, its keys in sorted order, ``"key": "value"`` pairs
+    joined by ", " and each string escaped by the encoder's own function; any other is written by
+    ``enc`` (a ``JSONEncoder`` with those options: the text ``json.dumps`` writes)."""
+    parts = []
+    for k, kj in _DIGEST_KEYS_JSON:
+        if k in ev:
+            v = ev[k]
+            if type(v) is not str:
+                return enc.encode({k: v for k, v in ev.items() if k in _DIGEST_EVENT_KEYS})
+            parts.append(kj + _json_str(v))
+    return "{" + ", ".join(parts) + "}"
+
+
+#: the digest keys in sorted order, each with its JSON text and the ": " after it
+_DIGEST_KEYS_JSON = tuple((k, _json_str(k) + ": ") for k in sorted(_DIGEST_EVENT_KEYS))
 
 
 def _decisions(state: Any, init: np.ndarray, events: int) -> dict[str, int]:

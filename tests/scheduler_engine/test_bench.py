@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from scheduler_engine import cli
+from scheduler_engine import bench, cli
 from scheduler_engine.bench import generate, queue_tree_sizes, run_bench
 from scheduler_engine.snapshot import GPU, TaskState
 from scheduler_engine.state import CycleState
@@ -256,3 +256,46 @@ def test_subgroup_share_and_dra_pool_decide_within_capacity():
     assert started  # some trees were placed ...
     for j in started:  # ... and none is left partly placed below its root's requirement
         assert subgroups.root_satisfied(state, j), snap.jobs.names[j]
+
+
+def _digest_per_event(state) -> str:
+    """The digest as first written: a ``json.dumps`` and a hash update per event."""
+    import hashlib
+    import json
+    h = hashlib.sha256()
+    h.update(np.asarray(state.task_state, dtype=np.int64).tobytes())
+    h.update(np.asarray(state.task_node, dtype=np.int64).tobytes())
+    for ev in state.events:
+        ev = {k: v for k, v in ev.items() if k in bench._DIGEST_EVENT_KEYS}
+        h.update(json.dumps(ev, sort_keys=True, default=str).encode())
+        h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+def test_event_texts_of_the_digest_are_json_dumps():
+    """The digest writes each event's JSON itself (``bench._event_json``): the very text of
+    ``json.dumps(sort_keys=True, default=str)`` for names and texts with quotes, backslashes, control
+    and non-ASCII characters, missing and extra keys, and values that are not strings (ints, numpy
+    ints, None, bools, floats: the encoder's path); on whole cycles the digest is the per-event one."""
+    import json
+    from scheduler_engine.actions import get_action
+    from scheduler_engine.state import CycleState
+    enc = json.JSONEncoder(sort_keys=True, default=str)
+    texts = ["plain", 'q"uote', "back\\slash", "tab\tnew\nline", "ünï €", "\x00\x1f", "", "emoji \U0001F600"]
+    evs = [{"job": a, "reason": b, "message": c} for a in texts for b in texts[:3] for c in texts]
+    evs += [{"job": "j", "reason": "r", "message": "m", "task": "t", "victimOf": "v", "category": "x"},
+            {"message": "m", "victimOf": "v"}, {}, {"category": "only"},
+            {"job": "j", "reason": "r", "message": "m", "task": 3},
+            {"job": "j", "reason": "r", "message": "m", "task": np.int64(3)},
+            {"job": None, "reason": True, "message": 1.5, "victimOf": float("nan")}]
+    for ev in evs:
+        want = json.dumps({k: v for k, v in ev.items() if k in bench._DIGEST_EVENT_KEYS}, sort_keys=True, default=str)
+        assert bench._event_json(ev, enc) == want, ev
+    for shape in ("mixed", "one-gpu"):
+        st = CycleState(bench.generate(nodes=30, jobs=250, queues=8, seed=2, shape=shape))
+        for a in ("allocate", "consolidation", "reclaim", "preempt"):
+            get_action(a)(st)
+        assert len(st.events) > 50
+        assert bench.decision_digest(st) == _digest_per_event(st)
+        st.events.append({"job": "x", "reason": "y", "message": 'a "quoted" text', "task": np.int64(1)})
+        assert bench.decision_digest(st) == _digest_per_event(st)
