@@ -17,7 +17,14 @@ from ..ordering import JobQueue, next_tasks_to_allocate
 from ..snapshot import GPU
 from ..solvers.job_solver import VictimSolver
 from ..state import CycleState
-from .common import FailedShapes, bind_what_waits_for_nothing, commit_events, pending_ready_jobs, stop_for_budget
+from .common import (FailedShapes, _pending_entry, _signature, bind_what_waits_for_nothing, commit_events,
+                     pending_ready_jobs, stop_for_budget)
+
+
+#: end the job loop once every job left is passed over (``Consolidation._loop``; False: pop them all,
+#: the tests compare both)
+END_WHEN_INERT = True
+_INERT_RUN = 64  # passed-over jobs in a row before the first check
 
 
 def run(state: CycleState) -> None:
@@ -58,11 +65,20 @@ class Consolidation:
             self._loop(jobs)
 
     def _loop(self, jobs: list[int]) -> None:
-        """:meth:`run`'s job loop."""
+        """:meth:`run`'s job loop.
+
+        A job with no next tasks or blocked by a failed one of its signature (:class:`FailedShapes`)
+        is passed over without a trace: consolidation writes no event for it, changes nothing and
+        records nothing. So once every job left in the queue is such a job, the rest of the loop
+        would only pop them (and read the budget once per pop): :meth:`_rest_inert` checks that
+        after a run of passed-over jobs (doubling the run between two checks; reset by a record or
+        a commit), and the loop ends there, reading the budget as those pops would have
+        (:meth:`_tail_budget`). At 2,000 nodes mixed two jobs are tried and ~7,300 popped, ~20 us each."""
         s = self.state
         jq = JobQueue(s, jobs)
         shapes = FailedShapes(s)
         popped: set[int] = set()
+        idle, check_at = 0, _INERT_RUN
         while True:
             j = jq.pop()
             if j is None:
@@ -72,10 +88,15 @@ class Consolidation:
                 break
             popped.add(j)
             tasks = next_tasks_to_allocate(s, j)
-            if not tasks:
+            if not tasks or shapes.blocking(j) is not None:
+                idle += 1
+                if idle >= check_at and END_WHEN_INERT:
+                    if self._rest_inert(jq, shapes):
+                        self._tail_budget(jq, jobs, popped)
+                        break
+                    check_at = 2 * idle
                 continue
-            if shapes.blocking(j) is not None:
-                continue
+            idle, check_at = 0, _INERT_RUN
             ok, have, need = enough_gpus(s, tasks)
             if not ok:
                 shapes.record(j)
@@ -93,6 +114,36 @@ class Consolidation:
             bind_what_waits_for_nothing(s, sol)
             commit_events(s, sol, "Consolidated")
             jq.refresh_all()
+
+    def _rest_inert(self, jq: JobQueue, shapes: FailedShapes) -> bool:
+        """Every job still in ``jq`` has no next tasks or is blocked (the loop's two pass-over tests,
+        on the current state: nothing changes while jobs are passed over). Blocking reads the job's
+        signature and pending shape alone (given the failed jobs recorded), so it is asked once per
+        (signature, shape id)."""
+        s = self.state
+        memo: dict[tuple, bool] = {}
+        for h in jq.heaps:
+            for _, j in h:
+                key = (_signature(s, j), _pending_entry(s, j)[3])
+                blocked = memo.get(key)
+                if blocked is None:
+                    blocked = memo[key] = shapes.blocking(j) is not None
+                if not blocked and next_tasks_to_allocate(s, j):
+                    return False
+        return True
+
+    def _tail_budget(self, jq: JobQueue, jobs: list[int], popped: set[int]) -> None:
+        """The budget readings of the passed-over jobs left in ``jq``: one per pop, the cut recorded
+        where one of them finds the budget spent, with the counts :func:`stop_for_budget` records
+        there (consolidation writes no event for the jobs not reached)."""
+        s = self.state
+        if s.budget.seconds is None:  # (no budget: no reading)
+            return
+        left = sum(len(h) for h in jq.heaps)
+        for i in range(left):
+            if s.budget.expired():
+                s.budget.cut("consolidation", tried=len(popped) + i, untried=len(jobs) - len(popped) - i)
+                return
 
     def _candidates(self, j: int):
         s = self.state

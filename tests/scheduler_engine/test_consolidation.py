@@ -232,3 +232,69 @@ def test_jobs_tried_are_the_ready_preemptible_leaf_jobs_asked_one_by_one(monkeyp
     monkeypatch.setattr(consolidation.Consolidation, "_loop", lambda self, jobs: got.extend(jobs))
     consolidation.Consolidation(st).run()
     assert got == want and want
+
+
+def _ends(monkeypatch):
+    """Count the loop's early ends (``Consolidation._tail_budget`` calls) and the jobs they spared."""
+    from scheduler_engine.actions import consolidation
+    real = consolidation.Consolidation._tail_budget
+    ends = []
+
+    def counted(self, jq, jobs, popped):
+        ends.append(sum(len(h) for h in jq.heaps))
+        return real(self, jq, jobs, popped)
+
+    monkeypatch.setattr(consolidation.Consolidation, "_tail_budget", counted)
+    return ends
+
+
+@pytest.mark.parametrize("shape,seed,run", [("mixed", 3, 4), ("one-gpu", 2, 4), ("mixed", 7, 64)])
+def test_loop_ending_once_every_job_left_is_passed_over_decides_as_popping_them_all(monkeypatch, shape, seed, run):
+    """The job loop ends once every job left would be passed over (no next tasks, or blocked by a
+    failed job of its signature; ``Consolidation._rest_inert``): whole cycles decide and report the
+    same as when every job is popped, the early end happens and spares pops, and with budgets that
+    run out all along consolidation's loop and just after it (a clock ticking once per reading) the
+    cut lands where it lands when every job is popped, with the same counts (``_tail_budget`` reads
+    the budget once per job it spares: leaving those readings out, or counting one job more, fails
+    here)."""
+    from scheduler_engine import bench
+    from scheduler_engine.actions import consolidation
+    import itertools
+    import sys
+    from scheduler_engine.cycle import run_cycle, run_cycle_with_state
+    snap = bench.generate(nodes=40, jobs=400, queues=12, seed=seed, shape=shape)
+    monkeypatch.setattr(consolidation, "_INERT_RUN", run)
+    ends = _ends(monkeypatch)
+
+    def cycle(flag, budget=None, clock=None):
+        monkeypatch.setattr(consolidation, "END_WHEN_INERT", flag)
+        if budget is None:
+            return run_cycle(snap).to_json()
+        return run_cycle_with_state(snap, time_budget=float(budget), clock=clock)[1].to_json()
+
+    full = cycle(False)
+    assert not ends
+    assert cycle(True) == full
+    assert ends and ends[0] > 0
+    # which readings of the clock consolidation's loop takes (one per popped job), in an unlimited
+    # cycle of every job popped; a budget of n readings runs out at reading n
+    seen = []
+
+    def logging():
+        n = itertools.count()
+
+        def clock():
+            seen.append(sys._getframe(2).f_code.co_filename.endswith("consolidation.py"))
+            return float(next(n))
+        return clock
+
+    cycle(False, 1e9, logging())
+    mine = [i for i, c in enumerate(seen) if c]
+    assert len(mine) > 2 * ends[0] // 3
+    picks = sorted(set(mine[::max(1, len(mine) // 12)] + mine[-5:] + [mine[0] - 1, mine[-1] + 1, mine[-1] + 2]))
+    cuts = 0
+    for ticks in picks:
+        off = cycle(False, ticks, logging())
+        assert cycle(True, ticks, logging()) == off, ticks
+        cuts += (off.get("budget") or {}).get("cutIn") == "consolidation"
+    assert cuts >= 10
