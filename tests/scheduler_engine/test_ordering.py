@@ -327,10 +327,18 @@ def test_seeded_requests_equal_the_default_request(seed):
     s = CycleState(generate(nodes=60, jobs=600, queues=20, seed=seed))
     pending = [j for j in range(s.J) if s.job_pending_tasks(j)]
     jq = JobQueue(s, pending)
-    seeded = {j: r for j, (_, r) in jq._req_cache.items()}
+    pos, sums, vers = jq._seed
+    seeded = [j for j in pending if pos[j] >= 0]
     assert len(seeded) > len(pending) // 2
-    for j, r in seeded.items():
-        assert r == tuple(_default_request(s, j)), s.jobs.names[j]
+    for j in seeded:
+        assert int(vers[pos[j]]) == int(s.job_version[j])
+        assert tuple(sums[pos[j]].tolist()) == tuple(_default_request(s, j)), s.jobs.names[j]
+        assert jq._request(j) == tuple(_default_request(s, j))  # (read through the seed)
+    # a seed is read only at the version it was made for: a placed task moves the job on
+    j = next(j for j in seeded if s.job_min_available[j] > 1 and s.fit_masks(int(s.job_start[j]))[0].any())
+    s.place(int(s.job_start[j]), int(np.flatnonzero(s.fit_masks(int(s.job_start[j]))[0])[0]))
+    jq._req_cache.pop(j, None)
+    assert jq._request(j) == tuple(_default_request(s, j)) != tuple(sums[pos[j]].tolist())
 
 
 def test_chain_trees_use_the_key_kernel_and_pop_like_the_heaps():
