@@ -411,10 +411,13 @@ def bind_what_waits_for_nothing(state: CycleState, sol: Solution) -> list[int]:
 
 
 def describe_alloc(vec: np.ndarray) -> str:
+    # (the row as Python floats once: the same values ``float(vec[r])`` gives, without a numpy scalar
+    # per resource; one text per victim task of every commit)
+    v = vec.tolist() if isinstance(vec, np.ndarray) else [float(x) for x in vec]
     parts = []
     for r, name in ((GPU, "gpu"), (CPU, "cpu"), (MEM, "memory")):
-        if vec[r] > EPS:
-            parts.append(f"{name}={fmt_amount(r, float(vec[r]))}")
+        if v[r] > EPS:
+            parts.append(f"{name}={fmt_amount(r, v[r])}")
     return ", ".join(parts) or "no resources"
 
 

@@ -495,3 +495,25 @@ def test_preemption_delay_per_job_computed_once_is_the_per_job_rule():
         d, a = float(delay[j]), float(ago[j])
         want = not (math.isnan(d) or d <= 0) and a * 60.0 < d
         assert common.within_preemption_delay(st, j) is want, (d, a)
+
+
+def test_describe_alloc_reads_the_row_as_floats_once():
+    """``describe_alloc`` (a commit's explanation of each victim task) reads the row as Python floats
+    once: for float64 / float32 rows and lists, zeros, tiny and fractional amounts, the text the
+    per-element reading gives."""
+    from scheduler_engine.state import EPS, fmt_amount
+    from scheduler_engine.snapshot import CPU, GPU, MEM
+
+    def per_element(vec):
+        parts = []
+        for r, name in ((GPU, "gpu"), (CPU, "cpu"), (MEM, "memory")):
+            if vec[r] > EPS:
+                parts.append(f"{name}={fmt_amount.__wrapped__(r, float(vec[r]))}")
+        return ", ".join(parts) or "no resources"
+
+    rng = np.random.default_rng(3)
+    rows = [np.zeros(3), np.array([1.0, 4000.0, 2.0 ** 34]), np.array([0.5, 0.0, 1e-10]), np.array([1e-9, 2e-9, 0.0])]
+    rows += [rng.choice([0.0, 0.25, 1.0, 3.0, 1500.0, 123456.789, 2.0 ** 30], size=3) for _ in range(200)]
+    for row in rows:
+        for vec in (row, row.astype(np.float32), row.tolist()):
+            assert common.describe_alloc(vec) == per_element(vec), vec
