@@ -16,7 +16,9 @@ of them, or none is left). A set already tried is skipped; a node-local set is a
 sets before its GPU-count filter, the all-accumulated set after it (``fast``: a single GPU task
 without a node selector, some node with base + recorded + victims >= need; ``pack``: several
 tasks with GPUs or one with a node selector, the best-fit packing of :func:`.gpu_fit.pack_best_fit`,
-selectors honoured, on the nodes that could hold the smallest task; otherwise every set passes).
+selectors honoured, on the nodes that could hold the smallest task - without a selector the same
+packing on the search's base sorted once per commit, the set's nodes as an overlay, :func:`sorted_pack`,
+instead of a pass over every node; otherwise every set passes).
 The tried sets are a hash table of the sets' accumulation positions, ascending (:func:`tried_add`;
 every set also holds the recorded victims, which are never accumulated). It returns:
 
@@ -65,7 +67,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernel, leaf_kernel
-from .gpu_fit import pack_best_fit
+from .gpu_fit import EPS, pack_best_fit
 from .victim_keys import rekey_path
 
 PY = 1
@@ -80,10 +82,11 @@ ROOM = 7
 #: rows of ``qi`` (Q columns, int64): the victim order's per-leaf run (shared with
 #: :class:`~scheduler_engine.solvers.victim_order.VictimQueue`) and the search's per-leaf state
 QI_HI, QI_PTR, QI_HAS_POPPED, QI_HEAP_LIVE, QI_SKIP, QI_EMPTIED = range(6)
-#: rows of ``nf`` (N columns, float64)
-NF_ALL_GPU, NF_CAP, NF_BASE, NF_REC_GPU, NF_TSUM, NF_CAPBUF = range(6)
-#: rows of ``ni`` (N columns, int64)
-NI_GOOD, NI_TSTAMP, NI_IDXBUF, NI_NODE_HEAD, NI_HOSTS = range(5)
+#: rows of ``nf`` (N columns, float64); ``NF_SKEY``: the filter base in ascending (value, node) order
+NF_ALL_GPU, NF_CAP, NF_BASE, NF_REC_GPU, NF_TSUM, NF_CAPBUF, NF_SKEY = range(7)
+#: rows of ``ni`` (N columns, int64); ``NI_SNODE``: the nodes of ``NF_SKEY``, ``NI_OVL``: the packing
+#: filters' marks (``ist[IS_OSTAMP]``: the last one, never reused), ``NI_RECN``: the nodes with recorded GPUs
+NI_GOOD, NI_TSTAMP, NI_IDXBUF, NI_NODE_HEAD, NI_HOSTS, NI_SNODE, NI_OVL, NI_RECN = range(8)
 #: rows of ``pi`` (one column per accumulated victim task, int64)
 PI_POT, PI_JOB, PI_NODE, PI_NEXT, PI_DROP, PI_ENT_JOB, PI_ENT_NEXT, PI_LOC = range(8)
 #: rows of ``ji`` (J columns, int64)
@@ -94,7 +97,9 @@ TI_REC, TI_POS = range(2)
 #: ``ist`` fields
 (IS_NEXT, IS_STEPS, IS_BUDGET, IS_JOBS, IS_MAX_JOBS, IS_POT, IS_GOOD, IS_EMPTIED, IS_DROPPED, IS_ENTRIES, IS_TRIED,
  IS_STAMP, IS_REC, IS_POT0, IS_FAST, IS_SINGLE, IS_LOCAL_FILTER, IS_PACK, IS_HOSTS, IS_PHASE, IS_SAME, IS_STOP,
- IS_SETLEN, IS_POOL, IS_GEN) = range(25)
+ IS_SETLEN, IS_POOL, IS_GEN, IS_OSTAMP, IS_SORTED, IS_NREC) = range(28)
+#: (``IS_SORTED``: ``NF_SKEY`` / ``NI_SNODE`` sort this search's base and no request has a node selector, the
+#: packing filters use :func:`sorted_pack`; ``IS_NREC``: how many ``NI_RECN``)
 #: rows of the tried-set table ``tt`` (4 x capacity, a power of two; open addressing, linear probing):
 #: the set's hash, its offset and length in ``pool`` (its accumulation positions, ascending), and the
 #: search (generation) that wrote the slot: a slot of an older search is empty, so the table is lent
@@ -433,9 +438,59 @@ def node_local(n: int, pi: np.ndarray, ji: np.ndarray, node_head: np.ndarray) ->
 
 
 @leaf_kernel
+def sorted_pack(need: np.ndarray, skey: np.ndarray, snode: np.ndarray, ovl: np.ndarray, stamp: int,
+                idxbuf: np.ndarray, capbuf: np.ndarray, m: int) -> bool:
+    """:func:`.gpu_fit.pack_best_fit` of requests ``need`` (no node selector) on every node, where the
+    nodes not marked ``stamp`` in ``ovl`` have the capacity ``skey`` gives them (``skey`` / ``snode``:
+    those capacities and their nodes in ascending (capacity, node) order, every node once) and the
+    ``m`` marked ones (``idxbuf[:m]`` / ``capbuf[:m]``) theirs. The best fit is the smallest (capacity,
+    node) that holds the request - what the scan in node order with a strict ``<`` picks - so it is
+    the smaller of the overlay's best and the first unmarked entry of the order at or above the
+    request (a binary search); a node taken from the order joins the overlay, consumed. The same
+    nodes, the same subtractions, so the same answer in O(log N + overlay) per request instead of a
+    pass over every node (and a node below the smallest request is never picked either way)."""
+    n_all = skey.shape[0]
+    for i in range(need.shape[0]):
+        nd = need[i]
+        if nd <= EPS:
+            continue
+        thr = nd - 1e-9
+        best = -1
+        best_c = np.inf
+        for k in range(m):
+            c = capbuf[k]
+            if c >= thr and (c < best_c or (c == best_c and idxbuf[k] < idxbuf[best])):
+                best = k
+                best_c = c
+        lo = 0
+        hi = n_all
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if skey[mid] >= thr:
+                hi = mid
+            else:
+                lo = mid + 1
+        while lo < n_all and ovl[snode[lo]] == stamp:
+            lo += 1
+        if lo < n_all:
+            c = skey[lo]
+            v = snode[lo]
+            if best < 0 or c < best_c or (c == best_c and v < idxbuf[best]):
+                ovl[v] = stamp
+                idxbuf[m] = v
+                capbuf[m] = c - nd
+                m += 1
+                continue
+        if best < 0:
+            return False
+        capbuf[best] -= nd
+    return True
+
+
+@leaf_kernel
 def _gpu_filter(n_cand: int, pi: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray, nf: np.ndarray,
                 ni: np.ndarray, fast: bool, thr: float, mthr: float, need: np.ndarray, sel: np.ndarray,
-                masks: np.ndarray, stamp: int) -> bool:
+                masks: np.ndarray, stamp: int, ist: np.ndarray) -> bool:
     """Does the node-local set in ``pi[PI_LOC][:n_cand]`` pass the GPU-count filter (recorded victims
     plus the set's victims per node, summed in accumulation order; ``stamp`` marks this set's nodes)?"""
     pot, loc = pi[PI_POT], pi[PI_LOC]
@@ -457,6 +512,29 @@ def _gpu_filter(n_cand: int, pi: np.ndarray, task_node: np.ndarray, task_gpu: np
         return False
     # idle_gpus.may_fit: pack on the nodes that could hold the smallest GPU task
     idxbuf, capbuf = ni[NI_IDXBUF], nf[NF_CAPBUF]
+    if ist[IS_SORTED]:
+        # every node but the set's and the recorded ones has its base (+ 0.0): the sorted base and
+        # those nodes as the overlay (sorted_pack)
+        ovl = ni[NI_OVL]
+        mark = ist[IS_OSTAMP] + 1
+        ist[IS_OSTAMP] = mark
+        m = 0
+        for k in range(n_cand):
+            tn = task_node[pot[loc[k]]]
+            if tn >= 0 and ovl[tn] != mark:
+                ovl[tn] = mark
+                idxbuf[m] = tn
+                capbuf[m] = base[tn] + tsum[tn]
+                m += 1
+        recn = ni[NI_RECN]
+        for k in range(ist[IS_NREC]):
+            v = recn[k]
+            if ovl[v] != mark:
+                ovl[v] = mark
+                idxbuf[m] = v
+                capbuf[m] = base[v] + rec_gpu[v]
+                m += 1
+        return sorted_pack(need, nf[NF_SKEY], ni[NI_SNODE], ovl, mark, idxbuf, capbuf, m)
     m = 0
     for v in range(base.shape[0]):
         c = base[v] + (tsum[v] if tstamp[v] == stamp else rec_gpu[v])
@@ -468,13 +546,39 @@ def _gpu_filter(n_cand: int, pi: np.ndarray, task_node: np.ndarray, task_gpu: np
 
 
 @leaf_kernel
-def all_filter(nf: np.ndarray, ni: np.ndarray, mthr: float, need: np.ndarray, sel: np.ndarray,
-               masks: np.ndarray) -> bool:
+def all_filter(nf: np.ndarray, ni: np.ndarray, pi: np.ndarray, n_pot: int, ist: np.ndarray, mthr: float,
+               need: np.ndarray, sel: np.ndarray, masks: np.ndarray) -> bool:
     """The packing filter (:func:`scheduler_engine.solvers.idle_gpus.may_fit`) of every accumulated,
     not dropped victim: per node the base plus ``all_gpu``, the nodes that could hold the smallest
-    GPU task (``mthr``) in index order, best-fit packing of ``need``."""
+    GPU task (``mthr``) in index order, best-fit packing of ``need``.
+
+    With the search's base sorted (``IS_SORTED``: no request has a node selector): ``all_gpu`` is 0.0 but on
+    the recorded victims' nodes and the nodes of the ``n_pot`` victims accumulated so far (dropped ones
+    included), so those are the overlay of :func:`sorted_pack` (O(victims + log N), not O(N))."""
     base, all_gpu = nf[NF_BASE], nf[NF_ALL_GPU]
     idxbuf, capbuf = ni[NI_IDXBUF], nf[NF_CAPBUF]
+    if ist[IS_SORTED]:
+        ovl = ni[NI_OVL]
+        mark = ist[IS_OSTAMP] + 1
+        ist[IS_OSTAMP] = mark
+        m = 0
+        pot_node = pi[PI_NODE]
+        for u in range(n_pot):
+            v = pot_node[u]
+            if v >= 0 and ovl[v] != mark:
+                ovl[v] = mark
+                idxbuf[m] = v
+                capbuf[m] = base[v] + all_gpu[v]
+                m += 1
+        recn = ni[NI_RECN]
+        for k in range(ist[IS_NREC]):
+            v = recn[k]
+            if ovl[v] != mark:
+                ovl[v] = mark
+                idxbuf[m] = v
+                capbuf[m] = base[v] + all_gpu[v]
+                m += 1
+        return sorted_pack(need, nf[NF_SKEY], ni[NI_SNODE], ovl, mark, idxbuf, capbuf, m)
     m = 0
     for v in range(base.shape[0]):
         c = base[v] + all_gpu[v]
@@ -807,7 +911,7 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
                 if local_filter or pack:
                     stamp += 1
                     if not _gpu_filter(cnt, pi, task_node, task_gpu, nf, ni, fast, thr, mthr, need, sel, masks,
-                                       stamp):
+                                       stamp, ist):
                         continue
                 ist[IS_SETLEN] = cnt
                 code = SIM
@@ -822,7 +926,7 @@ def run_victims(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: n
                     phase += 1
                     break
             elif pack:
-                if not all_filter(nf, ni, mthr, need, sel, masks):
+                if not all_filter(nf, ni, pi, n_pot, ist, mthr, need, sel, masks):
                     phase += 1
                     break
             cnt = 0

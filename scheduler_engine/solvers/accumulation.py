@@ -101,12 +101,53 @@ def _fit_base(state: CycleState) -> np.ndarray:
                 mark = np.zeros(N, dtype=np.bool_)
                 mark[seg] = True
                 rows = np.flatnonzero(mark)
+            old = base
             if 8 * rows.shape[0] > N:  # (many: all rows, the same values)
                 base = fit_base(state)
+                rows = None
             else:
                 base = base.copy()
                 base[rows] = fit_base(state, rows)
+            # (which rows changed value: the packing filters' sorted base follows them, _sorted_base)
+            state._victims_base_delta = (old, base, None if rows is None else rows[old[rows] != base[rows]])
     state._victims_fit_base = (base, end)
+    return base
+
+
+#: the packing filters on the sorted base (:func:`~scheduler_engine.kernels.victim_run.sorted_pack`);
+#: ``False``: their pass over every node (tests compare)
+USE_SORTED_PACK = True
+
+
+def _sorted_base(state: CycleState, base: np.ndarray, skey: np.ndarray, snode: np.ndarray, tag: object) -> object:
+    """Bring the lent rows ``skey`` / ``snode`` to ``base`` in ascending (value, node) order (what
+    the packing filters search, :func:`~scheduler_engine.kernels.victim_run.sorted_pack`); ``tag``:
+    the base array they sort now (returns the new one). From one commit to the next the base changes
+    on a few rows (:func:`_fit_base` says which): those nodes leave the order and come back at their
+    new value's place, O(N) memory moves instead of a sort (~0.5 ms at 10,000 nodes) per commit."""
+    if tag is base:
+        return base
+    delta = getattr(state, "_victims_base_delta", None)
+    if delta is not None and delta[0] is tag and delta[1] is base and delta[2] is not None:
+        ch = delta[2]
+        if ch.shape[0]:
+            gone = np.zeros(base.shape[0], dtype=np.bool_)
+            gone[ch] = True
+            kept = ~gone[snode]
+            k2, n2 = skey[kept], snode[kept]
+            vals = base[ch]
+            o = np.lexsort((ch, vals))
+            vals, ch = vals[o], ch[o]
+            lo = np.searchsorted(k2, vals, side="left")
+            hi = np.searchsorted(k2, vals, side="right")
+            at = lo + np.array([int(np.searchsorted(n2[a:b], v)) for a, b, v in
+                                zip(lo.tolist(), hi.tolist(), ch.tolist())], dtype=np.int64)
+            skey[:] = np.insert(k2, at, vals)
+            snode[:] = np.insert(n2, at, ch)
+        return base
+    order = np.argsort(base, kind="stable")  # (equal values: ascending nodes)
+    skey[:] = base[order]
+    snode[:] = order
     return base
 
 
@@ -141,7 +182,11 @@ def _scratch(state: CycleState) -> list:
     is written by :meth:`PrefixSearch._arrays` first, or is scratch) are lent too. The compiled loop's tried-set table and its pool
     (:func:`~scheduler_engine.kernels.victim_run.tried_add`) are lent the same way: each search
     gets a new generation, which empties every slot at once. Searches run one after another (the solvers are
-    sequential and a search's rows are not read after the next one starts)."""
+    sequential and a search's rows are not read after the next one starts). Two kinds of rows outlive a
+    search on purpose: the packing filters' sorted base (``NF_SKEY`` / ``NI_SNODE``, sorting the base array
+    held in slot 9, :func:`_sorted_base`) and their marks (``NI_OVL``: each filter call takes the next
+    number, slot 10 carries it from one search to the next, so no mark is ever reused and the row is
+    never reset)."""
     vr = victim_run
     sc = getattr(state, "_victims_scratch", None)
     if sc is None:
@@ -150,10 +195,11 @@ def _scratch(state: CycleState) -> list:
         ti[vr.TI_POS] = -1
         sc = state._victims_scratch = [np.full((2, state.J), -1, dtype=np.int64), ti, None,
                                        np.zeros((4, 4096), dtype=np.int64), np.empty(2 * state.T + 2, dtype=np.int64), 0,
-                                       np.empty((8, state.T + 1), dtype=np.int64), np.empty((6, state.N)),
-                                       np.empty((5, state.N), dtype=np.int64)]
+                                       np.empty((8, state.T + 1), dtype=np.int64), np.empty((7, state.N)),
+                                       np.zeros((8, state.N), dtype=np.int64), None, 0]
     elif sc[2] is not None:
         k, rec = sc[2]
+        sc[10] = int(k["ist"][vr.IS_OSTAMP])  # (the packing filters' marks go on from there: never reset)
         p = int(k["ist"][vr.IS_POT])
         sc[1][vr.TI_POS, k["pi"][vr.PI_POT, :p]] = -1
         sc[0][:, k["pi"][vr.PI_JOB, :p]] = -1
@@ -547,7 +593,7 @@ class PrefixSearch:
         self.all_gpu, self.good_l = nf[vr.NF_ALL_GPU], ni[vr.NI_GOOD]
         if self.recorded:
             ti[vr.TI_REC, self.recorded] = 1
-        ist = np.zeros(25, dtype=np.int64)
+        ist = np.zeros(28, dtype=np.int64)
         ist[vr.IS_BUDGET] = solver.search_budget
         ist[vr.IS_MAX_JOBS] = solver.max_victim_jobs
         ist[vr.IS_REC] = len(self.recorded_set)
@@ -558,8 +604,20 @@ class PrefixSearch:
         fst = np.array([0.0, self.thr, float(need1) - 1e-9, self.mthr])
         ist[vr.IS_PHASE] = -1
         ist[vr.IS_GEN] = scratch[5]
+        ist[vr.IS_OSTAMP] = scratch[10]
         if dem is None:  # (only read by the packing filter)
             dem = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, N), dtype=np.bool_))
+        if (self.pack and USE_SORTED_PACK and base is getattr(s, "_victims_fit_base", (None,))[0]
+                and not bool((dem[1] >= 0).any())):
+            # the packing filters search the sorted base; every other node's GPUs are 0.0 but the
+            # recorded victims' nodes and the accumulated victims' (the filters' overlay). (Only the
+            # job loop's base, kept across searches and patched per commit: a base made for one search,
+            # consolidation's, would cost a sort per search; a request with a node selector: the scan)
+            scratch[9] = _sorted_base(s, base, nf[vr.NF_SKEY], ni[vr.NI_SNODE], scratch[9])
+            rec = np.flatnonzero(rec_gpu)
+            ni[vr.NI_RECN, :rec.shape[0]] = rec
+            ist[vr.IS_NREC] = rec.shape[0]
+            ist[vr.IS_SORTED] = 1
         self.kst = {"nf": nf, "ni": ni, "pi": pi, "ji": ji, "ti": ti, "tt": scratch[3], "pool": scratch[4],
                     "ist": ist, "fst": fst, "dem": dem}
         scratch[2] = (self.kst, list(self.recorded))  # what the next search resets

@@ -33,6 +33,7 @@ HOT_LEAVES = {
     "victim_bound.member_gpu", "victim_bound.move_tasks",  # (reclaim's bound per search, its task lists per commit)
     # the victim search with its failed scenarios (~120 arrays, once per return to Python) and its rollback
     "search.run_search", "journal.undo_log",
+    "victim_run.sorted_pack",  # (the packing filters' best fit on the sorted base)
 }
 
 

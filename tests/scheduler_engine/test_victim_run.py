@@ -77,14 +77,14 @@ def _kernel_drain(state: CycleState, cands, skip: set[int], rec: set[int]) -> tu
     vq.qi[vr.QI_SKIP, list(skip)] = 1
     walloc, glen, gt = vq.heads()
     T, N, J = state.T, state.N, state.J
-    nf = np.zeros((6, N))
+    nf = np.zeros((7, N))
     gpu = nf[vr.NF_ALL_GPU]
-    ni = np.zeros((5, N), np.int64)
+    ni = np.zeros((8, N), np.int64)
     ni[vr.NI_TSTAMP] = ni[vr.NI_NODE_HEAD] = -1
     pi = np.zeros((8, T + 1), np.int64)
     ji = np.full((2, J), -1, np.int64)
     tt, pool = np.zeros((4, 64), np.int64), np.zeros(T + 1, np.int64)
-    ist = np.zeros(25, dtype=np.int64)
+    ist = np.zeros(28, dtype=np.int64)
     ist[vr.IS_PHASE] = -1
     ist[vr.IS_GEN] = 1
     ist[vr.IS_BUDGET] = ist[vr.IS_MAX_JOBS] = -1
@@ -278,7 +278,7 @@ def test_tried_table_is_a_set_of_sets(seed):
     vr = victim_run
     rng = random.Random(seed)
     tt, pool = np.zeros((4, 8), np.int64), np.zeros(16, np.int64)
-    ist = np.zeros(25, np.int64)
+    ist = np.zeros(28, np.int64)
     for gen in (1, 2):
         ist[vr.IS_GEN], ist[vr.IS_TRIED], ist[vr.IS_POOL] = gen, 0, 0
         seen: set[tuple] = set()
@@ -469,7 +469,8 @@ def test_victim_rows_lent_to_each_search_come_back_clean(monkeypatch, nodes, job
     as with fresh rows per search. The lent per-victim columns and per-node rows (``pi``, ``nf``,
     ``ni``: not reset between searches) are overwritten before each search with "kept" / 0 / -1,
     then with a drop number / NaN / node 3: a search that read an entry it did not write would
-    decide otherwise in one of the two."""
+    decide otherwise in one of the two. (The packing filters' marks get -1, below every mark; the
+    sorted base is poisoned too and its tag dropped, so it is sorted again.)"""
     snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
     if features:
         snap = bench.with_features(snap, seed=seed, **features)
@@ -481,6 +482,10 @@ def test_victim_rows_lent_to_each_search_come_back_clean(monkeypatch, nodes, job
         assert (sc[0] == -1).all() and (sc[1][victim_run.TI_REC] == 0).all() and (sc[1][victim_run.TI_POS] == -1).all()
         if poison is not None:  # whatever the lent columns and rows hold, the search writes before it reads
             sc[6][:], sc[7][:], sc[8][:] = poison
+            # (but the packing filters' marks, which only ever grow - any value below the next mark is
+            # stale - and the sorted base, kept for the base it sorts: poisoned, and sorted again)
+            sc[8][victim_run.NI_OVL] = -1
+            sc[9] = None
         lent.append(1)
         return sc
 
@@ -666,3 +671,81 @@ def test_entry_point_calls_have_the_versions_types():
 
     (checked,) = fresh_process_ints("tests.scheduler_engine.test_victim_run:_entry_point_check")
     assert not JIT_ENABLED or checked > 100
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_sorted_pack_is_the_best_fit_over_every_node(seed):
+    """``victim_run.sorted_pack`` (the packing filters' form on the sorted base: an overlay of changed
+    nodes, a binary search in the (capacity, node) order for the rest) packs exactly as
+    ``gpu_fit.pack_best_fit`` over every node that could hold the smallest request: the same answer,
+    and the same capacities left on every node it used. Capacities repeat (ties go to the lowest node)
+    and overlay nodes may hold more or less than their base."""
+    from scheduler_engine.kernels.gpu_fit import pack_best_fit
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    base = rng.choice([0.0, 0.25, 0.5, 1.0, 1.0, 2.0, 3.0, 4.0, 8.0], size=n)
+    cur = base.copy()
+    ovl_nodes = rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False)
+    cur[ovl_nodes] = base[ovl_nodes] + rng.choice([-0.5, 0.0, 0.125, 0.5, 1.0, 2.0], size=ovl_nodes.size)
+    need = np.sort(rng.choice([0.0, 0.25, 0.5, 1.0, 1.0, 2.0, 4.0], size=int(rng.integers(1, 6))))[::-1].copy()
+    pos = need[need > 1e-9]
+    mthr = float(pos.min()) - 1e-9 if pos.size else 0.0
+    idx = np.flatnonzero(cur >= mthr).astype(np.int64)
+    cap = cur[idx].copy()
+    ref = bool(pack_best_fit(need, np.full(need.size, -1, np.int64), np.zeros((0, n), np.bool_), idx, cap)) \
+        if idx.size else not pos.size
+    order = np.argsort(base, kind="stable")
+    skey, snode = base[order].copy(), order.astype(np.int64)
+    ovl = np.zeros(n, np.int64)
+    mark = 7
+    idxbuf, capbuf = np.zeros(n, np.int64), np.zeros(n)
+    for k, v in enumerate(ovl_nodes.tolist()):
+        ovl[v] = mark
+        idxbuf[k], capbuf[k] = v, cur[v]
+    got = bool(victim_run.sorted_pack(need, skey, snode, ovl, mark, idxbuf, capbuf, ovl_nodes.size))
+    assert got == ref
+    if got and idx.size:  # the capacities left: every node the sorted form touched is in its overlay
+        left = cur.copy()
+        left[idx] = cap
+        touched = np.flatnonzero(ovl == mark)
+        m = touched.size
+        assert sorted(idxbuf[:m].tolist()) == touched.tolist()
+        assert np.array_equal(capbuf[:m][np.argsort(idxbuf[:m])], left[touched])
+        untouched = np.setdiff1d(np.arange(n), touched)
+        assert np.array_equal(left[untouched], base[untouched])
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [
+    (60, 400, 20, "mixed", 3),
+    (120, 900, 40, "mixed", 7),
+    (90, 700, 30, "mixed", 11),
+])
+def test_packing_filters_on_the_sorted_base_decide_as_the_scan(monkeypatch, nodes, jobs, queues, shape, seed):
+    """Whole cycles decide the same with the packing filters on the sorted base (``USE_SORTED_PACK``) as
+    with their pass over every node; the sorted base each search gets (patched from the last one on the
+    rows ``_fit_base`` changed) is the stable sort of its base, and searches did use it."""
+    from scheduler_engine.solvers import accumulation
+
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    real = accumulation._sorted_base
+    seen = {"sorted": 0, "patched": 0}
+    bad = []
+
+    def checked(state, base, skey, snode, tag):
+        patch = tag is not base and getattr(state, "_victims_base_delta", (None,))[0] is tag
+        out = real(state, base, skey, snode, tag)
+        order = np.argsort(base, kind="stable")
+        if skey.tobytes() != base[order].tobytes() or not np.array_equal(snode, order):
+            bad.append(1)
+        seen["sorted"] += 1
+        seen["patched"] += patch
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(accumulation, "_sorted_base", checked)
+        kept = _cycle(snap)
+    assert not bad and seen["sorted"] >= 3 and seen["patched"] >= 1, seen
+    with monkeypatch.context() as m:
+        m.setattr(accumulation, "USE_SORTED_PACK", False)
+        assert _cycle(snap) == kept
