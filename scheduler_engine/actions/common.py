@@ -197,15 +197,7 @@ class FailedShapes:
         return rep
 
     def _easier(self, j: int, rep: int) -> bool:
-        e1 = _pending_entry(self.state, j)
-        e2 = _pending_entry(self.state, rep)
-        if not MEMO_SHAPES:
-            return _easier_shape(e1[1], e1[2], e2[1], e2[2])
-        key = (e1[3], e2[3])
-        v = self._memo_easier.get(key)
-        if v is None:
-            v = self._memo_easier[key] = _easier_shape(e1[1], e1[2], e2[1], e2[2])
-        return v
+        return self._compare(self._memo_easier, _easier_shape, j, rep)
 
     def record(self, j: int) -> None:
         key = _signature(self.state, j)
@@ -215,14 +207,18 @@ class FailedShapes:
         self.reps[key] = j
 
     def _smaller(self, j: int, cur: int) -> bool:
+        return self._compare(self._memo_smaller, _smaller_shape, j, cur)
+
+    def _compare(self, memo: dict, shape_cmp, j: int, other: int) -> bool:
+        """``shape_cmp`` of the two jobs' pending shapes, memoised in ``memo`` per pair of shape ids."""
         e1 = _pending_entry(self.state, j)
-        e2 = _pending_entry(self.state, cur)
+        e2 = _pending_entry(self.state, other)
         if not MEMO_SHAPES:
-            return _smaller_shape(e1[1], e1[2], e2[1], e2[2])
+            return shape_cmp(e1[1], e1[2], e2[1], e2[2])
         key = (e1[3], e2[3])
-        v = self._memo_smaller.get(key)
+        v = memo.get(key)
         if v is None:
-            v = self._memo_smaller[key] = _smaller_shape(e1[1], e1[2], e2[1], e2[2])
+            v = memo[key] = shape_cmp(e1[1], e1[2], e2[1], e2[2])
         return v
 
 

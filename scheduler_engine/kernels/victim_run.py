@@ -488,6 +488,22 @@ def sorted_pack(need: np.ndarray, skey: np.ndarray, snode: np.ndarray, ovl: np.n
 
 
 @leaf_kernel
+def overlay_recorded(recn: np.ndarray, nrec: int, ovl: np.ndarray, mark: int, base: np.ndarray, add: np.ndarray,
+                     idxbuf: np.ndarray, capbuf: np.ndarray, m: int) -> int:
+    """The recorded victims' nodes ``recn[:nrec]`` not yet in the overlay (``ovl[v] != mark``) join it
+    after its first ``m`` entries, each with capacity ``base[v] + add[v]``; returns the overlay's new
+    length (both packing filters' last step before :func:`sorted_pack`)."""
+    for k in range(nrec):
+        v = recn[k]
+        if ovl[v] != mark:
+            ovl[v] = mark
+            idxbuf[m] = v
+            capbuf[m] = base[v] + add[v]
+            m += 1
+    return m
+
+
+@leaf_kernel
 def _gpu_filter(n_cand: int, pi: np.ndarray, task_node: np.ndarray, task_gpu: np.ndarray, nf: np.ndarray,
                 ni: np.ndarray, fast: bool, thr: float, mthr: float, need: np.ndarray, sel: np.ndarray,
                 masks: np.ndarray, stamp: int, ist: np.ndarray) -> bool:
@@ -526,14 +542,7 @@ def _gpu_filter(n_cand: int, pi: np.ndarray, task_node: np.ndarray, task_gpu: np
                 idxbuf[m] = tn
                 capbuf[m] = base[tn] + tsum[tn]
                 m += 1
-        recn = ni[NI_RECN]
-        for k in range(ist[IS_NREC]):
-            v = recn[k]
-            if ovl[v] != mark:
-                ovl[v] = mark
-                idxbuf[m] = v
-                capbuf[m] = base[v] + rec_gpu[v]
-                m += 1
+        m = overlay_recorded(ni[NI_RECN], ist[IS_NREC], ovl, mark, base, rec_gpu, idxbuf, capbuf, m)
         return sorted_pack(need, nf[NF_SKEY], ni[NI_SNODE], ovl, mark, idxbuf, capbuf, m)
     m = 0
     for v in range(base.shape[0]):
@@ -570,14 +579,7 @@ def all_filter(nf: np.ndarray, ni: np.ndarray, pi: np.ndarray, n_pot: int, ist: 
                 idxbuf[m] = v
                 capbuf[m] = base[v] + all_gpu[v]
                 m += 1
-        recn = ni[NI_RECN]
-        for k in range(ist[IS_NREC]):
-            v = recn[k]
-            if ovl[v] != mark:
-                ovl[v] = mark
-                idxbuf[m] = v
-                capbuf[m] = base[v] + all_gpu[v]
-                m += 1
+        m = overlay_recorded(ni[NI_RECN], ist[IS_NREC], ovl, mark, base, all_gpu, idxbuf, capbuf, m)
         return sorted_pack(need, nf[NF_SKEY], ni[NI_SNODE], ovl, mark, idxbuf, capbuf, m)
     m = 0
     for v in range(base.shape[0]):

@@ -34,6 +34,7 @@ HOT_LEAVES = {
     # the victim search with its failed scenarios (~120 arrays, once per return to Python) and its rollback
     "search.run_search", "journal.undo_log",
     "victim_run.sorted_pack",  # (the packing filters' best fit on the sorted base)
+    "victim_run.overlay_recorded",  # (the packing filters: the recorded nodes join the overlay)
 }
 
 
