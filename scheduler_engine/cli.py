@@ -241,6 +241,14 @@ def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | No
 
 
 
+def _add_jit_option(p: argparse.ArgumentParser) -> None:
+    """``--jit``, read by the process entry before anything imports the kernels (:mod:`.jit_mode`)."""
+    p.add_argument("--jit", choices=("auto", "on", "off"), default=None,
+                   help="compile the kernels (on), run them interpreted (off; same decisions), or auto "
+                        "(default, or KAI_ENGINE_JIT): interpreted when the kernel cache is cold and the "
+                        "files are small (a one-off run on a fresh machine skips the ~40 s compile)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m scheduler_engine",
@@ -255,8 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-budget", type=_budget_seconds, default=None, metavar="SECONDS",
                    help="stop the evicting actions once the cycle has run this long (what the control plane's "
                         "cycle does; default: no limit, decisions independent of the clock)")
+    _add_jit_option(p)
     p = sub.add_parser("check", help="run scenarios and compare with their `expect`; exit 1 on mismatch")
     p.add_argument("paths", nargs="+", metavar="FILE|DIR", help="files, or directories searched recursively")
+    _add_jit_option(p)
     p.add_argument("-v", "--verbose", action="store_true", help="also list passing and skipped files")
     for name, (_, help_text) in _LAZY_COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
