@@ -39,10 +39,10 @@ LEDGER_ENV = "KAI_ENGINE_JIT_LEDGER"
 MODES = ("auto", "on", "off")
 #: the commands whose one-off run may be interpreted
 COMMANDS = ("cycle", "check")
-#: interpreted only when the scenario files total at most this many bytes: ~3 s of interpreted
-#: cycle per MB of a busy generated cluster (500 nodes / 4,000 pending jobs is 3.4 MB as JSON and
-#: ~10 s), so up to ~25 s, still below the ~40 s compile it replaces (both scale with the machine)
-MAX_BYTES = 8_000_000
+#: interpreted only when the scenario files total at most this many bytes. Measured interpreted
+#: (CPU): a 500-node / 4,000-job generated file, 3.4 MB as JSON, ~10 s; 1,000 nodes / 5,600 jobs, 5.4 MB,
+#: ~21 s; the compile it replaces ~37 s plus a few seconds of compiled cycle (all scale with the machine)
+MAX_BYTES = 6_000_000
 #: CPU seconds of a cold compile (``kernels.warm``, this project's development machine): once the
 #: interpreted runs on this cache have cost that much in all, the next run compiles instead (a user
 #: running small files again and again pays at most about twice what compiling at once would have cost)
