@@ -1645,6 +1645,20 @@ class CycleState:
             self._task_sig[t] = sig
         return sig
 
+    def task_signatures(self, ts: list[int]) -> list[tuple]:
+        """:meth:`task_signature` of each task of ``ts``; those not made yet, without DRA claims, made
+        together from one ``tolist`` of their request and GPU-memory rows (the Python floats ``float``
+        gives of each element: the same tuples). Allocate asks for one task per group of equal first
+        attempts (~22,000 at 10,000 nodes), ~1.2 us each one by one."""
+        memo = self._task_sig
+        cl = self._claims_list
+        miss = [t for t in ts if memo[t] is None and not cl[t]]
+        if miss:
+            keys = self.task_selector_key
+            for t, r, gm in zip(miss, self.task_request[miss].tolist(), self.task_gpu_memory[miss].tolist()):
+                memo[t] = (r[GPU], r[CPU], r[MEM], gm, keys[t])
+        return [memo[t] or self.task_signature(t) for t in ts]
+
     def job_signature(self, j: int, tasks: Iterable[int]) -> tuple:
         """Scheduling shape: queue, preemptibility, topology, sorted task shapes (cache key).
 

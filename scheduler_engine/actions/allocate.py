@@ -34,6 +34,7 @@ from ..result import PENDING_GANG, Reason, reason_category
 from ..snapshot import CPU, GPU, MEM, UNLIMITED, TaskState
 from ..state import EPS, CycleState, fmt_amount
 
+_add_reduce = np.add.reduce
 _PEND = int(TaskState.PENDING)
 _BIND = int(TaskState.BINDING)
 _PIPE = int(TaskState.PIPELINED)
@@ -56,6 +57,25 @@ def unique_rows(cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     inverse = np.empty(n, dtype=np.int64)
     inverse[order] = np.cumsum(new) - 1
     return order[starts], inverse, np.diff(np.append(starts, n))
+
+
+#: tests: every call of the attempt kernel through its entry point (``Allocator._entry_point``) first
+#: checks that each argument's type is the compiled version's, and appends to :data:`CHECKED`
+CHECK_TYPES = False
+CHECKED: list[int] = []
+
+
+def rows_sum(rows: np.ndarray, tasks: list[int]) -> np.ndarray:
+    """``rows[tasks].sum(axis=0)`` of a (T, k) array. When ``tasks`` is a range in ascending order
+    (a gang's first attempt) and ``rows`` is C-contiguous, the rows summed are a slice: the same rows
+    in the same order and layout (C-contiguous (m, k)), so the same reduction gives the same floats,
+    without gathering them into a new array; ``np.add.reduce`` is what ``ndarray.sum`` calls (its
+    Python wrappers were ~1 us of a gang's ~3-5 us sum)."""
+    a = tasks[0]
+    m = len(tasks)
+    if tasks == list(range(a, a + m)) and rows.flags.c_contiguous:
+        return _add_reduce(rows[a:a + m], axis=0)
+    return _add_reduce(rows[tasks], axis=0)
 
 
 class _Fail(Exception):
@@ -112,7 +132,7 @@ class Allocator:
         leaf = s.queue_is_leaf[s.job_queue_arr]
         for j in np.flatnonzero(pend & ~leaf):  # the loader refuses these; the engine still explains
             self.failures[int(j)] = f"queue {s.queues.names[s.job_queue(int(j))]} is not a leaf queue"
-        return [int(j) for j in np.flatnonzero(pend & leaf)]
+        return np.flatnonzero(pend & leaf).tolist()
 
     def run(self) -> None:
         s = self.state
@@ -139,11 +159,14 @@ class Allocator:
         shape_groups = self._shape_groups
         first = self._first
         jstart = s.job_start.tolist()
+        # every popped job's leaf is refreshed before the next pop: by that pop (``after``; the early
+        # exit below reads only the job heaps, which a refresh leaves as they are)
+        after = -1
         while True:
             if not pushed and not uncached and left:
                 self._drain(jq, group)
                 break
-            j = jq.pop(refresh=False)
+            j = jq.pop(refresh=False, after=after)
             if j is None:
                 break
             g = group[j]
@@ -156,12 +179,11 @@ class Allocator:
                 count[g] = c
                 if c == 0:
                     uncached.discard(g)
-            leaf = job_leaf[j]
+            after = job_leaf[j]
             if sig is not None:
                 # fast path: a first attempt whose shape already failed (nothing changed since)
                 hit = fail_cache.get(sig)
                 if hit is not None and hit[0] == s.resources_freed:
-                    jq.refresh(leaf)
                     self.failures[j] = hit[1]
                     continue
             pushed.discard(j)
@@ -171,7 +193,6 @@ class Allocator:
                 ft = first.get(j) if g >= 0 else None
                 tasks = list(range(*ft)) if ft is not None else next_tasks_to_allocate(s, j)
             if not tasks:
-                jq.refresh(leaf)
                 msg = self._no_attempt_reason(j)
                 if msg:
                     self.failures[j] = msg
@@ -188,7 +209,6 @@ class Allocator:
                     uncached.difference_update(shape_groups.get(shape, ()))
                 self._nofit_new.clear()
             if not ok:
-                jq.refresh(leaf)
                 self.failures[j] = msg
                 if g >= 0:
                     uncached.discard(g)
@@ -202,10 +222,8 @@ class Allocator:
             # KAI pushes a job back whenever it still has tasks to allocate, pipelined or not
             # (further tasks of a pipelined job are pipelined too); a placed single-task job has none
             if not single[j] and s.job_pending_tasks(j):
-                jq.push(j)
+                jq.push(j, refresh=False)  # (its leaf refreshed by the next pop)
                 pushed.add(j)
-            else:
-                jq.refresh(leaf)
         self._emit(placed_any)
 
     def _no_attempt_reason(self, j: int) -> str | None:
@@ -279,12 +297,12 @@ class Allocator:
             first, inverse, counts = unique_rows(cols)
             # ``job_signature`` of a single-task job without subgroups or topology, built here
             # (its queue, preemptibility, no topology, its one task shape, not tied to a domain)
-            tsig = s.task_signature
             gid = self._gid
             gtask = self._gtask
-            for q, pre, t, c in zip(s.job_queue_arr[sj[first]].tolist(), s.job_preemptible_arr[sj[first]].tolist(),
-                                    st[first].tolist(), counts.tolist()):
-                sig = (q, bool(pre), None, None, (tsig(t),), -1)
+            ft = st[first].tolist()
+            for q, pre, t, shape, c in zip(s.job_queue_arr[sj[first]].tolist(), s.job_preemptible_arr[sj[first]].tolist(),
+                                           ft, s.task_signatures(ft), counts.tolist()):
+                sig = (q, bool(pre), None, None, (shape,), -1)
                 gid[sig] = len(gsig)
                 gsig.append(sig)
                 count.append(c)
@@ -359,11 +377,11 @@ class Allocator:
         # ``job_signature`` of such a job, built here: its tasks are of one shape (equal request,
         # GPU memory, selector and claims rows give equal task signatures), no subgroups
         # (``untouched_jobs``), no topology
-        tsig = s.task_signature
         gid = self._gid
-        for u, (q, pre, a, mm, c) in enumerate(zip(cols[first, 0].tolist(), cols[first, 1].tolist(),
-                                                   hstart[first].tolist(), hm[first].tolist(), counts.tolist())):
-            sig = (q, bool(pre), None, None, (tsig(a),) * mm, -1)
+        fa = hstart[first].tolist()
+        for u, (q, pre, a, shape, mm, c) in enumerate(zip(cols[first, 0].tolist(), cols[first, 1].tolist(), fa,
+                                                          s.task_signatures(fa), hm[first].tolist(), counts.tolist())):
+            sig = (q, bool(pre), None, None, (shape,) * mm, -1)
             k = gid.get(sig)
             if k is None:
                 k = gid[sig] = len(gsig)
@@ -439,7 +457,7 @@ class Allocator:
         if len(tasks) == 1 and sig[2] is None and sig[3] is None:
             # a single task whose shape fits no node: fails in any queue (after the queue check)
             t = tasks[0]
-            hit = self.nofit.get(s.task_signature(t))
+            hit = self.nofit.get(sig[4][0])  # (the job signature's one task shape: task t's signature)
             if hit is not None and hit[0] == s.resources_freed:
                 msg = self._over_capacity(sig[0], s.task_quota_req[t], not sig[1]) or hit[1]
                 self.fail_cache[sig] = (s.resources_freed, msg)
@@ -496,7 +514,7 @@ class Allocator:
                 s.rollback(cp)  # (not expected) the Python attempt decides from the same state
         q = s.job_queue(j)
         nonpre = not s.job_is_preemptible(j)
-        req = s.task_quota_req[tasks[0]] if len(tasks) == 1 else s.task_quota_req[tasks].sum(axis=0)
+        req = s.task_quota_req[tasks[0]] if len(tasks) == 1 else rows_sum(s.task_quota_req, tasks)
         msg = self._over_capacity(q, req, nonpre)
         if msg:
             raise _Fail(msg)
@@ -559,7 +577,7 @@ class Allocator:
             ta = self._t1
             ta[0] = tasks[0]
         else:
-            req = s.task_quota_req[tasks].sum(axis=0)
+            req = rows_sum(s.task_quota_req, tasks)
             tasks = self._task_order(tasks)
             ta = np.array(tasks, dtype=np.int64)
         # the node log's own int64 buffer (``state.NodeLog``) with room for m more: the kernel reads
@@ -574,24 +592,36 @@ class Allocator:
         io = self._kio
         if io.shape[0] < 2 + m:
             io = self._kio = np.empty(2 + max(m, 64), dtype=np.int64)
-        kargs = idx._kargs
-        if kargs is None:  # the index's constants and arrays (fixed for a compiled-update index)
+        ka = idx._kargs
+        if ka is None:  # the index's constants and arrays (fixed for a compiled-update index)
             sched, sel, rc, rm, k, ndev, top, cap = idx._fast
-            kargs = idx._kargs = (sched, sel, rc, rm, k, ndev, top, cap, idx.col, idx.spread, idx.idle_ok,
-                                  idx.any_ok, idx.key, idx.hk, idx.hn, idx.hs)
+            ka = idx._kargs = [(sched, sel, rc, rm, k, ndev, top, cap, idx.col, idx.spread, idx.idle_ok,
+                                idx.any_ok, idx.key, idx.hk, idx.hn, idx.hs), None, None]
         lim, des = self._limits or self._limit_rows()
-        placed = _attempt_k.attempt(ta, req, q, nonpre, lim, des, log, idx.pos, hi,
-                                    *kargs, i0, *s._jarrays, s._ji, s._jf, s.task_request, io)
+        args = (ta, req, q, nonpre, lim, des, log, idx.pos, hi, *ka[0], i0, *s._jarrays, s._ji, s._jf,
+                s.task_request, io)
+        disp = _attempt_k.attempt
+        if ka[1] is disp:
+            placed = ka[2](*args)
+        else:
+            placed = disp(*args)
+            ka[1], ka[2] = disp, self._entry_point(disp)
         out = io[:2 + m].tolist()
         idx.pos = out[0]
-        # the journal's object half in the entries' order (devices are in the state's arrays)
-        tg = s.task_gpu_groups
-        rec = s._record_objects
-        for i in range(placed):
-            t = tasks[i]
-            rec(t, out[2 + i])
-            if tg[t]:
-                tg[t] = []
+        if placed:
+            # the journal's object half in the entries' order, as ``CycleState._record_objects`` writes
+            # it for these tasks (not shared, no DRA claims: no gpuGroup map, no DRA part), each
+            # task's gpuGroup list cleared as ``place`` leaves it (devices are in the state's arrays);
+            # the node log's entries are the kernel's ``log[hi:hi + placed]`` (the placements' nodes,
+            # which ``_record_objects`` would append to the same slots)
+            slog.set_len(hi + placed)
+            tg = s.task_gpu_groups
+            jo = s._journal
+            for t, n in zip(tasks[:placed], out[2:2 + placed]):
+                g = tg[t]
+                jo.append((t, n, g, None, None))
+                if g:
+                    tg[t] = []
         why = out[1]
         if why == _attempt_k.DONE:
             return True
@@ -609,6 +639,38 @@ class Allocator:
         if m > 1 and why != _attempt_k.QUEUE:
             raise _Fail(Reason.wrap(f"gang of {m} needs {m} tasks placed together; only {placed} fit: {msg}", msg))
         raise _Fail(msg)
+
+    def _entry_point(self, disp):
+        """The compiled version's entry point of the attempt kernel ``disp``, just called through the
+        dispatcher with one shape index's arguments, for that index's next attempts (or ``disp``).
+
+        Why: the dispatcher types each of the kernel's 49 arguments on every call (~2 us of a ~10 us
+        call, ~18,000 attempts at 10,000 nodes). Why it is safe: the entry point unboxes each
+        argument as the version's signature says, without checking, so it is used only when ``disp``
+        holds exactly one version after the dispatcher ran it with this index's arguments (their
+        types are that version's), and only for that index (its constants and arrays, fixed until the
+        index drops its argument tuple, ``ShapeIndex._kargs``). What varies between one index's calls
+        has one type by construction: the tasks (an int64 array of this module's), the request (a row
+        of the C-contiguous ``task_quota_req`` or a sum of its rows; the entry point is not used if
+        that array is not C-contiguous), Python ints and a bool, the state's arrays (same dtypes when
+        regrown) and the out buffer. With :data:`CHECK_TYPES` each call checks every argument's type
+        against the signature (tests)."""
+        overloads = getattr(disp, "overloads", None)
+        if not overloads or len(overloads) != 1 or not self.state.task_quota_req.flags.c_contiguous:
+            return disp
+        ep = next(iter(dict.values(overloads))).entry_point
+        if not CHECK_TYPES:
+            return ep
+        from numba import typeof
+
+        sig = tuple(next(iter(dict.keys(overloads))))
+
+        def checked(*a):
+            assert tuple(typeof(x) for x in a) == sig, "the attempt's entry point called with other types"
+            CHECKED.append(1)
+            return ep(*a)
+
+        return checked
 
     def _task_order(self, tasks: list[int]) -> list[int]:
         """:func:`task_order`; when no task of the cycle has a priority that is the index order."""

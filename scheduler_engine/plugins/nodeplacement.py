@@ -146,7 +146,9 @@ class ShapeIndex:
         # or, like allocate's attempt, keep off clusters with DRA GPUs; ``_dra``: the DRA arguments of
         # this index's own query when the cluster has DRA GPUs or the task claims devices (else None)
         self._cq = self._fast = self._dra = None
-        self._kargs = None  # a compiled caller's argument tuple (allocate), built on first use
+        # a compiled caller's argument tuple, built on first use, with the kernel it was last called
+        # through and that kernel's entry point for these arguments (allocate's attempt)
+        self._kargs = None
         self._shared = bool(s.task_is_shared[t])
         sched = np.array(s.node_schedulable, dtype=np.bool_)
         ndev = np.array(s.node_devices, dtype=np.int64)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from tests.support import engine_reference as reference
 from scheduler_engine.actions import allocate
 from scheduler_engine.state import CycleState
@@ -134,3 +136,35 @@ def test_vectorised_first_attempt_groups_equal_the_per_job_signatures():
             ts = next_tasks_to_allocate(s, j)
             assert (gsig[group[j]] if group[j] >= 0 else None) == (s.job_signature(j, ts) if ts else None)
         assert np.bincount(group[group >= 0], minlength=len(gsig)).tolist() == count
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_shape_that_fits_nowhere_is_attempted_once_over_the_queues(monkeypatch, broken):
+    """``try_job`` looks a single task's shape up in ``nofit`` by the job signature's one task shape
+    (``sig[4][0]``, which is ``task_signature`` of that task): after the first 4-GPU job failed, the
+    same shape in the seven other queues fails without an attempt. A key that never hits (``broken``:
+    the whole shapes tuple) attempts it in every queue."""
+    leaves = [f"q{i}" for i in range(8)]
+    jobs = [job(f"big-{q}", q, gpu=4, age=10) for q in leaves]
+    jobs += [job(f"one-{q}-{k}", q, gpu=1, age=1) for q in leaves for k in range(2)]
+    snap = simple([node("a"), node("b")], tree(leaves), jobs)
+    attempts, checked = Counter(), []
+    real_attempt, real_try = allocate.Allocator._attempt, allocate.Allocator.try_job
+
+    def attempt(self, j, tasks, sig=None):
+        attempts[self.state.jobs.names[j].split("-")[0]] += 1
+        return real_attempt(self, j, tasks, sig)
+
+    def try_job(self, j, tasks, sig=None):
+        if sig is not None and len(tasks) == 1 and sig[2] is None and sig[3] is None:
+            checked.append(sig[4][0] == self.state.task_signature(tasks[0]))
+            if broken:
+                sig = sig[:4] + ((sig[4],), ) + sig[5:]
+        return real_try(self, j, tasks, sig)
+
+    monkeypatch.setattr(allocate.Allocator, "_attempt", attempt)
+    monkeypatch.setattr(allocate.Allocator, "try_job", try_job)
+    s = run(snap)
+    assert checked and all(checked)
+    assert (attempts["big"] == 1) != broken, attempts
+    assert sum(e["job"].startswith("big-") for e in s.events) == 8

@@ -119,3 +119,79 @@ def test_compiled_gang_attempts_take_tasks_in_task_priority_order(monkeypatch):
         snap = dataclasses.replace(snap, tasks=dataclasses.replace(snap.tasks, priority=prio))
         assert _run(snap, True) == _run(snap, False)
     assert count.ok > 50 and count.gang_failed > 0, vars(count)
+
+
+def test_attempt_writes_the_journal_object_half_and_node_log_as_record_objects(monkeypatch):
+    """After each compiled attempt (placed everything or failed part-way, before the caller's
+    rollback) the journal's new entries are what ``CycleState._record_objects`` writes for such a task
+    (task, node, its gpuGroup list as it was before the placement, no gpuGroup map, no DRA part), the
+    task / node of each matches the numeric half, each task's gpuGroup list is cleared, and the node
+    log grew by exactly the placements' nodes in order (``Allocator._attempt_kernel`` writes these
+    itself instead of calling ``_record_objects`` per task)."""
+    orig = allocate.Allocator._attempt_kernel
+    seen = {"entries": 0, "failed_with_entries": 0}
+
+    def checked(al, j, tasks, idx):
+        s = al.state
+        i0, hi = len(s._journal), len(s.node_log)
+        groups = list(s.task_gpu_groups)
+        failed = False
+        try:
+            return orig(al, j, tasks, idx)
+        except allocate._Fail:
+            failed = True
+            raise
+        finally:
+            new = s._journal[i0:]
+            nodes = [n for (_, n, _, _, _) in new]
+            assert new == [(int(s._ji[i0 + i, 0]), int(s._ji[i0 + i, 4]), groups[t], None, None)
+                           for i, (t, *_rest) in enumerate(new)]
+            assert all(s.task_gpu_groups[t] == [] for (t, *_rest) in new)
+            assert len(s.node_log) == hi + len(new)
+            assert np.asarray(s.node_log)[hi:].tolist() == nodes
+            seen["entries"] += len(new)
+            seen["failed_with_entries"] += failed and bool(new)
+
+    monkeypatch.setattr(allocate.Allocator, "_attempt_kernel", checked)
+    for snap in _snapshots():
+        _run(snap, True)
+    assert seen["entries"] > 600 and seen["failed_with_entries"] > 5, seen
+
+
+def test_attempt_entry_point_takes_the_compiled_versions_types(monkeypatch):
+    """``Allocator._entry_point``: with ``CHECK_TYPES`` every call through the attempt's entry point
+    checks each argument's type against the compiled version's signature (the entry point itself
+    would read a mismatch wrongly, silently); whole passes over random and generated clusters call it
+    (when compiled) and decide as passes whose every attempt goes through the dispatcher."""
+    from scheduler_engine.kernels import JIT_ENABLED
+
+    snaps = list(_snapshots())[::2]
+    monkeypatch.setattr(allocate, "CHECK_TYPES", True)
+    allocate.CHECKED.clear()
+    entry = [_run(snap, True) for snap in snaps]
+    if JIT_ENABLED:
+        assert len(allocate.CHECKED) > 200
+    monkeypatch.setattr(allocate.Allocator, "_entry_point", lambda self, disp: disp)
+    assert [_run(snap, True) for snap in snaps] == entry
+
+
+def test_rows_sum_is_the_gathered_sum_bit_for_bit():
+    """``rows_sum`` sums a slice only for an ascending range of a C-contiguous array: the floats of
+    ``rows[tasks].sum(axis=0)`` for ranges, permutations, repeats and non-contiguous rows (rows where
+    the order of the additions changes the result: summing a permuted list as its range fails)."""
+    rng = np.random.default_rng(5)
+    rows = np.array([[1e16, 1.0, 0.1], [1.0, 1e16, 0.2], [-1e16, -1e16, 0.3], [3.0, 0.5, 1e-17]] * 8)
+    rows = np.vstack([rows, rng.normal(size=(200, 3)) * 10.0 ** rng.integers(-8, 9, size=(200, 1))])
+    cases = [[2, 0, 1], [1, 2, 0], [0, 1, 2], [5, 6, 7, 8], [8, 7, 6, 5], [3, 3, 4], [0, 2, 4]]
+    for _ in range(300):
+        a, m = int(rng.integers(0, rows.shape[0] - 40)), int(rng.integers(2, 40))
+        ts = list(range(a, a + m))
+        cases.append(ts)
+        cases.append([int(x) for x in rng.permutation(ts)])
+    differs = 0
+    for arr in (rows, np.asfortranarray(rows)):
+        for ts in cases:
+            want = arr[ts].sum(axis=0)
+            assert allocate.rows_sum(arr, ts).tobytes() == want.tobytes(), ts
+            differs += arr[min(ts):min(ts) + len(ts)].sum(axis=0).tobytes() != want.tobytes()
+    assert differs > 0  # (the order matters on these rows: a slice for a permuted list would be wrong)

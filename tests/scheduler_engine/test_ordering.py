@@ -531,3 +531,53 @@ def test_leaf_rekey_through_entry_points_keeps_the_request_rows_exact(monkeypatc
         m.setattr(ordering.JobQueue, "refresh", checked)
         _whole_cycle(snap)
     assert bad
+
+
+@pytest.mark.parametrize("shape", ["mixed", "one-gpu"])
+def test_pop_after_refreshes_the_deferred_leaf_first(shape):
+    """``pop(refresh=False)`` then ``pop(after=leaf)`` (and ``push(j, refresh=False)``) pops what
+    ``pop(refresh=False)`` + ``refresh(leaf)`` / ``push(j)`` + ``pop`` pop, with the state changing
+    between pops (placements on the popped job's leaf and jobs pushed back); a pop that ignores
+    ``after`` pops another order."""
+    from scheduler_engine.bench import generate
+
+    s = CycleState(generate(nodes=40, jobs=400, queues=12, seed=6, shape=shape))
+    pending = [j for j in range(s.J) if s.job_pending_tasks(j)]
+
+    def run(deferred: bool, ignore_after: bool = False) -> list[int]:
+        st = CycleState(s.snap)
+        jq = JobQueue(st, pending)
+        out, after, pushed = [], -1, set()
+        while True:
+            if deferred:
+                j = jq.pop(refresh=False, after=-1 if ignore_after else after)
+            else:
+                j = jq.pop(refresh=False)
+            if j is None:
+                return out
+            out.append(j)
+            leaf = int(st.job_queue_arr[j])
+            t = int(st.job_start[j])
+            idle, _ = st.fit_masks(t)
+            if st.task_state[t] == 0 and idle.any() and len(out) % 3:
+                st.place(t, int(np.flatnonzero(idle)[-1]))
+            if j not in pushed and st.job_pending_tasks(j) and len(out) % 5 == 0:
+                pushed.add(j)
+                if deferred:
+                    jq.push(j, refresh=False)
+                    after = leaf
+                else:
+                    jq.push(j)
+                continue
+            if deferred:
+                after = leaf
+            else:
+                jq.refresh(leaf)
+
+    plain = run(False)
+    assert len(plain) > len(pending) and run(True) == plain
+    try:
+        wrong = run(True, ignore_after=True)
+    except IndexError:  # (its stale order may even point at a leaf it emptied)
+        wrong = None
+    assert wrong != plain
