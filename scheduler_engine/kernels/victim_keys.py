@@ -220,6 +220,23 @@ def build(victim: bool, by_depth: np.ndarray, kid_ptr: np.ndarray, kids: np.ndar
 
 
 @leaf_kernel
+def build_fresh(victim: bool, by_depth: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray,
+                tot: np.ndarray, prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, live: np.ndarray, cj: np.ndarray,
+                ptr: np.ndarray, walloc: np.ndarray, leaf_live: np.ndarray, req: np.ndarray, key: np.ndarray,
+                vrep: np.ndarray) -> int:
+    """:func:`build` of a victim queue nothing was popped from yet: the leaves ``live`` are live (the
+    others not: ``leaf_live`` all False on entry) and each gives up its next candidate's whole
+    allocation, ``walloc[cj[ptr[q]]]`` (copied into ``req[q]``)."""
+    for i in range(live.shape[0]):
+        q = live[i]
+        leaf_live[q] = True
+        j = cj[ptr[q]]
+        for r in range(3):
+            req[q, r] = walloc[j, r]
+    return build(victim, by_depth, kid_ptr, kids, stat, tot, prio, tb, alloc, leaf_live, req, key, vrep)
+
+
+@leaf_kernel
 def rekey_path(victim: bool, leaf: int, path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray,
                tot: np.ndarray, prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, leaf_live: np.ndarray,
                req: np.ndarray, key: np.ndarray, vrep: np.ndarray, share_only: bool) -> int:

@@ -37,7 +37,7 @@ from ..snapshot import GPU, TaskState
 from ..state import EPS, CycleState
 from ..kernels import scenario as _scenario_k
 from ..kernels import search as _search_k
-from ..kernels import victim_run
+from ..kernels import victim_run, victim_rows
 from ..ordering import kernel_static
 from .idle_gpus import demand, fit_base, may_fit
 from .victim_order import RunCandidates, VictimQueue
@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the solver drives the search; annotations only
 
 _ACTIVE_LUT = np.zeros(max(int(x) for x in TaskState) + 1, dtype=bool)
 _ACTIVE_LUT[[int(TaskState.RUNNING), int(TaskState.BINDING), int(TaskState.PIPELINED)]] = True
+_NO_NODES = np.zeros(0, dtype=np.int64)
 
 #: (the fields the loop's driver reads and writes on every call, as module constants)
 _IS_NEXT, _IS_STEPS, _IS_GOOD, _IS_EMPTIED = (victim_run.IS_NEXT, victim_run.IS_STEPS, victim_run.IS_GOOD,
@@ -178,15 +179,25 @@ def _scratch(state: CycleState) -> list:
     entries (its accumulated victims' tasks and jobs, its recorded tasks) are reset here, O(victims),
     instead of new (J,) and (T,) rows per search. The per-victim columns ``pi`` (room for every task:
     a task is accumulated at most once per search, and every column is written when its victim is
-    accumulated, so nothing is reset) and the per-node rows ``nf`` / ``ni`` (every row a search reads
-    is written by :meth:`PrefixSearch._arrays` first, or is scratch) are lent too. The compiled loop's tried-set table and its pool
+    accumulated, so nothing is reset) are lent too. The compiled loop's tried-set table and its pool
     (:func:`~scheduler_engine.kernels.victim_run.tried_add`) are lent the same way: each search
     gets a new generation, which empties every slot at once. Searches run one after another (the solvers are
-    sequential and a search's rows are not read after the next one starts). Two kinds of rows outlive a
-    search on purpose: the packing filters' sorted base (``NF_SKEY`` / ``NI_SNODE``, sorting the base array
-    held in slot 9, :func:`_sorted_base`) and their marks (``NI_OVL``: each filter call takes the next
-    number, slot 10 carries it from one search to the next, so no mark is ever reused and the row is
-    never reset)."""
+    sequential and a search's rows are not read after the next one starts).
+
+    The per-node rows ``nf`` / ``ni`` are lent *clean* (:func:`.victim_rows.reset_search` after a search,
+    :func:`_clean_rows` before one; slot 11 says what they hold): at 10,000 nodes writing seven (N,) rows
+    per search was ~40-60 us of each of the ~14,000 searches of a cycle, while a search writes them only
+    at its accumulated victims' nodes and its recorded victims' nodes. Between two searches ``NF_ALL_GPU`` / ``NF_REC_GPU`` are 0.0 and
+    ``NI_NODE_HEAD`` is -1 everywhere, ``NF_BASE`` and ``NF_CAP`` both hold the filter base array named
+    ``tag`` (patched on the rows :func:`_fit_base` changed from one commit to the next), ``NI_GOOD``
+    holds ``NF_BASE >= thr`` for the single-task threshold ``thr`` (with ``cnt`` of them; ``thr`` None:
+    not made), ``NI_TSTAMP`` holds only stamps below ``stamp`` (the last search's ``IS_STAMP``: each
+    search numbers on from there, so no stamp is reused and the row is never reset). The rest of
+    ``nf`` / ``ni`` is scratch, written before it is read, but for two kinds of rows that outlive a
+    search on purpose: the packing filters' sorted base (``NF_SKEY`` / ``NI_SNODE``, sorting the base
+    array held in slot 9, :func:`_sorted_base`) and their marks (``NI_OVL``: each filter call takes the
+    next number, slot 10 carries it from one search to the next, so no mark is ever reused and the row
+    is never reset)."""
     vr = victim_run
     sc = getattr(state, "_victims_scratch", None)
     if sc is None:
@@ -195,19 +206,65 @@ def _scratch(state: CycleState) -> list:
         ti[vr.TI_POS] = -1
         sc = state._victims_scratch = [np.full((2, state.J), -1, dtype=np.int64), ti, None,
                                        np.zeros((4, 4096), dtype=np.int64), np.empty(2 * state.T + 2, dtype=np.int64), 0,
-                                       np.empty((8, state.T + 1), dtype=np.int64), np.empty((7, state.N)),
-                                       np.zeros((8, state.N), dtype=np.int64), None, 0]
-    elif sc[2] is not None:
-        k, rec = sc[2]
-        sc[10] = int(k["ist"][vr.IS_OSTAMP])  # (the packing filters' marks go on from there: never reset)
-        p = int(k["ist"][vr.IS_POT])
-        sc[1][vr.TI_POS, k["pi"][vr.PI_POT, :p]] = -1
-        sc[0][:, k["pi"][vr.PI_JOB, :p]] = -1
-        if rec:
-            sc[1][vr.TI_REC, rec] = 0
+                                       np.empty((8, state.T + 1), dtype=np.int64), np.zeros((7, state.N)),
+                                       np.zeros((8, state.N), dtype=np.int64), None, 0,
+                                       {"tag": None, "max": 0.0, "thr": None, "cnt": 0, "stamp": 0, "recn": _NO_NODES}]
+        sc[8][vr.NI_NODE_HEAD] = -1
+        sc[8][vr.NI_TSTAMP] = -1
+    else:
+        kept = sc[11]
+        p = 0
+        rec = _NO_NODES
+        if sc[2] is not None:
+            k, rec = sc[2]
+            sc[10] = int(k["ist"][vr.IS_OSTAMP])  # (the packing filters' marks go on from there: never reset)
+            kept["stamp"] = int(k["ist"][vr.IS_STAMP])  # (so do the node-local sums' stamps)
+            p = int(k["ist"][vr.IS_POT])
+        if p or rec.shape[0] or kept["recn"].shape[0]:
+            # (recorded nodes without arrays: a search that ended before them, at its bound)
+            thr = kept["thr"]
+            victim_rows.reset_search(p, sc[6], sc[0], sc[1], rec, kept["recn"], sc[7], sc[8], thr is not None,
+                                     0.0 if thr is None else float(thr))
+            kept["recn"] = _NO_NODES
     sc[2] = None
     sc[5] += 1  # the tried-set table's generation: the last search's entries are empty slots now
     return sc
+
+
+def _clean_rows(state: CycleState, sc: list, base: np.ndarray) -> dict:
+    """Bring the clean rows ``NF_BASE`` / ``NF_CAP`` (and ``NI_GOOD``, its count) to the filter base
+    ``base`` (:func:`_scratch`): nothing when they hold it, its changed rows when they hold the base
+    :func:`_fit_base` patched into it (the job loop's, one commit earlier), else every kept row (a base
+    made for one search, consolidation's; the first search; ``tag`` None: rows of unknown content). Also the base's largest value (the best node
+    of a search without recorded victims). Returns slot 11."""
+    vr = victim_run
+    kept = sc[11]
+    tag = kept["tag"]
+    if tag is base:
+        return kept
+    nf, ni = sc[7], sc[8]
+    delta = getattr(state, "_victims_base_delta", None)
+    if tag is not None and delta is not None and delta[0] is tag and delta[1] is base and delta[2] is not None:
+        rows = delta[2]
+        if rows.shape[0]:
+            v = base[rows]
+            nf[vr.NF_BASE, rows] = v
+            nf[vr.NF_CAP, rows] = v
+            if kept["thr"] is not None:
+                now = v >= kept["thr"]
+                kept["cnt"] += int(np.count_nonzero(now)) - int(np.count_nonzero(ni[vr.NI_GOOD, rows]))
+                ni[vr.NI_GOOD, rows] = now
+    else:  # (another base, or rows of unknown content: every kept row)
+        nf[vr.NF_BASE] = base
+        nf[vr.NF_CAP] = base
+        nf[vr.NF_ALL_GPU] = 0.0
+        nf[vr.NF_REC_GPU] = 0.0
+        ni[vr.NI_NODE_HEAD] = -1
+        ni[vr.NI_TSTAMP] = -1
+        kept["thr"] = None
+    kept["tag"] = base
+    kept["max"] = float(base.max()) if base.shape[0] else 0.0
+    return kept
 
 
 class PrefixSearch:
@@ -332,19 +389,48 @@ class PrefixSearch:
             if base is None:
                 base = memo["base"] = _fit_base(s)
         self.base = base
-        rec_gpu = np.zeros(s.N)
-        for t in recorded:
-            if s.task_node[t] >= 0:
-                rec_gpu[int(s.task_node[t])] += s.task_alloc[t, GPU]
         if cands.size == 0:
             return None
+        # the per-node rows lent clean (_scratch): the base in NF_BASE / NF_CAP, the recorded victims'
+        # GPUs written on their nodes only (rec_gpu: the row, 0.0 elsewhere)
+        scratch = _scratch(s)
+        kept = _clean_rows(s, scratch, base)
+        nf, ni = scratch[7], scratch[8]
+        vr = victim_run
+        rec_gpu = nf[vr.NF_REC_GPU]
+        recn = _NO_NODES
+        if recorded:
+            task_node, task_gpu = s.task_node, s.task_alloc[:, GPU]
+            for t in recorded:
+                if task_node[t] >= 0:
+                    rec_gpu[int(task_node[t])] += task_gpu[t]
+            recn = np.unique(task_node[recorded])
+            if recn.shape[0] and recn[0] < 0:
+                recn = recn[recn >= 0]
+            kept["recn"] = recn  # (reset by the next search, whether or not this one gets to its arrays)
+            rv = rec_gpu[recn]
+            nf[vr.NF_ALL_GPU, recn] = rv
+            cap_rec = base[recn] + rv
+            nf[vr.NF_CAP, recn] = cap_rec
+        # the best capacity: base + rec_gpu's largest value, i.e. the base's or a recorded node's (there
+        # base + rec >= base); one task without a node selector fits the recorded victims' room when it does
+        best_all = kept["max"] if s.N > 0 else 0.0
+        if recn.shape[0]:
+            best_all = max(best_all, float(cap_rec.max()))
         # bound: even evicting every candidate must leave room somewhere, else no scenario can fit
         # (per node: the recorded victims, then every candidate's active tasks in task order).
         # For one task the filter is "some node's base + victims' GPUs >= its need", monotone in
         # the victims' GPUs, and every candidate's sum is the recorded one plus non-negative
         # terms: when the recorded victims alone pass, the bound passes (no O(tasks) sum)
         dem = demand(s, partial) if len(partial) > 1 else None  # the kernel's input, once per prefix
-        if len(partial) == 1 and may_fit(s, partial, base, rec_gpu):
+        rec_fits = False
+        if len(partial) == 1:
+            if s.task_selector_key[partial[0]] or s.N == 0:
+                rec_fits = may_fit(s, partial, base, rec_gpu)
+            else:  # (may_fit's test without its (N,) sum: the largest base + rec_gpu is best_all)
+                need0 = float(s.task_order_req[partial[0], GPU])
+                rec_fits = need0 <= EPS or best_all >= need0 - 1e-9
+        if rec_fits:
             passes = True
         else:
             hit = memo.get(("every", id(cands))) if memo is not None and not recorded else None
@@ -362,14 +448,24 @@ class PrefixSearch:
             return None
         single = len(partial) == 1 and not s.task_selector_key[partial[0]]
         need1 = float(s.task_order_req[partial[0], GPU]) if single else 0.0
-        cap_all = base + rec_gpu
-        best_all = float(cap_all.max()) if cap_all.size else 0.0
         fast = self.fast = single and need1 > EPS and s.N > 0
         if fast:
             thr = self.thr = need1 - 1e-9
             rec_best = best_all
-            self.good_l = cap_all >= thr
-            self.n_good = int(np.count_nonzero(self.good_l))
+            # the good nodes (base + rec_gpu >= thr): the clean row's when made for this threshold, made
+            # otherwise (_scratch), then the recorded nodes' marks
+            good = ni[vr.NI_GOOD]
+            if kept["thr"] != thr:
+                np.greater_equal(nf[vr.NF_BASE], thr, out=good)
+                kept["thr"] = thr
+                kept["cnt"] = int(np.count_nonzero(good))
+            n_good = kept["cnt"]
+            if recn.shape[0]:
+                now = cap_rec >= thr
+                n_good += int(np.count_nonzero(now)) - int(np.count_nonzero(good[recn]))
+                good[recn] = now
+            self.good_l = good
+            self.n_good = n_good
         gneed = s.task_order_req[partial, GPU]
         self.multi = not fast and len(partial) > 1 and bool(np.any(gneed > EPS)) and s.N > 0
         # one GPU task with a node selector: the same best-fit packing (one request, its nodes)
@@ -383,9 +479,7 @@ class PrefixSearch:
         vq = VictimQueue(s, cands, proto)
         # the accumulated victims live in the compiled loop's arrays, whoever pops them
         # (:meth:`_arrays`): Python's loop below writes them too and its emissions read them
-        self._arrays(cands, base, rec_gpu, cap_all, need1, fast and rec_best < thr,
-                     demand(s, partial) if sel1 else dem)
-        vr = victim_run
+        self._arrays(scratch, base, recn, need1, fast and rec_best < thr, demand(s, partial) if sel1 else dem)
         k = self.kst
         nf, ni, pi, ji, ist = k["nf"], k["ni"], k["pi"], k["ji"], k["ist"]
         all_gpu, cap = self.all_gpu, nf[vr.NF_CAP]
@@ -568,28 +662,21 @@ class PrefixSearch:
         return None
 
     # ---------------------------------------------------------------- the accumulated victims as arrays
-    def _arrays(self, cands: np.ndarray, base: np.ndarray, rec_gpu: np.ndarray, cap: np.ndarray, need1: float,
-                local_filter: bool, dem: tuple | None) -> None:
+    def _arrays(self, scratch: list, base: np.ndarray, recn: np.ndarray, need1: float, local_filter: bool,
+                dem: tuple | None) -> None:
         """The accumulated victims and the per-node sums of the prefix search, laid out as
         :func:`~scheduler_engine.kernels.victim_run.run_victims` takes them (``self.kst``): per
         accumulated victim task (``pi``: task, job, node, the job's next one, when dropped, the
         per-node job entries), per job its first and last (``ji``), per task recorded / position
         (``ti``), per node the sums (``nf``: recorded + accumulated GPUs ``all_gpu``, best
-        capacity ``cap``, filter base, recorded GPUs) and the filter's good nodes (``ni``)."""
+        capacity ``cap``, filter base, recorded GPUs) and the filter's good nodes (``ni``). Those per-node
+        rows come clean from :func:`_scratch` (``scratch``), the recorded nodes ``recn`` already written
+        (:meth:`run`); the sums' scratch rows NF_TSUM / NF_CAPBUF are read only where this search's stamps
+        and counts say they were written."""
         s, solver, vr = self.state, self.solver, victim_run
         N = s.N
-        scratch = _scratch(s)
         ji, ti = scratch[0], scratch[1]
-        # (lent, see _scratch: the sums' scratch rows NF_TSUM / NF_CAPBUF are read only where this
-        # search's stamps and counts say they were written)
         nf, ni, pi = scratch[7], scratch[8], scratch[6]
-        nf[vr.NF_ALL_GPU] = rec_gpu
-        nf[vr.NF_CAP] = cap
-        nf[vr.NF_BASE] = base
-        nf[vr.NF_REC_GPU] = rec_gpu
-        ni[vr.NI_GOOD] = self.good_l if self.fast else 0
-        ni[vr.NI_TSTAMP] = -1
-        ni[vr.NI_NODE_HEAD] = -1
         self.all_gpu, self.good_l = nf[vr.NF_ALL_GPU], ni[vr.NI_GOOD]
         if self.recorded:
             ti[vr.TI_REC, self.recorded] = 1
@@ -604,6 +691,7 @@ class PrefixSearch:
         fst = np.array([0.0, self.thr, float(need1) - 1e-9, self.mthr])
         ist[vr.IS_PHASE] = -1
         ist[vr.IS_GEN] = scratch[5]
+        ist[vr.IS_STAMP] = scratch[11]["stamp"]
         ist[vr.IS_OSTAMP] = scratch[10]
         if dem is None:  # (only read by the packing filter)
             dem = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, N), dtype=np.bool_))
@@ -614,13 +702,13 @@ class PrefixSearch:
             # job loop's base, kept across searches and patched per commit: a base made for one search,
             # consolidation's, would cost a sort per search; a request with a node selector: the scan)
             scratch[9] = _sorted_base(s, base, nf[vr.NF_SKEY], ni[vr.NI_SNODE], scratch[9])
-            rec = np.flatnonzero(rec_gpu)
+            rec = recn[nf[vr.NF_REC_GPU, recn] != 0] if recn.shape[0] else recn  # (np.flatnonzero of the row)
             ni[vr.NI_RECN, :rec.shape[0]] = rec
             ist[vr.IS_NREC] = rec.shape[0]
             ist[vr.IS_SORTED] = 1
         self.kst = {"nf": nf, "ni": ni, "pi": pi, "ji": ji, "ti": ti, "tt": scratch[3], "pool": scratch[4],
                     "ist": ist, "fst": fst, "dem": dem}
-        scratch[2] = (self.kst, list(self.recorded))  # what the next search resets
+        scratch[2] = (self.kst, np.asarray(self.recorded, dtype=np.int64))  # what the next search resets
         self.drop_seq = pi[vr.PI_DROP]
 
     def _kernel_args(self, vq: VictimQueue) -> None:

@@ -475,3 +475,49 @@ def test_victim_rekey_of_the_compiled_loop_writes_the_full_keys(seed):
         nxt = a
         steps += 1
     assert steps >= 1
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed,features", [
+    (60, 400, 20, "mixed", 3, {}),
+    (80, 600, 30, "one-gpu", 2, {}),
+    (50, 360, 20, "mixed", 4, {"dra_nodes": 0.3}),
+])
+def test_fresh_queue_keys_filled_in_the_kernel_are_builds(monkeypatch, nodes, jobs, queues, shape, seed, features):
+    """A fresh victim queue's keys (``_heap_build(fresh=True)``: ``victim_keys.build_fresh`` fills the
+    live leaves and what each gives up in the kernel, from the queue's leaves with candidates when
+    they are still its live set) are bit for bit what ``victim_keys.build`` gives over the rows filled
+    in numpy from the live set, as before: live leaves, requests, keys, representatives, next leaf."""
+    from scheduler_engine import bench
+    from scheduler_engine.kernels import victim_keys as vk
+    from scheduler_engine.ordering import kernel_static
+
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    if features:
+        snap = bench.with_features(snap, seed=seed, **features)
+    real = victim_order.VictimQueue._heap_build
+    seen = []
+
+    def checked(self, fresh=False):
+        real(self, fresh)
+        if not fresh:
+            return
+        s = self.state
+        by_depth, _path, kid_ptr, kids, stat, tot, prio = kernel_static(s)
+        leaf_live = np.zeros(s.Q, dtype=np.bool_)
+        req = np.zeros((s.Q, 3))
+        live = np.fromiter(self._live, dtype=np.int64, count=len(self._live))
+        leaf_live[live] = True
+        req[live] = self.heads()[0][self.cj[self.ptr[live]]]
+        key = np.zeros((s.Q, 6))
+        vrep = np.full(s.Q, -1, dtype=np.int64)
+        nxt = vk.build(True, by_depth, kid_ptr, kids, stat, tot, prio, self._k[6], s.queue_alloc, leaf_live, req,
+                       key, vrep)
+        assert nxt == self._knext
+        for mine, ref in zip(self._k[7:], (leaf_live, req, key, vrep)):
+            assert mine.tobytes() == ref.tobytes()
+        seen.append(len(live))
+
+    with monkeypatch.context() as m:
+        m.setattr(victim_order.VictimQueue, "_heap_build", checked)
+        _cycle(snap)
+    assert len(seen) > 5 and max(seen) > 1

@@ -466,25 +466,47 @@ def test_victim_rows_lent_to_each_search_come_back_clean(monkeypatch, nodes, job
     """The per-job / per-task rows of the accumulated victims are kept on the state and lent to
     one prefix search after another (``accumulation._scratch``): each search gets them in the state
     fresh rows have (every job -1, every task unrecorded and not accumulated), and the cycle decides
-    as with fresh rows per search. The lent per-victim columns and per-node rows (``pi``, ``nf``,
-    ``ni``: not reset between searches) are overwritten before each search with "kept" / 0 / -1,
-    then with a drop number / NaN / node 3: a search that read an entry it did not write would
-    decide otherwise in one of the two. (The packing filters' marks get -1, below every mark; the
-    sorted base is poisoned too and its tag dropped, so it is sorted again.)"""
+    as with fresh rows per search. The kept per-node rows come back clean as well, reset only where
+    the last search wrote them: no recorded or accumulated GPUs, no node entry, ``NF_BASE`` and
+    ``NF_CAP`` bit for bit the base they are tagged with, the single-task filter's marks that base's
+    nodes at its threshold (and their count), every stamp below the next one. The lent per-victim
+    columns and the scratch per-node rows (``pi``, ``NF_TSUM`` / ``NF_CAPBUF``, ``NI_IDXBUF`` /
+    ``NI_HOSTS`` / ``NI_RECN``: not reset between searches) are overwritten before each search with
+    "kept" / 0 / -1, then with a drop number / NaN / node 3: a search that read an entry it did not
+    write would decide otherwise in one of the two. In a third run the kept rows are poisoned too and
+    their tag dropped, so the search rewrites them. (The packing filters' marks get -1, below every
+    mark; the sorted base is poisoned too and its tag dropped, so it is sorted again.)"""
     snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
     if features:
         snap = bench.with_features(snap, seed=seed, **features)
     real = accumulation._scratch
+    vr = victim_run
     lent = []
+    scratch_f, scratch_i = (vr.NF_TSUM, vr.NF_CAPBUF), (vr.NI_IDXBUF, vr.NI_HOSTS, vr.NI_RECN)
 
-    def checked(state, poison=None):
+    def checked(state, poison=None, all_rows=False):
         sc = real(state)
-        assert (sc[0] == -1).all() and (sc[1][victim_run.TI_REC] == 0).all() and (sc[1][victim_run.TI_POS] == -1).all()
-        if poison is not None:  # whatever the lent columns and rows hold, the search writes before it reads
-            sc[6][:], sc[7][:], sc[8][:] = poison
+        assert (sc[0] == -1).all() and (sc[1][vr.TI_REC] == 0).all() and (sc[1][vr.TI_POS] == -1).all()
+        nf, ni, kept = sc[7], sc[8], sc[11]
+        if kept["tag"] is not None:
+            assert (nf[vr.NF_ALL_GPU] == 0.0).all() and (nf[vr.NF_REC_GPU] == 0.0).all()
+            assert (ni[vr.NI_NODE_HEAD] == -1).all() and (ni[vr.NI_TSTAMP] <= kept["stamp"]).all()
+            assert kept["recn"].shape[0] == 0
+            assert np.array_equal(nf[vr.NF_BASE], kept["tag"]) and np.array_equal(nf[vr.NF_CAP], kept["tag"])
+            assert kept["max"] == kept["tag"].max()
+            if kept["thr"] is not None:
+                assert np.array_equal(ni[vr.NI_GOOD], nf[vr.NF_BASE] >= kept["thr"])
+                assert kept["cnt"] == np.count_nonzero(ni[vr.NI_GOOD])
+        if poison is not None:  # whatever the lent columns and scratch rows hold, the search writes before it reads
+            sc[6][:] = poison[0]
+            nf[list(scratch_f)] = poison[1]
+            ni[list(scratch_i)] = poison[2]
+            if all_rows:  # (the kept rows too: with their tag dropped the search rewrites them)
+                nf[:], ni[:] = poison[1], poison[2]
+                kept["tag"] = None
             # (but the packing filters' marks, which only ever grow - any value below the next mark is
             # stale - and the sorted base, kept for the base it sorts: poisoned, and sorted again)
-            sc[8][victim_run.NI_OVL] = -1
+            ni[vr.NI_OVL] = -1
             sc[9] = None
         lent.append(1)
         return sc
@@ -504,10 +526,11 @@ def test_victim_rows_lent_to_each_search_come_back_clean(monkeypatch, nodes, job
             m.setattr(accumulation, "_scratch", fresh)
             assert _cycle(snap) == kept
         for poison in ((-1, 0.0, -1), (5, np.nan, 3)):
-            with monkeypatch.context() as m:
-                m.setattr(accumulation, "USE_KERNEL", use_kernel)
-                m.setattr(accumulation, "_scratch", lambda state: checked(state, poison))
-                assert _cycle(snap) == kept
+            for all_rows in (False, True):
+                with monkeypatch.context() as m:
+                    m.setattr(accumulation, "USE_KERNEL", use_kernel)
+                    m.setattr(accumulation, "_scratch", lambda state: checked(state, poison, all_rows))
+                    assert _cycle(snap) == kept
 
 
 @pytest.mark.parametrize("nodes,jobs,queues,shape,seed,features", [
