@@ -820,9 +820,11 @@ class ScenarioArrays:
         self.rows: dict = {}  # ShapeIndex -> row
         self.S = 0
         self._alloc_stack(8)
-        by_depth, path, kid_ptr, kids, stat, tot, prio = kernel_static(s)
+        _by_depth, path, kid_ptr, kids, stat, tot, prio = kernel_static(s)
         Q = s.Q
-        self._tour = (by_depth, path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, np.zeros(Q, dtype=np.bool_),
+        # (the tournament's live leaves and representatives: every queue at "none" between two calls,
+        # the kernel keys and puts back only its scenario leaves' paths, scenario.build_paths)
+        self._tour = (path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, np.zeros(Q, dtype=np.bool_),
                       np.zeros((Q, 3)), np.zeros((Q, 6)), np.full(Q, -1, dtype=np.int64))
         self._no_sel = np.zeros(0, dtype=np.bool_)
         self._no_frac = np.zeros(0, dtype=np.float64)

@@ -35,6 +35,7 @@ HOT_LEAVES = {
     "search.run_search", "journal.undo_log",
     "victim_run.sorted_pack",  # (the packing filters' best fit on the sorted base)
     "victim_run.overlay_recorded",  # (the packing filters: the recorded nodes join the overlay)
+    "scenario.build_paths", "scenario.job_order_into",  # (the scenario's tournament keys, its pop order)
 }
 
 

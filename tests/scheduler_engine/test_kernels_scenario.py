@@ -620,3 +620,114 @@ def test_scenario_entry_point_calls_have_the_versions_types():
 
     calls, checked = fresh_process_ints("tests.scheduler_engine.test_kernels_scenario:_scenario_entry_check")
     assert checked >= calls > 200
+
+
+def _fns(k):
+    return [k] + ([k.py_func] if hasattr(k, "py_func") else [])
+
+
+def test_job_order_into_is_the_four_stable_sorts():
+    """``scenario.job_order_into`` (the scenario's pop order in one merge sort) gives the permutation of
+    the four stable sorts it replaced (rank, then elastic state, then priority, then leaf, each keyed as
+    float64; the input in reverse job order, the beneficiary's elastic state 0), with many ties in every
+    key, on lengths around the merge widths; compiled and interpreted."""
+    from scheduler_engine.kernels import scenario as sk
+
+    rng = np.random.default_rng(21)
+    J = 50
+    for m in list(range(0, 20)) + [31, 32, 33, 64, 65, 100]:
+        for _ in range(4):
+            jl = rng.choice(J, size=m, replace=m > J).astype(np.int64)
+            jst = np.zeros((J, 6), dtype=np.int64)
+            jst[:, sk.J_PRIO] = rng.integers(-2, 2, J)
+            jst[:, sk.J_RANK] = rng.integers(0, 4, J)
+            jst[:, sk.J_MIN] = rng.integers(0, 3, J)
+            num_active = rng.integers(0, 3, J).astype(np.int64)
+            job_queue = rng.integers(0, 3, J).astype(np.int64)
+            ordr = np.arange(m - 1, -1, -1, dtype=np.int64)
+            for level in range(4):  # (the former passes, least significant key first)
+                kk = np.zeros(m)
+                for x in range(m):
+                    li = int(ordr[x])
+                    jj = jl[li]
+                    if level == 0:
+                        kk[x] = jst[jj, sk.J_RANK]
+                    elif level == 1:
+                        act, mn = num_active[jj], jst[jj, sk.J_MIN]
+                        kk[x] = 0 if li == 0 else (0 if act < mn else (1 if act == mn else 2))
+                    elif level == 2:
+                        kk[x] = jst[jj, sk.J_PRIO]
+                    else:
+                        kk[x] = job_queue[jj]
+                ordr = ordr[np.argsort(kk, kind="stable")]
+            for fn in _fns(sk.job_order_into):
+                a = np.full(m + 3, -7, dtype=np.int64)
+                a[:m] = np.arange(m - 1, -1, -1)
+                b = rng.integers(-9, 9, m + 3)
+                fn(a, m, b, jl, jst, num_active, job_queue)
+                assert a[:m].tolist() == ordr.tolist(), m
+                assert (a[m:] == -7).all()
+
+
+def test_build_paths_keys_as_build_on_the_leaves_paths():
+    """``scenario.build_paths`` (the scenario tournament's keys over its leaves' paths only) returns
+    the leaf ``victim_keys.build`` (placement keys, every queue reset first) returns, with the same
+    representative on every queue and the same key on each represented one, for random leaf sets
+    (leaves of several depths, inner queues holding jobs, dead leaves among them, shared ancestors,
+    equal requests) in a row on the same arrays, each put back to "no live leaf" on its paths after
+    it as the scenario kernel does; compiled and interpreted."""
+    from scheduler_engine.kernels import scenario as sk
+    from scheduler_engine.kernels import victim_keys as vk
+    from scheduler_engine.ordering import kernel_static
+
+    for seed, queues in ((1, 40), (2, 120)):
+        s = CycleState(bench.generate(nodes=40, jobs=300, queues=queues, seed=seed, shape="mixed"))
+        by_depth, path, kid_ptr, kids, stat, tot, prio = kernel_static(s)
+        Q = s.Q
+        depths = {int((path[q] >= 0).sum()) for q in range(Q)}
+        assert len(depths) > 1  # (queues at several depths: the order of the levels matters)
+        rng = np.random.default_rng(seed)
+        tb = rng.permutation(Q).astype(np.int64)
+        for fn in _fns(sk.build_paths):
+            live2, req2 = np.zeros(Q, dtype=np.bool_), np.zeros((Q, 3))
+            key2, vrep2 = np.zeros((Q, 6)), np.full(Q, -1, dtype=np.int64)
+            for _ in range(150):
+                n = int(rng.integers(1, 10))
+                leaves = rng.choice(Q, size=n, replace=False).astype(np.int64)
+                live, req = np.zeros(Q, dtype=np.bool_), np.zeros((Q, 3))
+                key, vrep = np.zeros((Q, 6)), np.full(Q, -1, dtype=np.int64)
+                for q in leaves[rng.random(n) < 0.8].tolist():
+                    live[q] = live2[q] = True
+                    req[q] = req2[q] = rng.integers(0, 3, 3) * 0.5
+                want = vk.build(False, by_depth, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, live, req, key,
+                                vrep)
+                got = fn(leaves, n, path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, live2, req2, key2, vrep2)
+                assert got == want
+                assert (vrep2 == vrep).all()
+                on = vrep >= 0
+                assert (key2[on] == key[on]).all()
+                for q in leaves.tolist():  # (run_scenario's clean-up)
+                    live2[q] = False
+                    vrep2[path[q][path[q] >= 0]] = -1
+                assert not live2.any() and (vrep2 == -1).all()
+
+
+def test_scenario_tournament_rows_left_clean_after_cycles(monkeypatch):
+    """The scenario kernel's tournament rows (live leaves, representatives) are back at "no live leaf"
+    after every call, as ``build_paths`` assumes of the next one: whole cycles whose scenarios hold
+    several leaves leave them so."""
+    made = []
+    init = simulation.ScenarioArrays.__init__
+
+    def keep(self, *a, **k):
+        init(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(simulation.ScenarioArrays, "__init__", keep)
+    for seed, shape in ((3, "mixed"), (4, "one-gpu")):
+        _decisions(bench.generate(nodes=60, jobs=420, queues=20, seed=seed, shape=shape))
+    assert made
+    for ka in made:
+        live, vrep = ka._tour[8], ka._tour[11]
+        assert live.dtype == np.bool_ and not live.any()
+        assert vrep.dtype == np.int64 and (vrep == -1).all()
