@@ -107,6 +107,10 @@ class Allocator:
         self.state = state
         self.placement = dict(state.config.placement or {})
         self.fail_cache: dict[tuple, tuple[int, str]] = {}
+        # the entry of ``fail_cache`` for each first-attempt group's signature, by group (``_fail``
+        # writes both; the driver reads a group's entry without hashing its signature)
+        self._gfail: list[tuple[int, str] | None] = []
+        self._gid: dict[tuple, int] = {}
         # task shape -> (resources_freed, explanation): the shape fits no node (any queue)
         self.nofit: dict[tuple, tuple[int, str]] = {}
         self._nofit_new: list[tuple] = []  # shapes recorded since the driver last looked
@@ -155,7 +159,7 @@ class Allocator:
         uncached = {g for g in alive if not self._dead(g)}
         seen_freed = s.resources_freed
         pushed: set[int] = set()
-        fail_cache = self.fail_cache
+        gfail = self._gfail
         shape_groups = self._shape_groups
         first = self._first
         jstart = s.job_start.tolist()
@@ -182,7 +186,7 @@ class Allocator:
             after = job_leaf[j]
             if sig is not None:
                 # fast path: a first attempt whose shape already failed (nothing changed since)
-                hit = fail_cache.get(sig)
+                hit = gfail[g]  # (``fail_cache.get(sig)``: sig is group g's signature)
                 if hit is not None and hit[0] == s.resources_freed:
                     self.failures[j] = hit[1]
                     continue
@@ -199,7 +203,7 @@ class Allocator:
                 continue
             if sig is None:
                 sig = s.job_signature(j, tasks)
-            ok, pipelined, msg = self.try_job(j, tasks, sig)
+            ok, pipelined, msg = self.try_job(j, tasks, sig, g)
             if s.resources_freed != seen_freed:
                 seen_freed = s.resources_freed
                 alive = [k for k in alive if count[k] > 0]  # (counts only go down)
@@ -297,12 +301,12 @@ class Allocator:
             first, inverse, counts = unique_rows(cols)
             # ``job_signature`` of a single-task job without subgroups or topology, built here
             # (its queue, preemptibility, no topology, its one task shape, not tied to a domain)
+            tsig = s.task_signature
             gid = self._gid
             gtask = self._gtask
-            ft = st[first].tolist()
-            for q, pre, t, shape, c in zip(s.job_queue_arr[sj[first]].tolist(), s.job_preemptible_arr[sj[first]].tolist(),
-                                           ft, s.task_signatures(ft), counts.tolist()):
-                sig = (q, bool(pre), None, None, (shape,), -1)
+            for q, pre, t, c in zip(s.job_queue_arr[sj[first]].tolist(), s.job_preemptible_arr[sj[first]].tolist(),
+                                    st[first].tolist(), counts.tolist()):
+                sig = (q, bool(pre), None, None, (tsig(t),), -1)
                 gid[sig] = len(gsig)
                 gsig.append(sig)
                 count.append(c)
@@ -325,6 +329,7 @@ class Allocator:
             count[k] += 1
             group[j] = k
         self._gsig = gsig
+        self._gfail = [self.fail_cache.get(sig) for sig in gsig]
         # single-task groups without topology by task shape (a shape that fits no node kills them all)
         self._gshape: list[tuple | None] = []
         self._shape_groups: dict[tuple, list[int]] = {}
@@ -377,11 +382,11 @@ class Allocator:
         # ``job_signature`` of such a job, built here: its tasks are of one shape (equal request,
         # GPU memory, selector and claims rows give equal task signatures), no subgroups
         # (``untouched_jobs``), no topology
+        tsig = s.task_signature
         gid = self._gid
-        fa = hstart[first].tolist()
-        for u, (q, pre, a, shape, mm, c) in enumerate(zip(cols[first, 0].tolist(), cols[first, 1].tolist(), fa,
-                                                          s.task_signatures(fa), hm[first].tolist(), counts.tolist())):
-            sig = (q, bool(pre), None, None, (shape,) * mm, -1)
+        for u, (q, pre, a, mm, c) in enumerate(zip(cols[first, 0].tolist(), cols[first, 1].tolist(),
+                                                   hstart[first].tolist(), hm[first].tolist(), counts.tolist())):
+            sig = (q, bool(pre), None, None, (tsig(a),) * mm, -1)
             k = gid.get(sig)
             if k is None:
                 k = gid[sig] = len(gsig)
@@ -394,6 +399,14 @@ class Allocator:
         left = np.ones(cand.size, dtype=bool)
         left[np.flatnonzero(ok)[homo]] = False
         return cand[left]
+
+    def _fail(self, sig: tuple, entry: tuple[int, str], g: int = -1) -> None:
+        """``fail_cache[sig] = entry``, and the entry of sig's first-attempt group if it has one
+        (``g`` >= 0: that group, known to the caller)."""
+        self.fail_cache[sig] = entry
+        k = g if g >= 0 else self._gid.get(sig)
+        if k is not None:
+            self._gfail[k] = entry
 
     def _cached(self, sig: tuple) -> bool:
         hit = self.fail_cache.get(sig)
@@ -424,7 +437,7 @@ class Allocator:
         if hit is None or hit[0] != s.resources_freed:
             raise RuntimeError(f"allocate early exit: group {g} ({sig}) is not known to fail")
         msg = self._over_capacity(sig[0], s.task_quota_req[t], not sig[1]) or hit[1]
-        self.fail_cache[sig] = (s.resources_freed, msg)
+        self._fail(sig, (s.resources_freed, msg))
         return msg
 
     def _drain(self, jq: JobQueue, group: list[int]) -> None:
@@ -446,21 +459,26 @@ class Allocator:
             h.clear()
 
     # ------------------------------------------------------------------ one attempt
-    def try_job(self, j: int, tasks: list[int], sig: tuple | None = None) -> tuple[bool, bool, str]:
-        """Place ``tasks`` of job j all-or-nothing. Returns ``(placed, pipelined, failure message)``."""
+    def try_job(self, j: int, tasks: list[int], sig: tuple | None = None, g: int = -1) -> tuple[bool, bool, str]:
+        """Place ``tasks`` of job j all-or-nothing. Returns ``(placed, pipelined, failure message)``.
+
+        ``g`` >= 0: ``sig`` is first-attempt group g's signature and the caller found no valid cached
+        failure for it (``_gfail[g]``) in this very state, so it is not looked up again (hashing a
+        gang's signature is ~1 us) and a failure is recorded in the group's slot directly."""
         s = self.state
         if sig is None:
             sig = s.job_signature(j, tasks)
-        hit = self.fail_cache.get(sig)
-        if hit is not None and hit[0] == s.resources_freed:
-            return False, False, hit[1]
+        if g < 0:
+            hit = self.fail_cache.get(sig)
+            if hit is not None and hit[0] == s.resources_freed:
+                return False, False, hit[1]
         if len(tasks) == 1 and sig[2] is None and sig[3] is None:
             # a single task whose shape fits no node: fails in any queue (after the queue check)
             t = tasks[0]
             hit = self.nofit.get(sig[4][0])  # (the job signature's one task shape: task t's signature)
             if hit is not None and hit[0] == s.resources_freed:
                 msg = self._over_capacity(sig[0], s.task_quota_req[t], not sig[1]) or hit[1]
-                self.fail_cache[sig] = (s.resources_freed, msg)
+                self._fail(sig, (s.resources_freed, msg), g)
                 return False, False, msg
         cp = s.checkpoint()
         self._base = cp[0]
@@ -468,7 +486,7 @@ class Allocator:
             self._attempt(j, tasks, sig)
         except _Fail as f:
             s.rollback(cp)
-            self.fail_cache[sig] = (s.resources_freed, f.message)
+            self._fail(sig, (s.resources_freed, f.message), g)
             s.mark_failure_point()
             return False, False, f.message
         a, c = int(s.job_start[j]), int(s.job_count[j])

@@ -155,12 +155,12 @@ def test_a_shape_that_fits_nowhere_is_attempted_once_over_the_queues(monkeypatch
         attempts[self.state.jobs.names[j].split("-")[0]] += 1
         return real_attempt(self, j, tasks, sig)
 
-    def try_job(self, j, tasks, sig=None):
+    def try_job(self, j, tasks, sig=None, g=-1):
         if sig is not None and len(tasks) == 1 and sig[2] is None and sig[3] is None:
             checked.append(sig[4][0] == self.state.task_signature(tasks[0]))
             if broken:
-                sig = sig[:4] + ((sig[4],), ) + sig[5:]
-        return real_try(self, j, tasks, sig)
+                sig, g = sig[:4] + ((sig[4],), ) + sig[5:], -1
+        return real_try(self, j, tasks, sig, g)
 
     monkeypatch.setattr(allocate.Allocator, "_attempt", attempt)
     monkeypatch.setattr(allocate.Allocator, "try_job", try_job)
@@ -168,3 +168,31 @@ def test_a_shape_that_fits_nowhere_is_attempted_once_over_the_queues(monkeypatch
     assert checked and all(checked)
     assert (attempts["big"] == 1) != broken, attempts
     assert sum(e["job"].startswith("big-") for e in s.events) == 8
+
+
+@pytest.mark.parametrize("shape", ["mixed", "one-gpu"])
+def test_group_failure_slots_are_the_cache_entries_of_their_signatures(monkeypatch, shape):
+    """The driver reads a first-attempt group's failure from ``_gfail[g]`` instead of
+    ``fail_cache.get(gsig[g])``: after every attempt (every write goes through ``_fail``) and at the
+    end of whole passes, each group's slot is the cache's entry for its signature (a ``_fail`` that
+    leaves the slots alone fails it), and many pops take the fast path."""
+    from scheduler_engine import bench
+
+    real_try = allocate.Allocator.try_job
+    checks = []
+
+    def same(al):
+        return all(x is al.fail_cache.get(sig) for x, sig in zip(al._gfail, al._gsig))
+
+    def try_job(self, j, tasks, sig=None, g=-1):
+        r = real_try(self, j, tasks, sig, g)
+        checks.append(same(self))
+        return r
+
+    monkeypatch.setattr(allocate.Allocator, "try_job", try_job)
+    for seed in (1, 2, 3):
+        s = CycleState(bench.generate(nodes=40, jobs=400, queues=10, seed=seed, shape=shape))
+        al = allocate.Allocator(s)
+        al.run()
+        assert same(al) and sum(x is not None for x in al._gfail) > 3
+    assert len(checks) > 100 and all(checks)

@@ -64,6 +64,27 @@ def test_node_log_reserve_then_set_len():
         log.set_len(log.buf.shape[0] + 1)
 
 
+def test_node_log_grows_fourfold():
+    """``NodeLog.reserve`` grows the buffer fourfold (doubling copied the whole log into fresh memory
+    twice as often; see its docstring): appending 1,000,000 entries from a capacity of 16 in chunks
+    of 1 to 1,000 replaces the buffer at most 9 times, each time by one at least four times as large
+    (doubling: 15 or more replacements), and keeps every entry."""
+    log = NodeLog(16)
+    rng = np.random.default_rng(2)
+    bufs, total = [log.buf], 0
+    while total < 1_000_000:
+        k = int(rng.integers(1, 1001))
+        buf = log.reserve(k)
+        if buf is not bufs[-1]:
+            assert buf.shape[0] >= 4 * bufs[-1].shape[0]
+            bufs.append(buf)
+        buf[total:total + k] = np.arange(total, total + k)
+        total += k
+        log.set_len(total)
+    assert 2 <= len(bufs) - 1 <= 9 and log.buf.shape[0] < 4 * 1_000_000 + 1000
+    assert np.array_equal(np.asarray(log), np.arange(total))
+
+
 @pytest.mark.parametrize("seed,shape,sg,dra", [(1, "mixed", 0.0, 0.0), (3, "mixed", 0.3, 0.0), (4, "mixed", 0.0, 0.3)])
 def test_rollback_logs_every_undone_node_last_entry_first(seed, shape, sg, dra):
     s = CycleState(_snapshot(seed, shape, sg, dra))

@@ -263,26 +263,3 @@ def test_fmt_amount_memoised_writes_what_it_computes():
         fmt_amount.cache_clear()
     with pytest.raises(ValueError):
         fmt_amount(GPU, float("nan"))
-
-
-@pytest.mark.parametrize("sub_groups, dra_nodes", [(0.0, 0.0), (0.2, 0.3)])
-def test_task_signatures_together_are_each_task_signature(sub_groups, dra_nodes):
-    """``CycleState.task_signatures`` (missing ones made from one ``tolist`` of their rows) gives, for
-    any list of tasks and whichever were made before, the tuples ``task_signature`` makes one by one:
-    equal, with the same element types (Python floats; a DRA task's claims part), and memoised."""
-    from scheduler_engine import bench
-
-    snap = bench.with_features(bench.generate(nodes=40, jobs=400, queues=10, seed=3), sub_groups=sub_groups,
-                               dra_nodes=dra_nodes, seed=3)
-    ref = CycleState(snap)
-    want = [ref.task_signature(t) for t in range(ref.T)]
-    s = CycleState(snap)
-    rng = np.random.default_rng(1)
-    for t in rng.choice(s.T, size=s.T // 4, replace=False).tolist():
-        s.task_signature(t)  # (some made before, one by one)
-    ts = rng.permutation(s.T).tolist() + [0, 0]
-    got = s.task_signatures(ts)
-    assert [repr(x) for x in got] == [repr(want[t]) for t in ts]
-    assert all(s._task_sig[t] is x for t, x in zip(ts, got))
-    if dra_nodes:
-        assert any(len(x) == 6 for x in got)  # (tasks with claims: their claims are part of the shape)
