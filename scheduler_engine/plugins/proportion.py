@@ -602,9 +602,20 @@ def _leveled(a: list[int], b: list[int]) -> tuple[int, int]:
 # The queue state a reclaim attempt reads from the cycle state, and its refusals in words.
 
 def shares_now(state: CycleState, copy: bool = False) -> QueueShares:
+    """The reclaim predicates' view of the state's queues; ``copy``: with the allocations as they are
+    now (a reclaim attempt's start, ``OnJobSolutionStart``), which later changes do not move.
+
+    The two allocation rows are strided views of one (Q, 2, 3) array: the copy takes that array in
+    one contiguous copy and views its rows (~3 us at 1,000 queues, against ~16 us for the two strided
+    copies, once per reclaim attempt); the same values either way."""
     a, anp = state.queue_alloc, state.queue_alloc_np
     if copy:
-        a, anp = a.copy(), anp.copy()
+        both = getattr(state, "_queue_alloc_both", None)
+        if both is not None and a.base is both and anp.base is both:
+            both = both.copy()
+            a, anp = both[:, 0], both[:, 1]
+        else:
+            a, anp = a.copy(), anp.copy()
     return QueueShares(parent=np.asarray(state.queues.parent), deserved=state.queue_deserved,
                        limit=state.queue_limit, fair_share=state.fair_share, allocated=a, allocated_np=anp,
                        total=state.total)

@@ -779,6 +779,8 @@ class ScenarioArrays:
     def __init__(self, state: CycleState, placer: Placer, tb: np.ndarray) -> None:
         s = self.state = state
         self.placer = placer
+        # (no task has DRA claims: learn need not look at each task of a job; the claims do not change)
+        self._any_claims = bool(s.task_has_claims.any())
         J, T, N = len(s.job_start), s.T, s.N
         jobs = s.jobs
         jst = self.jst = np.zeros((J, 6), dtype=np.int64)
@@ -962,7 +964,7 @@ class ScenarioArrays:
                 continue
             t0, cnt = int(s.job_start[jj]), int(s.job_count[jj])
             ts = range(t0, t0 + cnt)
-            ok = pl._plain[jj] and not any(s._claims_list[t] for t in ts)
+            ok = pl._plain[jj] and not (self._any_claims and any(s._claims_list[t] for t in ts))
             if ok:
                 for t in ts:
                     r = self.row(pl._shape_index(t))

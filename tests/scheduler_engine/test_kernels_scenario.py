@@ -742,3 +742,35 @@ def test_scenario_tournament_rows_left_clean_after_cycles(monkeypatch):
         live, vrep = ka._tour[8], ka._tour[11]
         assert live.dtype == np.bool_ and not live.any()
         assert vrep.dtype == np.int64 and (vrep == -1).all()
+
+
+def test_learn_refuses_jobs_with_claims(monkeypatch):
+    """``ScenarioArrays.learn`` flags a job whose tasks hold DRA claims as not plain (the scenario kernel
+    does not take claims): whole cycles on a cluster with a DRA pool learn such jobs and flag each 0,
+    while the jobs it flags 1 hold none (``_any_claims`` lets a cluster without claims skip the per-task
+    look)."""
+    made = []
+    init = simulation.ScenarioArrays.__init__
+
+    def keep(self, *a, **k):
+        init(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(simulation.ScenarioArrays, "__init__", keep)
+    snap = bench.with_features(bench.generate(nodes=60, jobs=420, queues=20, seed=5, shape="mixed"),
+                               seed=5, dra_nodes=0.3)
+    _decisions(snap)
+    from scheduler_engine.kernels import scenario as sk
+
+    claimed_seen = 0
+    for ka in made:
+        s = ka.state
+        assert ka._any_claims
+        ok = ka.jst[:, sk.J_OK]
+        for j in np.flatnonzero(ok >= 0).tolist():
+            t0, cnt = int(s.job_start[j]), int(s.job_count[j])
+            claimed = bool(s.task_has_claims[t0:t0 + cnt].any())
+            claimed_seen += claimed
+            if claimed:
+                assert ok[j] == 0, j
+    assert claimed_seen > 0

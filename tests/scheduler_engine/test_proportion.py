@@ -735,3 +735,23 @@ def test_can_reclaim_resources_in_python_floats_is_the_array_rule(rows, req, pre
     want = bool(less_equal(s.allocated[0] + r, s.fair_share[0])) and (
         preemptible or bool(less_equal(s.allocated_np[0] + r, s.deserved[0])))
     assert can_reclaim_resources(s, 0, r, preemptible) is want
+
+
+def test_shares_now_copy_is_the_allocations_at_the_call():
+    """``shares_now(copy=True)`` (a reclaim attempt's start, copied as the one (Q, 2, 3) array both
+    allocation rows view): bit for bit the state's allocation rows at the call, and unmoved when the
+    state's allocations change afterwards (both rows); without ``copy`` the views follow the state."""
+    from scheduler_engine.clusters import generate
+    from scheduler_engine.plugins.proportion import shares_now
+    from scheduler_engine.state import CycleState
+
+    s = CycleState(generate(nodes=30, jobs=200, queues=12, seed=3, shape="mixed"))
+    s.queue_alloc[:] = np.random.default_rng(3).random(s.queue_alloc.shape)
+    s.queue_alloc_np[:] = np.random.default_rng(4).random(s.queue_alloc_np.shape)
+    a0, anp0 = s.queue_alloc.copy(), s.queue_alloc_np.copy()
+    start, live = shares_now(s, copy=True), shares_now(s)
+    assert start.allocated.tobytes() == a0.tobytes() and start.allocated_np.tobytes() == anp0.tobytes()
+    s.queue_alloc[2, 1] += 5.0
+    s.queue_alloc_np[1, 0] += 7.0
+    assert start.allocated.tobytes() == a0.tobytes() and start.allocated_np.tobytes() == anp0.tobytes()
+    assert live.allocated[2, 1] == a0[2, 1] + 5.0 and live.allocated_np[1, 0] == anp0[1, 0] + 7.0
