@@ -136,6 +136,62 @@ def _pending_entry(state: CycleState, j: int) -> tuple:
     return hit
 
 
+def prime_job_entries(state: CycleState, jobs: list[int]) -> None:
+    """Make :func:`_signature` and :func:`_pending_entry` of every job of ``jobs`` that has none (or,
+    for the pending entry, one of another ``job_version``), together: the same values as those
+    functions make one job at a time (the selector keys of each job's task range as a sorted set; the
+    request rows of its Pending tasks, ascending, from one gather and ``tolist`` for all the jobs, each
+    job's sorted; the shape ids interned in ``jobs`` order). Consolidation's end-of-loop check reads
+    both for every job left (~36,600 at 10,000 nodes, ~7.7 us each one by one: 0.28 s of the phase).
+    Jobs with subgroups or DRA claims get their signature from :func:`_signature` itself."""
+    if not jobs:
+        return
+    sigs = state.__dict__.get("_constraint_sigs")
+    if sigs is None:
+        sigs = state._constraint_sigs = {}
+    keys = state.task_selector_key
+    starts = state.job_start.tolist() if len(jobs) * 4 > state.J else None
+    treq, tpref, sg = state.jobs.topology_required, state.jobs.topology_preferred, state._sg_list
+    plain = not state.D
+    for j in jobs:
+        if j in sigs:
+            continue
+        if plain and not sg[j]:
+            a = starts[j] if starts is not None else int(state.job_start[j])
+            c = int(state.job_count[j])
+            sel = (keys[a],) if c == 1 else tuple(sorted(set(keys[a:a + c])))
+            sigs[j] = (sel, treq[j], tpref[j])
+        else:
+            sigs[j] = _constraint_signature(state, j)
+    cache = state.__dict__.get("_pending_reqs")
+    if cache is None:
+        cache = state._pending_reqs = {}
+        state._pending_shape_ids = {}
+    ja = np.asarray(jobs, dtype=np.int64)
+    vers = state.job_version[ja].tolist()
+    todo = [i for i, (j, v) in enumerate(zip(jobs, vers)) if (h := cache.get(j)) is None or h[0] != v]
+    if not todo:
+        return
+    tj = ja[todo]
+    st = state.job_start[tj].astype(np.int64)
+    cnt = state.job_count[tj].astype(np.int64)
+    seg = np.repeat(np.arange(tj.size), cnt)  # each task's position in ``todo``
+    tasks = np.arange(seg.size, dtype=np.int64) + np.repeat(st - (np.cumsum(cnt) - cnt), cnt)
+    pend = state.task_state[tasks] == _PEND
+    npend = np.bincount(seg[pend], minlength=tj.size).tolist()
+    rows = state.task_order_req[tasks[pend]].tolist()
+    ids = state._pending_shape_ids
+    a = 0
+    for i, n in zip(todo, npend):
+        reqs = sorted(map(tuple, rows[a:a + n])) if n else []
+        a += n
+        shape = (n, tuple(reqs))
+        sid = ids.get(shape)
+        if sid is None:
+            sid = ids[shape] = len(ids)
+        cache[jobs[i]] = (vers[i], n, reqs, sid)
+
+
 def _le(a: tuple, b: tuple) -> bool:
     return all(x <= y + EPS for x, y in zip(a, b))
 

@@ -18,7 +18,7 @@ from ..snapshot import GPU
 from ..solvers.job_solver import VictimSolver
 from ..state import CycleState
 from .common import (FailedShapes, _pending_entry, _signature, bind_what_waits_for_nothing, commit_events,
-                     pending_ready_jobs, stop_for_budget)
+                     pending_ready_jobs, prime_job_entries, stop_for_budget)
 
 
 #: end the job loop once every job left is passed over (``Consolidation._loop``; False: pop them all,
@@ -122,6 +122,7 @@ class Consolidation:
         (signature, shape id)."""
         s = self.state
         memo: dict[tuple, bool] = {}
+        prime_job_entries(s, [j for h in jq.heaps for _, j in h])  # (the two look-ups below, made together)
         for h in jq.heaps:
             for _, j in h:
                 key = (_signature(s, j), _pending_entry(s, j)[3])

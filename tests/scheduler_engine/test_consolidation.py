@@ -298,3 +298,55 @@ def test_loop_ending_once_every_job_left_is_passed_over_decides_as_popping_them_
         assert cycle(True, ticks, logging()) == off, ticks
         cuts += (off.get("budget") or {}).get("cutIn") == "consolidation"
     assert cuts >= 10
+
+
+@pytest.mark.parametrize("sub_groups, dra_nodes, selectors", [(0.0, 0.0, False), (0.2, 0.0, True), (0.0, 0.3, False)])
+def test_primed_job_entries_are_the_one_by_one_entries(sub_groups, dra_nodes, selectors):
+    """``common.prime_job_entries`` makes, for jobs in any order (repeats, jobs with entries already,
+    entries of an older ``job_version``), the constraint signatures and pending entries that
+    ``_signature`` / ``_pending_entry`` make one job at a time on the same state: equal signatures,
+    equal (version, pending count, sorted requests), and shape ids equal exactly for equal shapes
+    (counting every task of a job instead of its Pending ones fails it)."""
+    import dataclasses
+
+    import numpy as np
+
+    from scheduler_engine import bench
+    from scheduler_engine.actions import common, get_action
+    from scheduler_engine.state import CycleState
+
+    snap = bench.with_features(bench.generate(nodes=40, jobs=400, queues=10, seed=5), sub_groups=sub_groups,
+                               dra_nodes=dra_nodes, seed=5)
+    if selectors:  # every third task asks for a zone
+        sel = [({"zone": "a"} if t % 3 == 0 else {}) for t in range(len(snap.tasks.names))]
+        snap = dataclasses.replace(snap, tasks=dataclasses.replace(snap.tasks, node_selector=sel))
+    def state():
+        st = CycleState(snap)
+        for j in range(0, st.J, 2):  # (jobs partly placed: a Pending task after a Binding one)
+            t = int(st.job_start[j]) + 1
+            if st.job_count[j] > 2 and st.task_state[t] == TaskState.PENDING:
+                idle = np.flatnonzero(st.fit_masks(t)[0])
+                if idle.size:
+                    st.place(t, int(idle[-1]))
+        get_action("allocate")(st)
+        return st
+
+    s = state()
+    rng = np.random.default_rng(3)
+    jobs = rng.permutation(s.J).tolist()
+    for j in jobs[:50]:
+        common._signature(s, j), common._pending_entry(s, j)  # (made before, one by one)
+    for j in jobs[50:60]:  # entries of an older version
+        s._pending_reqs[j] = (-1,) + s._pending_reqs.get(j, (0, 0, [], -5))[1:]
+    common.prime_job_entries(s, jobs + jobs[:30])
+    ref = state()
+    assert s.job_version.tolist() == ref.job_version.tolist()
+    got = {j: s._pending_reqs[j] for j in jobs}
+    want = {j: common._pending_entry(ref, j) for j in jobs}
+    assert {j: e[:3] for j, e in got.items()} == {j: e[:3] for j, e in want.items()}
+    assert any(0 < e[1] < int(s.job_count[j]) for j, e in got.items())  # (partly pending jobs)
+    pairs = rng.integers(0, len(jobs), size=(3000, 2))
+    for a, b in pairs.tolist():
+        ja, jb = jobs[a], jobs[b]
+        assert (got[ja][3] == got[jb][3]) == (want[ja][3] == want[jb][3])
+    assert {j: s._constraint_sigs[j] for j in jobs} == {j: common._signature(ref, j) for j in jobs}
