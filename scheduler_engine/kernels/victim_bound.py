@@ -98,3 +98,22 @@ def move_tasks(tasks: np.ndarray, task_node: np.ndarray, where: np.ndarray, head
                 nxt[p] = t
         where[t] = new
     return m
+
+
+@leaf_kernel
+def leaf_task_nodes(leaves: np.ndarray, cj: np.ndarray, lo: np.ndarray, n: np.ndarray, job_start: np.ndarray,
+                    job_count: np.ndarray, task_node: np.ndarray, out: np.ndarray) -> int:
+    """The nodes of every placed task of the member jobs of ``leaves`` (each leaf's run ``cj[lo[q]:lo[q] +
+    n[q]]``, :class:`~scheduler_engine.solvers.victim_order.LeafRuns`) into ``out`` (repeats included);
+    returns how many: the only nodes whose bound sum a leaf mask with or without those leaves can change."""
+    m = 0
+    for i in range(leaves.shape[0]):
+        q = leaves[i]
+        for x in range(lo[q], lo[q] + n[q]):
+            j = cj[x]
+            for t in range(job_start[j], job_start[j] + job_count[j]):
+                v = task_node[t]
+                if v >= 0:
+                    out[m] = v
+                    m += 1
+    return m

@@ -272,3 +272,77 @@ def rekey_path(victim: bool, leaf: int, path: np.ndarray, kid_ptr: np.ndarray, k
     root = kid_ptr.shape[0] - 2
     b = best_child(root, kid_ptr, kids, vrep, key, tb)
     return vrep[b] if b >= 0 else -1
+
+
+@leaf_kernel
+def _rekey_dead(leaf_live: np.ndarray, req: np.ndarray, key: np.ndarray, vrep: np.ndarray) -> None:
+    """Zero what :func:`build` leaves zero in fresh arrays: the request of every leaf that is not live and
+    the key of every queue without a live leaf below (rows a re-key left as they were; never read)."""
+    for q in range(vrep.shape[0]):
+        if not leaf_live[q]:
+            for r in range(3):
+                req[q, r] = 0.0
+        if vrep[q] < 0:
+            for k in range(6):
+                key[q, k] = 0.0
+
+
+@leaf_kernel
+def refresh_all(path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray, tot: np.ndarray,
+                prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, seen: np.ndarray, below: np.ndarray,
+                leaves: np.ndarray, n: np.ndarray, lo: np.ndarray, cj: np.ndarray, walloc: np.ndarray,
+                leaf_live: np.ndarray, req: np.ndarray, key: np.ndarray, vrep: np.ndarray, dirty: np.ndarray) -> None:
+    """Bring victim keys built for every leaf with candidates (``n[q] > 0``, each giving up its first one,
+    ``walloc[cj[lo[q]]]``: what :func:`build_fresh` gives for them) up to date after the allocations
+    (``alloc`` against ``seen``, the ones they were keyed with: updated) or the runs of the leaves
+    ``leaves`` (the only ones whose runs or first candidates may have changed) changed: the path of
+    every such leaf whose liveness or request changed, and of a leaf below (``below``) every queue whose
+    allocation changed, re-keyed in full (:func:`rekey_path`). A queue off those paths has the same live
+    leaves, requests and allocations below it, so the same key; one on them is re-keyed after its
+    children's last re-key (a path is re-keyed bottom-up, and a child's last re-key passes through its
+    parent afterwards), so every queue ends with :func:`build`'s key and representative."""
+    m = 0
+    for q in range(alloc.shape[0]):
+        if alloc[q, 0] != seen[q, 0] or alloc[q, 1] != seen[q, 1] or alloc[q, 2] != seen[q, 2]:
+            for r in range(3):
+                seen[q, r] = alloc[q, r]
+            dirty[m] = below[q]
+            m += 1
+    for i in range(leaves.shape[0]):
+        q = leaves[i]
+        live = n[q] > 0
+        r0 = 0.0
+        r1 = 0.0
+        r2 = 0.0
+        if live:
+            j = cj[lo[q]]
+            r0 = walloc[j, 0]
+            r1 = walloc[j, 1]
+            r2 = walloc[j, 2]
+        if live != leaf_live[q] or r0 != req[q, 0] or r1 != req[q, 1] or r2 != req[q, 2]:
+            leaf_live[q] = live
+            req[q, 0] = r0
+            req[q, 1] = r1
+            req[q, 2] = r2
+            dirty[m] = q
+            m += 1
+    for i in range(m):
+        rekey_path(True, dirty[i], path, kid_ptr, kids, stat, tot, prio, tb, alloc, leaf_live, req, key, vrep, False)
+    _rekey_dead(leaf_live, req, key, vrep)
+
+
+@leaf_kernel
+def without_leaves(gone: np.ndarray, path: np.ndarray, kid_ptr: np.ndarray, kids: np.ndarray, stat: np.ndarray,
+                   tot: np.ndarray, prio: np.ndarray, tb: np.ndarray, alloc: np.ndarray, leaf_live: np.ndarray,
+                   req: np.ndarray, key: np.ndarray, vrep: np.ndarray) -> int:
+    """From :func:`build`'s keys over a set of live leaves, those over the set without the leaves ``gone``
+    (each no longer live, its path re-keyed in full: the same induction as :func:`refresh_all`), with
+    the rows :func:`build` would leave zero zeroed. Returns the leaf whose victim comes next."""
+    for i in range(gone.shape[0]):
+        q = gone[i]
+        leaf_live[q] = False
+        rekey_path(True, q, path, kid_ptr, kids, stat, tot, prio, tb, alloc, leaf_live, req, key, vrep, False)
+    _rekey_dead(leaf_live, req, key, vrep)
+    root = kid_ptr.shape[0] - 2
+    b = best_child(root, kid_ptr, kids, vrep, key, tb)
+    return vrep[b] if b >= 0 else -1

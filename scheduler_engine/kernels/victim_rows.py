@@ -1,4 +1,6 @@
-"""The prefix search's lent rows brought back to clean after a search, where it wrote them only.
+"""Rows the victim search keeps across searches, patched where they changed: the prefix search's lent
+rows brought back to clean after a search (:func:`reset_search`), reclaim's per-leaf runs of candidates
+after a commit (:func:`rebuild_runs`).
 
 The victim search's per-job, per-task and per-node rows (:func:`scheduler_engine.solvers.accumulation.
 _scratch`) are kept on the state and lent to one prefix search after another. A search writes them at
@@ -52,3 +54,39 @@ def reset_search(p: int, pi: np.ndarray, ji: np.ndarray, ti: np.ndarray, rec: np
             good[n] = 1 if base[n] >= thr else 0
     for k in range(rec.shape[0]):
         is_rec[rec[k]] = 0
+
+
+@leaf_kernel
+def rebuild_runs(leaves: np.ndarray, by_static: np.ndarray, lo: np.ndarray, end: np.ndarray, member: np.ndarray,
+                 group: np.ndarray, n_active: np.ndarray, min_available: np.ndarray, cj: np.ndarray,
+                 n: np.ndarray) -> None:
+    """Each leaf's run of member jobs (:meth:`scheduler_engine.solvers.victim_order.LeafRuns._rebuild_leaf`)
+    for the leaves ``leaves``: the members of its range ``lo[q]:end[q]`` of the static order
+    ``by_static`` (sorted by (leaf, priority) group, then the static rank) stably sorted by group and
+    elastic state descending (2: above minAvailable, 1: at it, 0: below), into ``cj[lo[q]:]``, their
+    number into ``n[q]``. Within one group run of the static order that sort is the members with state
+    2, then 1, then 0, each in static order: three passes over the run, no sort (a leaf's few thousand
+    jobs at 10,000 nodes took ~30 us per leaf in numpy, a commit touching tens of leaves)."""
+    for i in range(leaves.shape[0]):
+        q = leaves[i]
+        w = lo[q]
+        a = lo[q]
+        e = end[q]
+        while a < e:
+            g = group[by_static[a]]
+            b = a + 1
+            while b < e and group[by_static[b]] == g:
+                b += 1
+            for want in range(2, -1, -1):
+                for x in range(a, b):
+                    j = by_static[x]
+                    if not member[j]:
+                        continue
+                    act = n_active[j]
+                    m = min_available[j]
+                    el = 0 if act < m else (1 if act == m else 2)
+                    if el == want:
+                        cj[w] = j
+                        w += 1
+            a = b
+        n[q] = w - lo[q]

@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..kernels import victim_bound, victim_keys, victim_run
+from ..kernels import victim_bound, victim_keys, victim_rows, victim_run
 from ..ordering import (_QueueProfile, _alloc_rows, _dom, _profile_less, _static, chain_tiebreaks, kernel_static,
                         queue_kids)
 from .. import subgroups
@@ -226,6 +226,9 @@ class LeafRuns:
     sync) and the sync at which each node's sums last changed (``node_epoch``).
     """
 
+    #: a commit's leaves rebuilt in one kernel call (:func:`.victim_rows.rebuild_runs`; ``False``: each by
+    #: :meth:`_rebuild_leaf`, tests compare)
+    RUNS_KERNEL = True
     #: bytes of kept bounds (:meth:`bound`; one (N,) row per leaf mask, the least recently used dropped)
     BOUND_BYTES = 32 << 20
     #: keep the bounds across commits (``False``: every bound is the full pass; tests compare)
@@ -255,7 +258,12 @@ class LeafRuns:
         self._bound_cap = max(8, self.BOUND_BYTES // (8 * max(s.N, 1)))
         #: how :meth:`bound` answered: full passes, kept sums as they were, kept sums patched, searches
         #: with recorded victims (tests)
-        self.bound_counts = {"full": 0, "kept": 0, "patched": 0, "recorded": 0}
+        self.bound_counts = {"full": 0, "kept": 0, "patched": 0, "recorded": 0, "near": 0}
+        self._node_buf: np.ndarray | None = None  # (_near_bound's nodes)
+        self._keys: tuple | None = None  # the victim keys of every leaf with members (full_keys)
+        self._key_leaves: list[np.ndarray] = []  # leaves whose runs sync patched since (full_keys)
+        #: how :meth:`full_keys` answered: built, brought up to date (tests)
+        self.key_counts = {"built": 0, "refreshed": 0}
         self._rebuild()
 
     def _elastic_key(self, jobs: np.ndarray) -> np.ndarray:
@@ -280,6 +288,8 @@ class LeafRuns:
         _refresh_heads(s, jobs)
         self._index_tasks()
         self._mark()
+        self._keys = None
+        self._key_leaves = []
 
     def _index_tasks(self) -> None:
         """Every node's task list from the current state (ascending task ids); the kept bounds dropped."""
@@ -325,8 +335,15 @@ class LeafRuns:
         tasks = np.unique(np.fromiter((e[0] for e in jo[k:]), dtype=np.int64, count=len(jo) - k))
         jobs = np.unique(s.task_job[tasks])
         self.member[jobs] = s.job_preemptible_arr[jobs] & (s.job_num_active_arr[jobs] > 0)
-        for q in np.unique(s.job_queue_arr[jobs]).tolist():
-            self._rebuild_leaf(q)
+        leaves = np.unique(s.job_queue_arr[jobs])
+        if self.RUNS_KERNEL:
+            victim_rows.rebuild_runs(leaves, self.by_static, self.lo, self.end, self.member, self.group,
+                                     s.job_num_active_arr, s.job_min_available, self.cj, self.n)
+        else:
+            for q in leaves.tolist():
+                self._rebuild_leaf(q)
+        if self._keys is not None:
+            self._key_leaves.append(leaves)
         _refresh_heads(s, jobs)
         # the changed tasks' nodes, before and after: the only nodes whose bound sums can have changed (a
         # task counts by its own state, node and GPUs, and by its job's membership, which flips only when
@@ -371,9 +388,13 @@ class LeafRuns:
         if hit is None:
             if len(self.bounds) >= self._bound_cap:
                 del self.bounds[next(iter(self.bounds))]  # (the least recently used)
-            b = np.zeros(s.N)
-            victim_bound.member_gpu(True, _NO_ROWS, *args, b)
-            self.bound_counts["full"] += 1
+            b = self._near_bound(keep, args) if self.NEAR_LEAVES else None
+            if b is None:
+                b = np.zeros(s.N)
+                victim_bound.member_gpu(True, _NO_ROWS, *args, b)
+                self.bound_counts["full"] += 1
+            else:
+                self.bound_counts["near"] += 1
         else:
             b = hit[0]
         self.bounds[key] = (b, self.epoch)
@@ -386,6 +407,94 @@ class LeafRuns:
         out[:] = b
         out[rec] = v
         victim_bound.member_gpu(False, rec, *args, out)
+
+    #: fresh victim queues of many leaves take their keys from :meth:`full_keys` (``False``: every one
+    #: built over all queues; tests compare)
+    KEEP_KEYS = True
+    #: ... when the leaves to take out are at most this share of the live ones (each taken out re-keys its
+    #: path; at 10,000 nodes reclaim's queues leave out ~12 of ~890 leaves, a build re-keys them all)
+    KEYS_GONE_SHARE = 0.25
+
+    def full_keys(self, ks: tuple, tb: np.ndarray, walloc: np.ndarray) -> tuple | None:
+        """The victim keys (``leaf_live``, ``req``, ``key``, ``vrep``: what :func:`.victim_keys.build_fresh`
+        writes) of a fresh victim queue over every leaf with members, kept across searches and commits and
+        brought up to date on the queues whose allocations changed and the leaves whose runs :meth:`sync`
+        patched since (:func:`.victim_keys.refresh_all`: a leaf's first candidate and what it gives up change
+        only with a journaled change of one of its jobs; reading every leaf's was a gather from two
+        (J,) arrays, ~40 us per call at 10,000 nodes).
+        A fresh queue over most of them starts from a copy and takes the others out
+        (:meth:`VictimQueue._heap_build`): at 10,000 nodes reclaim builds ~4,600 queues of ~880 live leaves
+        of ~890 per cycle (nearly one per commit), each build keying ~1,000 queues (~70 us). The arrays
+        are this object's (read only). None when some queue with children holds members (a leaf of the
+        runs that is no leaf of the tree: build represents it by its children, a re-key by itself)."""
+        s = self.state
+        by_depth, path, kid_ptr, kids, stat, tot, prio = ks
+        k = self._keys
+        if k is None or k[0] is not ks or k[1] is not tb:
+            Q = s.Q
+            has_kids = kid_ptr[1:Q + 1] > kid_ptr[:Q]
+            below = np.full(Q, -1, dtype=np.int64)  # a leaf below each queue
+            for leaf in np.flatnonzero(~has_kids).tolist():
+                for q in path[leaf].tolist():
+                    if q < 0 or below[q] >= 0:
+                        break
+                    below[q] = leaf
+            # (from nothing live: every leaf is a changed leaf, and refresh_all keys what build would)
+            k = self._keys = (ks, tb, np.zeros(Q, dtype=np.bool_), np.zeros((Q, 3)), np.zeros((Q, 6)),
+                              np.full(Q, -1, dtype=np.int64), s.queue_alloc.copy(), below,
+                              np.empty(2 * Q + 1, dtype=np.int64), np.flatnonzero(has_kids))
+            leaves = np.arange(Q, dtype=np.int64)
+            self._key_leaves = []
+            self.key_counts["built"] += 1
+        else:
+            kl = self._key_leaves
+            leaves = (kl[0] if len(kl) == 1 else np.concatenate(kl)) if kl else _NO_ROWS
+            self._key_leaves = []
+            self.key_counts["refreshed"] += 1
+        victim_keys.refresh_all(path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc, k[6], k[7], leaves, self.n,
+                                self.lo, self.cj, walloc, k[2], k[3], k[4], k[5], k[8])
+        if k[9].shape[0] and bool((self.n[k[9]] > 0).any()):
+            return None
+        return k[2], k[3], k[4], k[5]
+
+    #: a leaf mask seen for the first time takes the kept bound of a recent mask that differs from it in at
+    #: most this many leaves (0: always the full pass)
+    NEAR_LEAVES = 64
+    #: ... among the most recently used this many, when the nodes to sum again are at most 1 / this of them
+    NEAR_TRIES = 8
+    NEAR_ROWS_DIV = 8
+
+    def _near_bound(self, keep: np.ndarray, args: tuple) -> np.ndarray | None:
+        """The bound of leaf mask ``keep`` from the kept bound of a recently used mask that differs from it
+        in a few leaves, or None: a node's sum changes from one mask to the other only if it holds a
+        placed task of a member job of a leaf in one mask and not the other, and since the kept sum was
+        last brought up to date only if a sync stamped it (:meth:`bound`), so a copy of the kept sums with
+        those nodes summed again from their task lists (:func:`.victim_bound.member_gpu`, the full pass's
+        terms in its order) is the full pass. At 10,000 nodes reclaim sees ~420 masks per cycle, ~12
+        leaves apart, each first full pass ~0.8 ms over every task."""
+        s = self.state
+        best = None
+        for k2 in list(self.bounds)[-self.NEAR_TRIES:]:
+            d = np.flatnonzero(np.frombuffer(k2, dtype=np.bool_) != keep)
+            if best is None or d.shape[0] < best[1].shape[0]:
+                best = (k2, d)
+        if best is None or best[1].shape[0] > self.NEAR_LEAVES:
+            return None
+        b2, ep2 = self.bounds[best[0]]
+        if self._node_buf is None:
+            self._node_buf = np.empty(s.T, dtype=np.int64)
+        m = victim_bound.leaf_task_nodes(best[1], self.cj, self.lo, self.n, s.job_start, s.job_count, s.task_node,
+                                         self._node_buf)
+        rows = self._node_buf[:m]
+        if ep2 < self.epoch:
+            rows = np.concatenate((rows, np.flatnonzero(self.node_epoch > ep2)))
+        rows = np.unique(rows)
+        if self.NEAR_ROWS_DIV * rows.shape[0] > s.N:
+            return None
+        b = b2.copy()
+        b[rows] = 0.0
+        victim_bound.member_gpu(False, rows, *args, b)
+        return b
 
     def candidates(self, keep: np.ndarray) -> "RunCandidates":
         """The member jobs of the leaves ``keep`` (bool per queue) as a :class:`RunCandidates` (their
@@ -480,6 +589,7 @@ class VictimQueue:
             jobs = np.fromiter((int(j) for j in jobs), dtype=np.int64) if not isinstance(jobs, np.ndarray) \
                 else np.asarray(jobs, dtype=np.int64)
         self._runs = runs if runs_keep is not None else None  # (the heads rows of its members are kept fresh)
+        self._runs_keep = runs_keep
         Q = s.Q
         # each leaf's candidates in victim order: a run [lo, hi) of ``cj`` (all leaves' runs
         # concatenated), ``ptr`` the next position; what each leaf gave up so far in ``popped``
@@ -868,28 +978,44 @@ class VictimQueue:
         that leaf gives up its victims. ``fresh`` (nothing popped or pushed back yet): what a leaf
         gives up is its first candidate's whole allocation, taken from :meth:`heads` at once."""
         s = self.state
-        by_depth, path, kid_ptr, kids, stat, tot, prio = kernel_static(s)
+        ks = kernel_static(s)
+        by_depth, path, kid_ptr, kids, stat, tot, prio = ks
         tb = queue_tiebreaks(s, True)
         Q = s.Q
-        leaf_live = np.zeros(Q, dtype=np.bool_)
-        req = np.zeros((Q, 3))
-        key = np.zeros((Q, 6))
-        vrep = np.full(Q, -1, dtype=np.int64)
+        full = None
         if fresh:
             # every leaf with candidates is live (``_firsts`` when the live set is still all of them: the
-            # set has no order to keep), each giving up its first candidate; filled in the kernel (at
-            # 10,000 nodes ~900 live leaves: the gather and scatter of their rows was ~60 us per queue)
+            # set has no order to keep), each giving up its first candidate
             live = self._firsts
             if live is None or live.shape[0] != len(self._live):
                 live = np.fromiter(self._live, dtype=np.int64, count=len(self._live))
-            self._knext = victim_keys.build_fresh(True, by_depth, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc,
-                                                  live, self.cj, self.ptr, self.heads()[0], leaf_live, req, key, vrep)
+            runs = self._runs
+            if runs is not None and runs.KEEP_KEYS and live is self._firsts:
+                # reclaim's queues start from the keys of every leaf with members (LeafRuns.full_keys) and
+                # take the few others out (their paths re-keyed), when they are few
+                gone = np.flatnonzero((runs.n > 0) & ~self._runs_keep)
+                if gone.shape[0] <= runs.KEYS_GONE_SHARE * live.shape[0]:
+                    full = runs.full_keys(ks, tb, self.heads()[0])
+        if full is not None:
+            leaf_live, req, key, vrep = (x.copy() for x in full)
+            self._knext = victim_keys.without_leaves(gone, path, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc,
+                                                     leaf_live, req, key, vrep)
         else:
-            for lq in self._live:
-                leaf_live[lq] = True
-                req[lq] = self._leaf_victims(lq)
-            self._knext = victim_keys.build(True, by_depth, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc,
-                                            leaf_live, req, key, vrep)
+            leaf_live = np.zeros(Q, dtype=np.bool_)
+            req = np.zeros((Q, 3))
+            key = np.zeros((Q, 6))
+            vrep = np.full(Q, -1, dtype=np.int64)
+            if fresh:  # (the live leaves and what they give up filled in the kernel: at 10,000 nodes ~900
+                # live leaves, whose rows' gather and scatter in numpy were ~60 us per queue)
+                self._knext = victim_keys.build_fresh(True, by_depth, kid_ptr, kids, stat, tot, prio, tb,
+                                                      s.queue_alloc, live, self.cj, self.ptr, self.heads()[0],
+                                                      leaf_live, req, key, vrep)
+            else:
+                for lq in self._live:
+                    leaf_live[lq] = True
+                    req[lq] = self._leaf_victims(lq)
+                self._knext = victim_keys.build(True, by_depth, kid_ptr, kids, stat, tot, prio, tb, s.queue_alloc,
+                                                leaf_live, req, key, vrep)
         self._k = (path, kid_ptr, kids, stat, tot, prio, tb, leaf_live, req, key, vrep)
         self._dirty.clear()
 

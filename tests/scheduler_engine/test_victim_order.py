@@ -289,7 +289,8 @@ def _task_lists_differ(state: CycleState, runs) -> list[int]:
 def test_bound_kept_across_commits_is_the_full_pass(monkeypatch, nodes, jobs, queues, shape, seed):
     """The bound kept per leaf mask across the job loop's commits (patched on the nodes each sync says
     changed) and taken for a search with recorded victims but on their nodes is, at every call, bit for
-    bit the full pass (``victim_bound.member_gpu`` from the recorded victims' sums); the per-node task
+    bit the full pass (``victim_bound.member_gpu`` from the recorded victims' sums), and so is a new
+    mask's bound taken from a recent mask's (its differing leaves' nodes summed again); the per-node task
     lists are, after every sync, every node's tasks ascending. A sync that moves the lists but does not
     say which nodes changed leaves stale sums (the check sees them)."""
     from scheduler_engine import bench
@@ -323,6 +324,14 @@ def test_bound_kept_across_commits_is_the_full_pass(monkeypatch, nodes, jobs, qu
     counts = made[0].bound_counts
     assert counts["patched"] >= 3, counts
     assert counts["recorded"] >= 1 or shape == "one-gpu", counts  # (one-gpu: no prefix 2)
+    with monkeypatch.context() as m:  # (a new mask from a near one however many nodes that sums again)
+        m.setattr(victim_order.LeafRuns, "bound", bound)
+        m.setattr(victim_order.LeafRuns, "sync", sync)
+        m.setattr(victim_order.LeafRuns, "NEAR_ROWS_DIV", 1)
+        made.clear()
+        assert _cycle(snap) == kept
+    assert not bad
+    assert made[0].bound_counts["near"] >= 1, made[0].bound_counts
     with monkeypatch.context() as m:
         m.setattr(victim_order.LeafRuns, "KEEP_BOUNDS", False)
         assert _cycle(snap) == kept
@@ -485,8 +494,11 @@ def test_victim_rekey_of_the_compiled_loop_writes_the_full_keys(seed):
 def test_fresh_queue_keys_filled_in_the_kernel_are_builds(monkeypatch, nodes, jobs, queues, shape, seed, features):
     """A fresh victim queue's keys (``_heap_build(fresh=True)``: ``victim_keys.build_fresh`` fills the
     live leaves and what each gives up in the kernel, from the queue's leaves with candidates when
-    they are still its live set) are bit for bit what ``victim_keys.build`` gives over the rows filled
-    in numpy from the live set, as before: live leaves, requests, keys, representatives, next leaf."""
+    they are still its live set; reclaim's from the keys of every leaf with members kept across
+    commits, ``LeafRuns.full_keys``, brought up to date and the other leaves taken out) are bit for
+    bit what ``victim_keys.build`` gives over the rows filled in numpy from the live set, as before:
+    live leaves, requests, keys, representatives, next leaf. Taking every leaf out of the kept keys
+    leaves nothing live; not re-keying the queues whose allocations changed fails it."""
     from scheduler_engine import bench
     from scheduler_engine.kernels import victim_keys as vk
     from scheduler_engine.ordering import kernel_static
@@ -516,8 +528,62 @@ def test_fresh_queue_keys_filled_in_the_kernel_are_builds(monkeypatch, nodes, jo
         for mine, ref in zip(self._k[7:], (leaf_live, req, key, vrep)):
             assert mine.tobytes() == ref.tobytes()
         seen.append(len(live))
+        if self._runs is not None:
+            counts.append(dict(self._runs.key_counts))
+            full = self._runs._keys
+            if full is not None:  # (every leaf out: nothing live, no next leaf)
+                ll, rq, ky, vp = (x.copy() for x in full[2:6])
+                gone = np.flatnonzero(ll)
+                assert vk.without_leaves(gone, _path, kid_ptr, kids, stat, tot, prio, self._k[6], s.queue_alloc, ll,
+                                         rq, ky, vp) == -1
+                assert not ll.any() and (vp == -1).all() and not rq.any() and not ky.any()
 
+    counts = []
     with monkeypatch.context() as m:
         m.setattr(victim_order.VictimQueue, "_heap_build", checked)
-        _cycle(snap)
+        kept = _cycle(snap)
     assert len(seen) > 5 and max(seen) > 1
+    assert counts and counts[-1]["built"] >= 1
+    with monkeypatch.context() as m:  # (the kept keys for every fresh queue of reclaim: a cycle's worth of them)
+        m.setattr(victim_order.VictimQueue, "_heap_build", checked)
+        m.setattr(victim_order.LeafRuns, "KEYS_GONE_SHARE", 1e9)
+        counts.clear()
+        assert _cycle(snap) == kept
+    assert counts[-1]["built"] >= 1 and counts[-1]["refreshed"] >= 5
+    with monkeypatch.context() as m:
+        m.setattr(victim_order.LeafRuns, "KEEP_KEYS", False)
+        assert _cycle(snap) == kept
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_runs_rebuilt_in_the_kernel_are_the_sorted_ones(seed):
+    """``victim_rows.rebuild_runs`` (a commit's leaves rebuilt in one call: per (leaf, priority) group of
+    the static order, the members above, at and below minAvailable) writes every leaf's run and count
+    as ``LeafRuns._rebuild_leaf`` does (members of the leaf's static range, stably sorted by group and
+    elastic state descending), on random memberships and active counts mixing the three states
+    within groups; the cycle's own patched runs are checked in
+    ``test_leaf_runs_patched_per_commit_are_the_rebuilt_ones``."""
+    from scheduler_engine import bench
+    from scheduler_engine.kernels import victim_rows
+
+    snap = bench.generate(nodes=40, jobs=500, queues=8, seed=seed, shape="mixed")
+    s = CycleState(snap)
+    s._journal = []
+    runs = victim_order.LeafRuns(s)
+    rng = np.random.default_rng(seed)
+    for _ in range(5):
+        runs.member[:] = rng.random(s.J) < 0.7
+        s.job_num_active_arr[:] = s.job_min_available + rng.integers(-1, 2, s.J)
+        leaves = np.arange(s.Q, dtype=np.int64)
+        for q in leaves.tolist():
+            runs._rebuild_leaf(q)
+        want_cj, want_n = runs.cj.copy(), runs.n.copy()
+        runs.cj[:] = -7
+        runs.n[:] = -7
+        victim_rows.rebuild_runs(leaves, runs.by_static, runs.lo, runs.end, runs.member, runs.group,
+                                 s.job_num_active_arr, s.job_min_available, runs.cj, runs.n)
+        assert (runs.n == want_n).all()
+        for q in leaves.tolist():
+            lo = int(runs.lo[q])
+            assert runs.cj[lo:lo + int(runs.n[q])].tolist() == want_cj[lo:lo + int(want_n[q])].tolist()
+        assert want_n.sum() > 50
