@@ -2,8 +2,9 @@
 
 Kernels take and return plain numpy arrays and scalars; the Python layer (``solvers/``,
 ``plugins/``) keeps KAI's control flow and the explanations. Every kernel is decorated with
-:data:`kernel` (``numba.njit(cache=True)``): compiled once per machine and cached beside the source
-(``__pycache__``), then loaded in a few milliseconds. With ``NUMBA_DISABLE_JIT=1`` (or without numba installed) the kernels stay
+:data:`kernel` (``numba.njit`` with its on-disk cache): compiled once per machine and cached beside the source
+(``__pycache__``), then loaded in a few milliseconds; a cached kernel is stale when its file or any file
+compiled into it changed (:mod:`.source_stamp`). With ``NUMBA_DISABLE_JIT=1`` (or without numba installed) the kernels stay
 plain functions, so the very same source runs as plain Python (CI runs the engine tests that
 way too, and ``tests/scheduler_engine/test_kernels_differential.py`` compares both on whole cycles).
 
@@ -54,11 +55,26 @@ except ImportError:  # an interpreter without the package: the same source runs 
     numba = None
 
 if numba is not None:
+    from .source_stamp import DependencyFunctionCache
+
+    def _cached_njit(**options):
+        """numba's ``njit`` with the on-disk cache keyed by the kernel's source and every source
+        compiled into it (:mod:`.source_stamp`: numba's own key is the kernel's file only)."""
+        jit = numba.njit(**options)
+
+        def decorate(func):
+            disp = jit(func)
+            if hasattr(disp, "enable_caching"):  # (a dispatcher; a plain function under NUMBA_DISABLE_JIT=1)
+                disp._cache = DependencyFunctionCache(disp.py_func)
+            return disp
+
+        return decorate
+
     #: ``@kernel``: numba's ``njit`` with the on-disk cache; a plain function under ``NUMBA_DISABLE_JIT=1``.
-    kernel = numba.njit(cache=True)
+    kernel = _cached_njit()
     #: ``@leaf_kernel``: ``@kernel`` compiled without numba's reference counting (``_nrt=False``), for
     #: kernels that allocate no array and return none (module docstring).
-    leaf_kernel = numba.njit(cache=True, _nrt=False)
+    leaf_kernel = _cached_njit(_nrt=False)
     JIT_ENABLED = not numba.config.DISABLE_JIT
 else:
     def kernel(func):
