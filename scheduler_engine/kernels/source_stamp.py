@@ -23,9 +23,11 @@ import inspect
 from functools import lru_cache
 from pathlib import Path
 
-def relative_imports(path: Path) -> list[Path]:
+@lru_cache(maxsize=None)
+def relative_imports(path: Path) -> tuple[Path, ...]:
     """The engine files ``path`` imports with relative imports (``from .x import y``, ``from . import
-    x``, ``from ..x import y``), wherever they stand in it."""
+    x``, ``from ..x import y``), wherever they stand in it (each file parsed once per process: every
+    kernel module's closure walks the shared ones again)."""
     out: list[Path] = []
     for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
         if not isinstance(node, ast.ImportFrom) or not node.level:
@@ -41,7 +43,7 @@ def relative_imports(path: Path) -> list[Path]:
             for alias in node.names:
                 sub = base / f"{alias.name}.py"
                 out.append(sub if sub.is_file() else base / "__init__.py")
-    return [p.resolve() for p in out if p.is_file()]
+    return tuple(p.resolve() for p in out if p.is_file())
 
 
 def dependencies(path: str | Path) -> list[Path]:
@@ -62,6 +64,11 @@ def dependencies(path: str | Path) -> list[Path]:
 
 
 @lru_cache(maxsize=None)
+def _file_digest(path: Path) -> bytes:
+    return hashlib.sha256(path.read_bytes()).digest()
+
+
+@lru_cache(maxsize=None)
 def dependency_key(path: str) -> str:
     """Hash of :func:`dependencies` of ``path``: each file's path relative to the package above the
     kernel's own (the engine) and its bytes (the same in every copy of the tree)."""
@@ -71,7 +78,7 @@ def dependency_key(path: str) -> str:
             name = p.relative_to(Path(path).resolve().parents[1]).as_posix()
         except ValueError:
             name = p.name
-        h.update(name.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+        h.update(name.encode() + b"\0" + _file_digest(p))
     return h.hexdigest()
 
 

@@ -37,7 +37,8 @@ def test_key_follows_kernel_modules_transitively_and_constants_one_level(tmp_pat
     (k / "unrelated.py").write_text("Z = 1\n")
 
     def key():
-        source_stamp.dependency_key.cache_clear()
+        for f in (source_stamp.dependency_key, source_stamp.relative_imports, source_stamp._file_digest):
+            f.cache_clear()
         return source_stamp.dependency_key(str(k / "a.py"))
 
     k0 = key()
