@@ -109,21 +109,16 @@ def add_interpreted_seconds(path: Path, seconds: float) -> None:
 
 
 def input_bytes(command: str, paths: Sequence[str]) -> int | None:
-    """Total size of the scenario files a ``cycle`` / ``check`` run would read (directories searched
-    as ``check`` searches them), or None when one of them cannot be sized (stdin, missing: the
-    command itself reports those)."""
-    from .cli import SCENARIO_SUFFIXES
+    """Total size of the scenario files a ``cycle`` / ``check`` run would read (the command's own
+    file list, directories searched as ``check`` searches them), or None when the command would refuse
+    its paths (a directory for ``cycle``, a missing file, stdin: the command itself reports those)."""
+    from .cli import _InputError, _scenario_files
 
-    total = 0
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir() and command == "check":
-            total += sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and f.suffix.lower() in SCENARIO_SUFFIXES)
-        elif p.is_file():
-            total += p.stat().st_size
-        else:
-            return None
-    return total
+    try:
+        files = _scenario_files(paths, recurse=command == "check")
+    except _InputError:
+        return None
+    return sum(f.stat().st_size for f in files)
 
 
 def requested_mode(args: argparse.Namespace, environ) -> str:
