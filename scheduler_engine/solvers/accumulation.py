@@ -231,6 +231,15 @@ def _scratch(state: CycleState) -> list:
     return sc
 
 
+def _mark_good(good: np.ndarray, rows: np.ndarray, values: np.ndarray, thr: float) -> int:
+    """Set the good marks of ``rows`` to ``values >= thr``; returns how the count of good nodes changed
+    (the clean row patched on a base's changed rows, and a search's recorded nodes on top of it)."""
+    now = values >= thr
+    change = int(np.count_nonzero(now)) - int(np.count_nonzero(good[rows]))
+    good[rows] = now
+    return change
+
+
 def _clean_rows(state: CycleState, sc: list, base: np.ndarray) -> dict:
     """Bring the clean rows ``NF_BASE`` / ``NF_CAP`` (and ``NI_GOOD``, its count) to the filter base
     ``base`` (:func:`_scratch`): nothing when they hold it, its changed rows when they hold the base
@@ -251,9 +260,7 @@ def _clean_rows(state: CycleState, sc: list, base: np.ndarray) -> dict:
             nf[vr.NF_BASE, rows] = v
             nf[vr.NF_CAP, rows] = v
             if kept["thr"] is not None:
-                now = v >= kept["thr"]
-                kept["cnt"] += int(np.count_nonzero(now)) - int(np.count_nonzero(ni[vr.NI_GOOD, rows]))
-                ni[vr.NI_GOOD, rows] = now
+                kept["cnt"] += _mark_good(ni[vr.NI_GOOD], rows, v, kept["thr"])
     else:  # (another base, or rows of unknown content: every kept row)
         nf[vr.NF_BASE] = base
         nf[vr.NF_CAP] = base
@@ -461,9 +468,7 @@ class PrefixSearch:
                 kept["cnt"] = int(np.count_nonzero(good))
             n_good = kept["cnt"]
             if recn.shape[0]:
-                now = cap_rec >= thr
-                n_good += int(np.count_nonzero(now)) - int(np.count_nonzero(good[recn]))
-                good[recn] = now
+                n_good += _mark_good(good, recn, cap_rec, thr)
             self.good_l = good
             self.n_good = n_good
         gneed = s.task_order_req[partial, GPU]
