@@ -27,9 +27,11 @@ from typing import Callable
 import numpy as np
 
 from ..plugins.minruntime import min_runtime_elastic, protected_non_elastic_by, reclaim_min_runtime
-from ..plugins.proportion import (ShareRows, StaticRows, can_reclaim_resources, effective_multiplier, gate_failure,
-                                  queue_paths_matrix, shares_now, validate_reclaim, verdict_text, victim_filter_many,
-                                  victim_vectors)
+from ..kernels import reclaim_check as _check_k
+from ..kernels.victim_run import EntryCall
+from ..plugins.proportion import (RESOURCES, QueueShares, ShareRows, StaticRows, Verdict, can_reclaim_resources,
+                                  effective_multiplier, gate_failure, queue_paths_matrix, shares_now, validate_reclaim,
+                                  verdict_text, victim_filter_many, victim_vectors)
 from ..snapshot import UNLIMITED
 from ..solvers.simulation import Scenario
 from ..solvers.victim_order import LeafRuns
@@ -43,6 +45,11 @@ _MAX_CANDIDATE_ARRAYS = 64
 #: (:class:`~scheduler_engine.solvers.victim_order.LeafRuns`); ``False``: a mask over every job per commit
 #: and candidate set, and the victim queue sorts them (the tests compare both)
 USE_LEAF_RUNS = True
+
+#: the proportion validator of a scenario the solver hands over with its victims as arrays in one compiled
+#: call (:class:`ReclaimCheck`); ``False``: :func:`victim_vectors` and :func:`validate_reclaim` in Python
+#: (the tests compare both)
+COMPILED_VALIDATOR = True
 
 
 def run(state: CycleState) -> None:
@@ -81,6 +88,7 @@ class Reclaim(EvictingAction):
         self._any_mr: bool | None = None
         self._runs: LeafRuns | None | bool = None  # per-leaf runs of the candidates (False: not used)
         self._static_rows: StaticRows | None = None  # the validator's static queue rows (made on first use)
+        self._check: ReclaimCheck | None = None  # the compiled validator's arrays (made on first use)
 
     def candidate_jobs(self) -> list[int]:
         return pending_ready_jobs(self.state)
@@ -253,6 +261,11 @@ class Reclaim(EvictingAction):
             self._static_rows = StaticRows(start)
         rows = ShareRows(start, self._static_rows)  # the start copy's rows, read by every scenario's check
         preemptible = s.job_is_preemptible(j)
+        check = None
+        if COMPILED_VALIDATOR:
+            check = self._check
+            if check is None:
+                check = self._check = ReclaimCheck(s, self._paths, self._static_rows, self.multiplier)
 
         reqs: dict[tuple, np.ndarray] = {}  # per prefix of the job's tasks (the scenario's beneficiaries)
 
@@ -261,9 +274,12 @@ class Reclaim(EvictingAction):
             req = reqs.get(key)
             if req is None:
                 req = reqs[key] = _request(s, sc.tasks)
-            victims = victim_vectors(s, sc)
-            verdict = validate_reclaim(start, reclaimer_leaf=leaf, req=req, reclaimer_preemptible=preemptible,
-                                       victims=victims, multiplier=self.multiplier, rows=rows)
+            if check is not None and sc.varr is not None:
+                verdict = check.verdict(sc.varr, sc.valloc, start, leaf, req, preemptible)
+            else:
+                victims = victim_vectors(s, sc)
+                verdict = validate_reclaim(start, reclaimer_leaf=leaf, req=req, reclaimer_preemptible=preemptible,
+                                           victims=victims, multiplier=self.multiplier, rows=rows)
             if not verdict:
                 sc.blocked = verdict.taken_from
                 # the text is written only if it is shown (the last refusal of a failed solve): about
@@ -273,3 +289,93 @@ class Reclaim(EvictingAction):
             return min_runtime_elastic(s, sc.released, lambda v: reclaim_min_runtime(s, leaf, s.job_queue(v)))
 
         return validator
+
+
+_ACCEPT = Verdict(True)
+
+
+class ReclaimCheck:
+    """The arrays of :func:`kernels.reclaim_check.reclaim_verdict` for one reclaim action's cycle: the
+    tree (top-down paths, parents), the static (Q, 3) rows of the validator (allocatable, deserved, fair
+    share: :class:`StaticRows`' values), the state's task / job arrays, a copy of the attempt's start
+    allocations (refreshed when another attempt's start copy is validated against), the scenario's
+    victims and their previous allocations, and the kernel's scratch. One argument tuple for every call
+    (rebuilt only when the victim buffers grow), so the calls after the first go through the compiled
+    version's entry point (:class:`~scheduler_engine.kernels.victim_run.EntryCall`)."""
+
+    #: ``False``: every call goes through the dispatcher (tests)
+    use_entry_point = True
+
+    def __init__(self, state: CycleState, paths: tuple[np.ndarray, np.ndarray], static: StaticRows,
+                 multiplier: float) -> None:
+        self.state = state
+        Q = state.Q
+        sh = static.shares
+        self.pmat = np.ascontiguousarray(paths[0], dtype=np.int64)
+        self.plen = np.ascontiguousarray(paths[1], dtype=np.int64)
+        self.parent = np.ascontiguousarray(sh.parent, dtype=np.int64)
+        # (the rows the Python validator reads through StaticRows, so both compare the very same values)
+        self.allocatable = np.array([static.allocatable(q) for q in range(Q)], dtype=np.float64).reshape(Q, 3)
+        self.deserved = np.array([static.deserved(q) for q in range(Q)], dtype=np.float64).reshape(Q, 3)
+        self.fair = np.array([static.fair(q) for q in range(Q)], dtype=np.float64).reshape(Q, 3)
+        self.both = np.zeros((Q, 2, 3))  # the start copy's allocated / allocated_np rows
+        self.start: QueueShares | None = None  # the shares copied into ``both``
+        self.io = np.zeros(_check_k.IO_SIZE, dtype=np.int64)
+        self.fl = np.zeros(4)
+        self.fl[_check_k.FL_MULT] = multiplier
+        self.out = np.zeros(4, dtype=np.int64)
+        self.outv = np.zeros(3)
+        self.jloc = np.full(len(state.job_start), -1, dtype=np.int64)
+        self.qloc = np.full(Q, -1, dtype=np.int64)
+        self.rmark = np.full(Q, -1, dtype=np.int64)
+        self.rorder = np.zeros(Q, dtype=np.int64)
+        self.rem = np.zeros((Q, 3))
+        self.inv = np.zeros((Q, 3), dtype=np.bool_)
+        self.invset = np.zeros(Q, dtype=np.bool_)
+        self._call = EntryCall()
+        self._grow(64)
+
+    def _grow(self, cap: int) -> None:
+        s = self.state
+        self.vt = np.zeros(cap, dtype=np.int64)
+        self.va = np.zeros((cap, 3))
+        self.wi = np.zeros((_check_k.W_ROWS, cap), dtype=np.int64)
+        self.wv = np.zeros((cap, 3))
+        self.args = (self.io, self.fl, self.out, self.outv, self.vt, self.va, s.task_state, s.task_job,
+                     s.job_min_available, s.job_queue_arr, self.pmat, self.plen, self.parent, self.both,
+                     self.allocatable, self.deserved, self.fair, self.jloc, self.qloc, self.rmark,
+                     self.rorder, self.rem, self.inv, self.invset, self.wi, self.wv)
+        self._call.forget()
+
+    def verdict(self, victims: np.ndarray, allocs: np.ndarray, start: QueueShares, leaf: int, req,
+                preemptible: bool) -> Verdict:
+        """:func:`validate_reclaim` over :func:`victim_vectors` of the scenario whose victims (in the
+        order they were added) held ``allocs`` before it, validated against ``start``."""
+        if self.start is not start:
+            both = start.allocated.base  # (shares_now's copy: one (Q, 2, 3) array both rows view)
+            if both is not None and both.shape == self.both.shape and start.allocated_np.base is both:
+                np.copyto(self.both, both)
+            else:
+                np.copyto(self.both[:, 0], start.allocated)
+                np.copyto(self.both[:, 1], start.allocated_np)
+            self.start = start
+        nv = victims.shape[0]
+        if nv > self.vt.shape[0]:
+            self._grow(max(nv, 2 * self.vt.shape[0]))
+        self.vt[:nv] = victims
+        self.va[:nv] = allocs
+        io = self.io
+        io[_check_k.IO_NV] = nv
+        io[_check_k.IO_LEAF] = leaf
+        io[_check_k.IO_PRE] = 1 if preemptible else 0
+        self.fl[:3] = req
+        code = self._call(_check_k.reclaim_verdict, self.args, self.use_entry_point)
+        if code == _check_k.OK:
+            return _ACCEPT
+        q, taken, res = self.out[1:].tolist()
+        if code == _check_k.STRATEGY:
+            return Verdict(False, f"strategy: queue {q} may not give up {self.outv.tolist()}", queue=q, taken_from=q)
+        if code == _check_k.SATURATION:
+            return Verdict(False, f"saturation: queue {q} would be more saturated than sibling {taken}", queue=q,
+                           taken_from=taken)
+        return Verdict(False, f"non-preemptible over quota: queue {q} for {RESOURCES[res]}", queue=q, resource=res)

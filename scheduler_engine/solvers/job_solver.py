@@ -221,7 +221,8 @@ class VictimSolver:
         released, moved, kept = self.sim.outcome(victims)
         orig_alloc = dict(zip(victims, orig_allocs))  # rows of the gathered copy
         orig_node = dict(zip(victims, orig_nodes))
-        scenario = Scenario(j, list(partial), list(victims), released, moved, kept, orig_alloc, orig_node)
+        scenario = Scenario(j, list(partial), list(victims), released, moved, kept, orig_alloc, orig_node,
+                            varr=v, valloc=orig_allocs)
         if self.validator is not None:
             why = self.validator(scenario)
             if why:

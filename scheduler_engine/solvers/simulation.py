@@ -379,6 +379,10 @@ class Scenario:
     # set by a validator that refuses: the queue whose released victims made it refuse (more
     # victims from under it cannot help), or -1
     blocked: int = -1
+    # ``victims`` as an int64 array and what they held before as its (n, 3) rows (``orig_alloc``'s
+    # values), when the solver has them: the compiled reclaim validator reads these (read only)
+    varr: np.ndarray | None = None
+    valloc: np.ndarray | None = None
 
 
 class Simulation:

@@ -5,6 +5,7 @@ The scenario helpers at the top are shared with the preempt / consolidation / st
 from __future__ import annotations
 
 import math
+import types
 
 import numpy as np
 import pytest
@@ -430,6 +431,7 @@ def test_validator_rows_kept_per_attempt_give_the_verdicts_of_fresh_rows(monkeyp
             bad.append(kw["reclaimer_leaf"])
         return out
 
+    monkeypatch.setattr(reclaim, "COMPILED_VALIDATOR", False)  # (the Python validator's rows)
     with monkeypatch.context() as m:
         m.setattr(reclaim, "validate_reclaim", checked)
         assert _cycle_with(snap) == kept
@@ -472,3 +474,122 @@ def test_validator_rows_of_other_shares_are_not_read():
     rows_a = ShareRows(a)
     assert validate_reclaim(a, rows=rows_a, **kw)
     assert not validate_reclaim(b, rows=rows_a, **kw)
+
+
+# ----------------------------------------------------------------------------- the compiled validator
+def _python_verdict(state, victims, allocs, start, leaf, req, preemptible, multiplier):
+    """The Python validator's verdict of a scenario given as the compiled one gets it (victim array, their
+    previous rows, the state as the simulation left it)."""
+    from scheduler_engine.plugins import proportion
+    from scheduler_engine.solvers.simulation import Scenario, Simulation
+
+    vl = [int(t) for t in victims]
+    released, moved, kept = Simulation.outcome(types.SimpleNamespace(state=state), vl)
+    sc = Scenario(0, [], vl, released, moved, kept, dict(zip(vl, allocs)), {})
+    return proportion.validate_reclaim(start, reclaimer_leaf=leaf, req=req, reclaimer_preemptible=preemptible,
+                                       victims=proportion.victim_vectors(state, sc), multiplier=multiplier)
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed,features", [
+    (60, 400, 20, "mixed", 3, {}), (120, 900, 40, "mixed", 7, {}), (80, 600, 30, "one-gpu", 2, {}),
+    (300, 2400, 60, "mixed", 1, {}), (120, 900, 40, "mixed", 5, {"sub_groups": 0.2, "dra_nodes": 0.2})])
+def test_compiled_validator_gives_the_python_verdict_at_every_scenario(monkeypatch, nodes, jobs, queues, shape, seed,
+                                                                     features):
+    """The compiled reclaim validator (``ReclaimCheck``: ``victim_vectors`` + ``validate_reclaim`` in one kernel
+    call) gives, at every validated scenario of whole cycles, the Python validator's verdict - accepted or
+    not, the reason's text, the queue, the resource and the queue it was taken from (the pruning's input) -
+    and the cycles decide the same with the Python validator."""
+    from scheduler_engine import bench
+    from scheduler_engine.actions import reclaim
+
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    snap = bench.with_features(snap, seed=seed, **features)
+    real = reclaim.ReclaimCheck.verdict
+    seen, bad = [], []
+
+    def checked(self, victims, allocs, start, leaf, req, preemptible):
+        out = real(self, victims, allocs, start, leaf, req, preemptible)
+        ref = _python_verdict(self.state, victims, allocs, start, leaf, req, preemptible, float(self.fl[3]))
+        seen.append(out.reason.split(":")[0])
+        if _verdict_tuple(out) != _verdict_tuple(ref):
+            bad.append((_verdict_tuple(out), _verdict_tuple(ref)))
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(reclaim.ReclaimCheck, "verdict", checked)
+        compiled = _cycle_with(snap)
+    assert seen and not bad
+    if shape == "mixed" and not features:
+        assert "saturation" in seen and "ok" in seen
+    monkeypatch.setattr(reclaim, "COMPILED_VALIDATOR", False)
+    assert _cycle_with(snap) == compiled
+
+
+def _random_validation(rng):
+    """A random queue tree, victim jobs with elastic tasks, a simulated outcome and a reclaimer: what the
+    two validators are given (unlimited and zero rows, non-preemptible reclaimers, re-placed victims)."""
+    from scheduler_engine.plugins.proportion import QueueShares
+
+    U = -1.0
+    parent = [-1] * int(rng.integers(1, 4))
+    for _ in range(int(rng.integers(2, 12))):
+        parent.append(int(rng.integers(0, len(parent))))
+    Q = len(parent)
+    leaves = [q for q in range(Q) if q not in parent]
+
+    def rows(zero_p):
+        r = rng.choice([0.0, 1.0, 2.0, 3.5, 6.0, 10.0], size=(Q, 3))
+        r[rng.random((Q, 3)) < 0.25] = U
+        r[rng.random((Q, 3)) < zero_p] = 0.0
+        return r
+
+    des, fair, lim = rows(0.1), rows(0.15), rows(0.05)
+    alloc = np.zeros((Q, 2, 3))
+    alloc[:, 0] = rng.choice([0.0, 0.5, 1.0, 2.0, 4.0, 7.0], size=(Q, 3))
+    alloc[:, 1] = alloc[:, 0] * rng.choice([0.0, 0.5, 1.0], size=(Q, 1))
+    start = QueueShares(parent=np.array(parent), deserved=des, limit=lim, fair_share=fair, allocated=alloc[:, 0],
+                        allocated_np=alloc[:, 1], total=np.array([64.0, 512.0, 1024.0]))
+    J = int(rng.integers(1, 7))
+    counts = rng.integers(1, 5, size=J)
+    job_start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    T = int(counts.sum())
+    task_job = np.repeat(np.arange(J), counts).astype(np.int64)
+    job_min = np.array([int(rng.integers(0, c + 2)) for c in counts], dtype=np.int64)
+    job_queue = rng.choice(leaves, size=J).astype(np.int64)
+    states = [int(TaskState.RUNNING), int(TaskState.PIPELINED), int(TaskState.BINDING), int(TaskState.RELEASING),
+              int(TaskState.PENDING)]
+    task_state = rng.choice(states, size=T, p=[0.15, 0.1, 0.05, 0.6, 0.1]).astype(np.int8)
+    task_alloc = rng.choice([0.0, 0.5, 1.0, 2.0, 3.0], size=(T, 3))
+    state = types.SimpleNamespace(Q=Q, job_start=job_start, task_state=task_state, task_job=task_job,
+                                  _task_job_list=task_job.tolist(), job_min_available=job_min,
+                                  job_queue_arr=job_queue, job_queue=lambda j: int(job_queue[j]))
+    victims = rng.permutation(T)[:int(rng.integers(1, T + 1))].astype(np.int64)
+    leaf = int(rng.choice(leaves))
+    req = rng.choice([0.0, 1.0, 2.0, 0.5], size=3)
+    return state, start, victims, task_alloc[victims], leaf, req, bool(rng.random() < 0.7), float(rng.choice([1.0, 1.5]))
+
+
+def test_compiled_validator_gives_the_python_verdict_on_random_trees():
+    """Random trees, victims, outcomes and reclaimers: the compiled validator's verdict is the Python one (all
+    four verdicts met), with one ``ReclaimCheck`` per tree validating several scenarios in a row (its marks put
+    back after each call) and its victim buffers grown."""
+    from scheduler_engine.actions.reclaim import ReclaimCheck
+    from scheduler_engine.plugins.proportion import StaticRows, queue_paths_matrix
+
+    rng = np.random.default_rng(11)
+    kinds = set()
+    for _ in range(400):
+        state, start, victims, allocs, leaf, req, pre, mult = _random_validation(rng)
+        check = ReclaimCheck(state, queue_paths_matrix(np.asarray(start.parent)), StaticRows(start), mult)
+        check._grow(1)
+        for _ in range(3):
+            out = check.verdict(victims, allocs, start, leaf, req, pre)
+            ref = _python_verdict(state, victims, allocs, start, leaf, req, pre, mult)
+            assert _verdict_tuple(out) == _verdict_tuple(ref)
+            kinds.add(ref.reason.split(":")[0])
+            victims = rng.permutation(victims)
+            allocs = rng.choice([0.0, 0.5, 1.0, 2.0, 3.0], size=(victims.shape[0], 3))
+            leaf = int(rng.choice([q for q in range(state.Q) if q not in start.parent]))
+        assert (check.jloc == -1).all() and (check.qloc == -1).all() and (check.rmark == -1).all()
+        assert not check.invset.any()
+    assert kinds == {"ok", "strategy", "saturation", "non-preemptible over quota"}
