@@ -90,3 +90,112 @@ def rebuild_runs(leaves: np.ndarray, by_static: np.ndarray, lo: np.ndarray, end:
                         w += 1
             a = b
         n[q] = w - lo[q]
+
+
+#: numpy's pairwise summation adds at most this many terms in one block (``PW_BLOCKSIZE``); a longer row
+#: is split in halves, which :func:`masked_row_sum` does not do (its callers check the row length)
+PW_BLOCK = 128
+
+
+@leaf_kernel
+def masked_row_sum(dev: np.ndarray, valid: np.ndarray, n: int) -> float:
+    """``(dev[n] * valid[n]).sum()`` for a C-contiguous row of at most :data:`PW_BLOCK` terms, term for
+    term as numpy adds them (``np.add.reduce``'s pairwise summation over a contiguous row: fewer than 8
+    terms one after another, else eight running sums over the multiples of 8, added as
+    ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the remaining terms; the whole added to the
+    reduction's identity 0.0). A plain left-to-right loop differs in the last bit from 8 terms on, and
+    the filter base is compared with ``>=`` against task requests: every bit must be numpy's."""
+    G = dev.shape[1]
+    if G < 8:
+        res = 0.0
+        for d in range(G):
+            res += dev[n, d] * (1.0 if valid[n, d] else 0.0)
+        return 0.0 + res
+    r0 = dev[n, 0] * (1.0 if valid[n, 0] else 0.0)
+    r1 = dev[n, 1] * (1.0 if valid[n, 1] else 0.0)
+    r2 = dev[n, 2] * (1.0 if valid[n, 2] else 0.0)
+    r3 = dev[n, 3] * (1.0 if valid[n, 3] else 0.0)
+    r4 = dev[n, 4] * (1.0 if valid[n, 4] else 0.0)
+    r5 = dev[n, 5] * (1.0 if valid[n, 5] else 0.0)
+    r6 = dev[n, 6] * (1.0 if valid[n, 6] else 0.0)
+    r7 = dev[n, 7] * (1.0 if valid[n, 7] else 0.0)
+    i = 8
+    lim = G - G % 8
+    while i < lim:
+        r0 += dev[n, i] * (1.0 if valid[n, i] else 0.0)
+        r1 += dev[n, i + 1] * (1.0 if valid[n, i + 1] else 0.0)
+        r2 += dev[n, i + 2] * (1.0 if valid[n, i + 2] else 0.0)
+        r3 += dev[n, i + 3] * (1.0 if valid[n, i + 3] else 0.0)
+        r4 += dev[n, i + 4] * (1.0 if valid[n, i + 4] else 0.0)
+        r5 += dev[n, i + 5] * (1.0 if valid[n, i + 5] else 0.0)
+        r6 += dev[n, i + 6] * (1.0 if valid[n, i + 6] else 0.0)
+        r7 += dev[n, i + 7] * (1.0 if valid[n, i + 7] else 0.0)
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < G:
+        res += dev[n, i] * (1.0 if valid[n, i] else 0.0)
+        i += 1
+    return 0.0 + res
+
+
+@leaf_kernel
+def fit_rows(log: np.ndarray, lo: int, hi: int, mark: np.ndarray, rows: np.ndarray, vals: np.ndarray,
+             dev_free: np.ndarray, dev_rel: np.ndarray, dev_valid: np.ndarray, sched: np.ndarray,
+             old: np.ndarray) -> int:
+    """:func:`scheduler_engine.solvers.idle_gpus.fit_base` (without DRA GPU classes) on the distinct nodes
+    of ``log[lo:hi]``, against the base ``old``: returns how many of them changed value, those nodes
+    ascending in ``rows[:m]`` and their new values in ``vals[:m]``; -1 (nothing written but ``rows``)
+    when more than N / 8 nodes are logged (the caller recomputes every row). Per node the same terms
+    as the numpy expression: ``max(sum(free * valid), 0) + max(sum(releasing * valid), 0)``, each sum
+    numpy's (:func:`masked_row_sum`), 0.0 on an unschedulable node. ``mark`` (N,) is all False on entry
+    and on return.
+
+    Why compiled: the job loop's commits change a few hundred nodes each, and the same per-row sums in
+    numpy (the log's distinct entries, two gathers, products, sums and maxima, the selection, the
+    comparison with the old rows) were ~15 calls on small arrays, 50-70 us per commit."""
+    N = old.shape[0]
+    k = 0
+    for i in range(lo, hi):
+        n = log[i]
+        if not mark[n]:
+            mark[n] = True
+            rows[k] = n
+            k += 1
+    if 8 * k > N:
+        for i in range(k):
+            mark[rows[i]] = False
+        return -1
+    if k <= 32:  # (few: insertion sort, then clear their marks)
+        for i in range(1, k):
+            x = rows[i]
+            a = i
+            while a > 0 and rows[a - 1] > x:
+                rows[a] = rows[a - 1]
+                a -= 1
+            rows[a] = x
+        for i in range(k):
+            mark[rows[i]] = False
+    else:  # (many: the marked nodes in node order, O(N) reads)
+        w = 0
+        for n in range(N):
+            if mark[n]:
+                mark[n] = False
+                rows[w] = n
+                w += 1
+    m = 0
+    for i in range(k):
+        n = rows[i]
+        v = 0.0
+        if sched[n]:
+            a = masked_row_sum(dev_free, dev_valid, n)
+            if not (a >= 0.0 or a != a):  # (np.maximum(a, 0.0): NaN stays)
+                a = 0.0
+            b = masked_row_sum(dev_rel, dev_valid, n)
+            if not (b >= 0.0 or b != b):
+                b = 0.0
+            v = a + b
+        if v != old[n]:
+            rows[m] = n
+            vals[m] = v
+            m += 1
+    return m

@@ -80,7 +80,9 @@ def _fit_base(state: CycleState) -> np.ndarray:
     date on the nodes ``state.node_log`` names since (every change of a node's resources, rollbacks
     included, is logged): a commit changes the beneficiary's and the victims' nodes only, so the
     next search recomputes those rows (the same per-row sums) instead of every node. A new array
-    each time it changes (a caller may hold the previous one).
+    each time a value changes (a caller may hold the previous one); the same array when none did.
+    The rows are summed in one compiled pass (:func:`~scheduler_engine.kernels.victim_rows.fit_rows`,
+    numpy's per-row sums term for term) but on a state whose DRA devices count as GPUs.
 
     The rows are the *distinct* logged nodes: every failed scenario logs its nodes twice (applied,
     rolled back) and a job loop simulates tens of scenarios between two commits, so the raw count
@@ -94,7 +96,23 @@ def _fit_base(state: CycleState) -> np.ndarray:
         base = fit_base(state)
     else:
         base, pos = hit
-        if pos < end:
+        rb = _fit_rows_buffers(state) if pos < end and USE_FIT_ROWS else None
+        if rb is not None:  # (compiled: the same rows, the same sums)
+            mark, buf, vals = rb
+            m = victim_rows.fit_rows(log.buf, pos, end, mark, buf, vals, state.dev_free, state.dev_rel,
+                                     state.dev_valid, state.node_schedulable, base)
+            if m < 0:  # (many: all rows, the same values)
+                old = base
+                base = fit_base(state)
+                state._victims_base_delta = (old, base, None)
+            elif m:
+                old = base
+                ch = buf[:m].copy()
+                base = base.copy()
+                base[ch] = vals[:m]
+                state._victims_base_delta = (old, base, ch)
+            # (no value changed: the same array, and the last delta still leads to it)
+        elif pos < end:
             seg = np.asarray(log[pos:end], dtype=np.int64)
             if seg.shape[0] <= N // 8:
                 rows = np.unique(seg)
@@ -113,6 +131,26 @@ def _fit_base(state: CycleState) -> np.ndarray:
             state._victims_base_delta = (old, base, None if rows is None else rows[old[rows] != base[rows]])
     state._victims_fit_base = (base, end)
     return base
+
+
+#: :func:`_fit_base` patches the logged rows with :func:`~scheduler_engine.kernels.victim_rows.fit_rows`;
+#: ``False``: with ``fit_base`` on those rows in numpy (tests compare)
+USE_FIT_ROWS = True
+
+
+def _fit_rows_buffers(state: CycleState) -> tuple | None:
+    """The scratch rows of :func:`~scheduler_engine.kernels.victim_rows.fit_rows` (a clean (N,) mark,
+    (N,) nodes and values), kept on the state; None when the kernel does not compute that state's base:
+    GPU classes of DRA devices (their term stays numpy's, ``CycleState._node_gpus``), or rows longer
+    than numpy sums in one pairwise block."""
+    hit = state.__dict__.get("_victims_fit_rows")
+    if hit is None:
+        s = state
+        ok = (not (s.D and s.M and bool(s.dc_gpu.any())) and s.dev_free.shape[1] <= victim_rows.PW_BLOCK
+              and s.dev_valid.dtype == np.bool_)
+        hit = state._victims_fit_rows = (np.zeros(s.N, dtype=np.bool_), np.empty(s.N, dtype=np.int64),
+                                         np.empty(s.N)) if ok else False
+    return hit or None
 
 
 #: the packing filters on the sorted base (:func:`~scheduler_engine.kernels.victim_run.sorted_pack`);

@@ -585,7 +585,9 @@ def test_fit_base_patched_on_logged_nodes_is_the_full_one(monkeypatch, nodes, jo
 def test_fit_base_patches_the_distinct_logged_nodes(monkeypatch):
     """``_fit_base`` patches the rows of the distinct nodes logged since its last call, also when the
     log repeats them (each failed scenario logs its nodes twice) past N / 8 entries: such searches
-    take the row path, on exactly those nodes, and (test above) give the full array's values."""
+    take the row path, on exactly those nodes, and (test above) give the full array's values. (The
+    numpy rows, ``USE_FIT_ROWS`` off; the compiled rows: the next test.)"""
+    monkeypatch.setattr(accumulation, "USE_FIT_ROWS", False)
     snap = bench.generate(nodes=120, jobs=900, queues=40, seed=7, shape="mixed")
     real_fb = accumulation.fit_base
     real = accumulation._fit_base
@@ -615,6 +617,83 @@ def test_fit_base_patches_the_distinct_logged_nodes(monkeypatch):
         _cycle(snap)
     n = 120
     assert any(raw * 8 > n and isinstance(r, list) for raw, _d, r in calls)  # repeated entries, row path
+
+
+def test_fit_rows_patches_the_changed_logged_nodes(monkeypatch):
+    """The compiled rows (``victim_rows.fit_rows``): at every call of ``_fit_base`` the base is, bit for
+    bit, ``fit_base`` on the whole cluster; its change from the last base (``_victims_base_delta``, what the
+    clean rows and the sorted base are patched on) names exactly the distinct logged nodes whose value
+    changed, ascending, or every row (None) past N / 8 distinct nodes; no value changed: the same array.
+    The kernel's mark row is clean after every call."""
+    from scheduler_engine.solvers import idle_gpus
+    snap = bench.generate(nodes=120, jobs=900, queues=40, seed=7, shape="mixed")
+    real = accumulation._fit_base
+    seen = {"rows": 0, "full": 0, "same": 0}
+
+    def checked(state):
+        hit = getattr(state, "_victims_fit_base", None)
+        base = real(state)
+        full = idle_gpus.fit_base(state)
+        assert base.tobytes() == full.tobytes()
+        assert accumulation._fit_rows_buffers(state) is not None
+        assert not accumulation._fit_rows_buffers(state)[0].any()
+        if hit is None or hit[1] == len(state.node_log):
+            return base
+        old = hit[0]
+        distinct = np.unique(np.asarray(state.node_log[hit[1]:len(state.node_log)]))
+        changed = distinct[old[distinct] != full[distinct]]
+        if 8 * distinct.shape[0] > state.N:
+            seen["full"] += 1
+            assert state._victims_base_delta[:2] == (old, base) and state._victims_base_delta[2] is None
+        elif changed.shape[0]:
+            seen["rows"] += 1
+            d = state._victims_base_delta
+            assert d[0] is old and d[1] is base and base is not old
+            assert d[2].tolist() == changed.tolist()
+        else:
+            seen["same"] += 1
+            assert base is old
+        return base
+
+    with monkeypatch.context() as m:
+        m.setattr(accumulation, "_fit_base", checked)
+        _cycle(snap)
+    assert seen["rows"] > 5 and seen["same"] > 0, seen
+
+
+@pytest.mark.parametrize("G", [0, 1, 3, 7, 8, 9, 15, 16, 17, 24, 31, 64, 127, 128])
+def test_masked_row_sum_is_numpys_sum(G):
+    """``victim_rows.masked_row_sum`` is numpy's ``(dev * valid).sum(axis=1)`` bit for bit, on rows of
+    every length up to a pairwise block (random fractions, whose sums depend on the order of additions:
+    a left-to-right loop differs from 8 terms on); ``fit_rows`` gives ``fit_base``'s rows on them."""
+    from scheduler_engine.kernels import victim_rows
+    rng = np.random.default_rng(G)
+    dev = rng.random((400, G)) * 3 - 0.7
+    dev[rng.random((400, G)) < 0.2] = 1.0 / 3.0
+    valid = rng.random((400, G)) < 0.85
+    want = (dev * valid).sum(axis=1) if G else np.zeros(400)
+    got = np.array([victim_rows.masked_row_sum(dev, valid, n) for n in range(400)])
+    assert got.tobytes() == want.tobytes()
+    rel = rng.random((400, G)) * 0.5
+    sched = rng.random(400) < 0.9
+    base = np.where(sched, np.maximum(want, 0.0) + np.maximum((rel * valid).sum(axis=1) if G else np.zeros(400), 0.0),
+                    0.0)
+    old = base.copy()
+    old[::3] += 1.0
+    log = np.array([5, 3, 5, 9, 3, 12, 0, 399, 12], dtype=np.int64)
+    mark = np.zeros(400, dtype=np.bool_)
+    rows, vals = np.empty(400, dtype=np.int64), np.empty(400)
+    m = victim_rows.fit_rows(log, 1, log.shape[0], mark, rows, vals, dev, rel, valid, sched, old)
+    exp = [n for n in sorted(set(log[1:].tolist())) if old[n] != base[n]]
+    assert rows[:m].tolist() == exp and vals[:m].tobytes() == base[exp].tobytes() and not mark.any()
+    many = np.arange(0, 400, 2, dtype=np.int64)  # (more than N / 8 nodes: -1, marks clean)
+    assert victim_rows.fit_rows(many, 0, many.shape[0], mark, rows, vals, dev, rel, valid, sched, old) == -1
+    assert not mark.any()
+    mid = np.arange(300, 220, -2, dtype=np.int64)  # (40 nodes: over 32, under N / 8: the marks' scan)
+    mid = np.r_[mid, mid]
+    m = victim_rows.fit_rows(mid, 0, mid.shape[0], mark, rows, vals, dev, rel, valid, sched, old)
+    exp = [n for n in sorted(set(mid.tolist())) if old[n] != base[n]]
+    assert rows[:m].tolist() == exp and vals[:m].tobytes() == base[exp].tobytes() and not mark.any()
 
 
 @pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [(60, 400, 20, "mixed", 3), (80, 600, 20, "one-gpu", 5),
