@@ -15,8 +15,11 @@ and does what those Python steps do to the state, in their order:
   ``resources_freed``), kept in ``ds`` until Python reads them back;
 * the victims served before the beneficiary (active after the scenario, in victim order: the
   pruning's input), then ``CycleState.rollback`` to the scenario's start: the ``_protect_len`` rule
-  (a rollback below it bumps ``resources_freed``), the numeric undo with its nodes logged
-  (:func:`.journal.undo_log`), and ``Placer.fix_after_rollback`` for the victims that were Running;
+  (a rollback below it bumps ``resources_freed``), the numeric undo (:func:`.journal.undo`), and
+  ``Placer.fix_after_rollback`` for the victims that were Running; where Python's rollback logs the
+  undone entries' nodes, the scenario's entries are dropped from the change log instead and the shape
+  rows it queried caught up on its nodes (:func:`.scenario.forget_log`: the log's readers answer the
+  same, and the log does not grow by ~40 entries per kept scenario);
 * ``PrefixSearch.prune`` (:func:`.victim_run.drop_served`, no blocked queue: nothing was validated),
   the leaves it marks collected in ``qbuf`` for Python's ``retook`` set;
 * the loop's limit flag (``IS_STOP``) as Python's loop sets it before its next call: the scenario limit
@@ -43,9 +46,9 @@ state, the searches and whole cycles with and without it.
 from __future__ import annotations
 
 from . import leaf_kernel
-from .journal import _BIND, _PEND, _PIPE, _REL, _RUN, undo_log
+from .journal import _BIND, _PEND, _PIPE, _REL, _RUN, undo
 from .scenario import (GROUPS_NEW, IO_END, IO_FREED, IO_I0, IO_J, IO_LOG, IO_LOG_END, IO_NP, IO_NV, IO_PROTECT,
-                       IO_PROTECT_END, run_scenario)
+                       IO_PROTECT_END, forget_log, run_scenario)
 from .victim_run import IS_SETLEN, IS_STEPS, IS_STOP, PI_LOC, PI_POT, QI_SKIP, SIM, drop_served, run_victims
 
 #: :func:`run_search` return codes besides :mod:`.victim_run`'s (``PY`` .. ``ROOM``, 1-7)
@@ -155,6 +158,7 @@ def run_search(ds, rec, part, vs, va, qbuf,
             break
         # ---- the failed scenario: _run_compiled's results, the served victims, CycleState.rollback,
         # Placer.fix_after_rollback, PrefixSearch.prune
+        lo = logn
         logn = io[IO_LOG_END]
         protect = io[IO_PROTECT_END]
         freed += nv + io[IO_FREED]
@@ -169,13 +173,18 @@ def run_search(ds, rec, part, vs, va, qbuf,
             if i0 < protect:
                 freed += 1
                 protect = i0
-            logn = undo_log(i0, i1, logn, task_state, task_node_j, task_job, job_queue, path_mat, num_active,
-                            job_version, queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab,
-                            tdev, tndev, ttake, tntake, ji, jf, log)
+            undo(i0, i1, task_state, task_node_j, task_job, job_queue, path_mat, num_active, job_version,
+                 queue_version, node_both, dev_free, dev_rel, task_alloc, task_rel_take, qab, tdev, tndev, ttake,
+                 tntake, ji, jf)
             for e in range(i0, i1):  # a device's new gpuGroup is gone again (the object half's restore)
                 if clear[e - i0, 0] == GROUPS_NEW:
                     dev_shared[ji[e, 4], clear[e - i0, 1]] = False
                     ds[D_GROUPS] += 1
+        # (every node row as it was at log length lo: the scenario's log entries dropped, the shape rows it
+        # queried caught up on its nodes; the undo's nodes are the same nodes, not logged)
+        logn = forget_log(lo, logn, log, seen, scr, pos, sint, sfl, sched, ssel, no_sel, no_frac, ndev, cap, idle_ok,
+                          any_ok, skey, hk, hn, hs, node_both, dev_free, dev_rel, dev_shared, gcap, dgpu, dra_free,
+                          dra_rel)
         for x in range(nv):
             t = pv[np_ + x]
             if vs[VS_RUN, x] != 0 and task_state[t] == _PEND and task_node_j[t] >= 0:
