@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import leaf_kernel
+from .gpu_fit import EPS, pack_best_fit
 
 
 @leaf_kernel
@@ -117,3 +118,48 @@ def leaf_task_nodes(leaves: np.ndarray, cj: np.ndarray, lo: np.ndarray, n: np.nd
                     out[m] = v
                     m += 1
     return m
+
+
+@leaf_kernel
+def capacity_fits(base: np.ndarray, gpu: np.ndarray, mask: np.ndarray, use_mask: bool, thr: float) -> bool:
+    """:func:`scheduler_engine.solvers.idle_gpus.may_fit` for one GPU task: ``float(cap.max()) >= thr`` of
+    ``cap = base + gpu`` (0.0 off the node selector's ``mask`` when ``use_mask``), one pass and no (N,)
+    temporaries. As numpy's ``max``, a NaN anywhere is the maximum (and fails the test). N > 0."""
+    best = -np.inf
+    for n in range(base.shape[0]):
+        c = base[n] + gpu[n]
+        if use_mask and not mask[n]:
+            c = 0.0
+        if c != c:
+            return False
+        if c > best:
+            best = c
+    return best >= thr
+
+
+@leaf_kernel
+def pack_fits(base: np.ndarray, gpu: np.ndarray, need: np.ndarray, sel: np.ndarray, masks: np.ndarray,
+              idxbuf: np.ndarray, capbuf: np.ndarray) -> bool:
+    """:func:`scheduler_engine.solvers.idle_gpus.may_fit` for several tasks (``need``, ``sel``, ``masks``:
+    :func:`~scheduler_engine.solvers.idle_gpus.demand`'s): True without a GPU request (> EPS); else
+    the nodes whose ``base + gpu`` could hold the smallest request (``>= min - 1e-9``), ascending, with
+    those capacities in ``idxbuf`` / ``capbuf`` (N,), and the best-fit packing
+    (:func:`.gpu_fit.pack_best_fit`) on them. The same sums, nodes and order as the numpy expression."""
+    lo = np.inf
+    some = False
+    for i in range(need.shape[0]):
+        if need[i] > EPS:
+            some = True
+            if need[i] < lo:
+                lo = need[i]
+    if not some:
+        return True
+    mthr = lo - 1e-9
+    m = 0
+    for n in range(base.shape[0]):
+        c = base[n] + gpu[n]
+        if c >= mthr:
+            idxbuf[m] = n
+            capbuf[m] = c
+            m += 1
+    return m > 0 and pack_best_fit(need, sel, masks, idxbuf[:m], capbuf[:m])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..snapshot import GPU
+from ..kernels import victim_bound
 from ..kernels.gpu_fit import pack_best_fit
 from ..state import EPS, CycleState
 
@@ -22,10 +23,34 @@ def fit_base(state: CycleState, rows: np.ndarray | None = None) -> np.ndarray:
     return np.where(s.node_schedulable if rows is None else s.node_schedulable[rows], base, 0.0)
 
 
+#: :func:`may_fit` in one compiled pass (:func:`~scheduler_engine.kernels.victim_bound.capacity_fits`,
+#: :func:`~scheduler_engine.kernels.victim_bound.pack_fits`); ``False``: the numpy expressions (tests compare)
+USE_KERNEL = True
+_NO_MASK = np.zeros(0, dtype=np.bool_)
+
+
 def may_fit(state: CycleState, partial: list[int], base: np.ndarray, victim_gpu: np.ndarray,
             dem: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> bool:
-    """Could the GPUs of tasks ``partial`` fit with per-node ``base`` plus ``victim_gpu``?"""
+    """Could the GPUs of tasks ``partial`` fit with per-node ``base`` plus ``victim_gpu``?
+
+    Compiled (``USE_KERNEL``): the same per-node sums, nodes and packing without the (N,) temporaries
+    of the numpy expressions below (the sum, the selector's where, the threshold's mask, its nodes and
+    their capacities: ~25 us per call at 10,000 nodes, once per prefix search for its bound)."""
     s = state
+    if USE_KERNEL and s.N > 0:
+        if len(partial) == 1:
+            t = partial[0]
+            need = float(s.task_order_req[t, GPU])
+            if need <= EPS:
+                return True
+            key = s.task_selector_key[t]
+            return bool(victim_bound.capacity_fits(base, victim_gpu, s.selector_mask(key) if key else _NO_MASK,
+                                                   bool(key), need - 1e-9))
+        need, sel, masks = demand(s, partial) if dem is None else dem
+        buf = s.__dict__.get("_victims_fit_bufs")
+        if buf is None:
+            buf = s._victims_fit_bufs = (np.empty(s.N, dtype=np.int64), np.empty(s.N))
+        return bool(victim_bound.pack_fits(base, victim_gpu, need, sel, masks, buf[0], buf[1]))
     if len(partial) == 1:
         t = partial[0]
         need = float(s.task_order_req[t, GPU])

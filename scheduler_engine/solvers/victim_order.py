@@ -332,7 +332,10 @@ class LeafRuns:
             return
         if len(jo) == k:
             return
-        tasks = np.unique(np.fromiter((e[0] for e in jo[k:]), dtype=np.int64, count=len(jo) - k))
+        # the entries' tasks from the journal's numeric half (column 0 of ``_ji`` is entry i's task, as its
+        # object half's first field: every entry has both); a generator over the object half's tuples was
+        # ~0.6 % of a 2,000-node cycle
+        tasks = np.unique(s._ji[k:len(jo), 0])
         jobs = np.unique(s.task_job[tasks])
         self.member[jobs] = s.job_preemptible_arr[jobs] & (s.job_num_active_arr[jobs] > 0)
         leaves = np.unique(s.job_queue_arr[jobs])

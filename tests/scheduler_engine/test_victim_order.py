@@ -226,6 +226,37 @@ def test_leaf_runs_patched_per_commit_are_the_rebuilt_ones(monkeypatch, nodes, j
     assert bad
 
 
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed,features", [
+    (60, 400, 20, "mixed", 3, {}),
+    (80, 600, 30, "one-gpu", 2, {}),
+    (50, 360, 20, "mixed", 5, {"dra_nodes": 0.3}),
+])
+def test_sync_reads_the_entries_tasks_from_the_numeric_journal(monkeypatch, nodes, jobs, queues, shape, seed,
+                                                               features):
+    """``LeafRuns.sync`` takes the tasks of the journal entries since its last sync from the numeric half
+    (``_ji[:, 0]``): at every sync of whole cycles (DRA claims too) that column is each entry's
+    object half's task, entry by entry. (Reclaim keeps no runs on a cluster with subgroups.)"""
+    from scheduler_engine import bench
+
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    if features:
+        snap = bench.with_features(snap, seed=seed, **features)
+    real_sync = victim_order.LeafRuns.sync
+    read = []
+
+    def checked(self):
+        jo, k = self.state._journal, self.jlen
+        if len(jo) > k:
+            assert self.state._ji[k:len(jo), 0].tolist() == [e[0] for e in jo[k:]]
+            read.append(len(jo) - k)
+        real_sync(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(victim_order.LeafRuns, "sync", checked)
+        _cycle(snap)
+    assert len(read) >= 2
+
+
 @pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [
     (60, 400, 20, "mixed", 3),
     (80, 600, 30, "one-gpu", 2),

@@ -661,6 +661,67 @@ def test_fit_rows_patches_the_changed_logged_nodes(monkeypatch):
     assert seen["rows"] > 5 and seen["same"] > 0, seen
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_queues_under_a_blocked_queue(seed):
+    """``accumulation._queues_under(state, b)`` (the kernel's skip row's entries for a blocked queue, kept
+    per queue) is every queue whose path holds ``b``, ascending, on random trees of several depths; asked
+    again, the kept array."""
+    rng = random.Random(seed)
+    state = CycleState(load_dict(_random_cluster(rng, chain=seed % 2 == 0)))
+    for b in range(state.Q):
+        want = [q for q in range(state.Q) if b in state.queue_path_list[q]]
+        got = accumulation._queues_under(state, b)
+        assert got.tolist() == want and b in want
+        assert accumulation._queues_under(state, b) is got
+
+
+@pytest.mark.parametrize("nodes,jobs,queues,shape,seed", [(60, 400, 20, "mixed", 3), (80, 600, 20, "one-gpu", 5),
+                                                          (120, 900, 40, "mixed", 7)])
+def test_may_fit_compiled_is_the_numpy_filter(monkeypatch, nodes, jobs, queues, shape, seed):
+    """``idle_gpus.may_fit`` compiled (``victim_bound.capacity_fits`` / ``pack_fits``) answers as its numpy
+    expressions: at every call of whole cycles, and on random per-node GPUs for random task lists (one
+    task, several, with and without node selectors, with GPU-less tasks) of a generated cluster, near
+    the threshold too (capacities equal to a request); both answers occur."""
+    from scheduler_engine.solvers import idle_gpus
+    snap = bench.generate(nodes=nodes, jobs=jobs, queues=queues, seed=seed, shape=shape)
+    real = idle_gpus.may_fit
+    seen = {True: 0, False: 0}
+
+    def both(state, partial, base, gpu, dem=None):
+        with monkeypatch.context() as m:
+            m.setattr(idle_gpus, "USE_KERNEL", False)
+            want = real(state, partial, base, gpu, dem)
+        got = real(state, partial, base, gpu, dem)
+        assert got == want
+        seen[got] += 1
+        return got
+
+    with monkeypatch.context() as m:
+        m.setattr(accumulation, "may_fit", both)
+        _cycle(snap)
+    state = CycleState(snap)
+    rng = np.random.default_rng(seed)
+    sel = [t for t in range(state.T) if state.task_selector_key[t]]
+    for i in range(300):
+        k = 1 if i % 3 == 0 else int(rng.integers(2, 6))
+        partial = rng.choice(state.T, size=k, replace=False).tolist()
+        if sel and i % 4 == 1:
+            partial[0] = sel[int(rng.integers(len(sel)))]
+        base = idle_gpus.fit_base(state)
+        gpu = np.where(rng.random(state.N) < 0.3, rng.integers(0, 4, state.N) * 0.5, 0.0)
+        if i % 5 == 0:  # (a capacity exactly at a request)
+            gpu[int(rng.integers(state.N))] = float(state.task_order_req[partial[0], GPU])
+            base = np.zeros(state.N)
+        dem = idle_gpus.demand(state, partial) if i % 2 else None
+        with monkeypatch.context() as m:
+            m.setattr(idle_gpus, "USE_KERNEL", False)
+            want = idle_gpus.may_fit(state, partial, base, gpu, dem)
+        got = idle_gpus.may_fit(state, partial, base, gpu, dem)
+        assert got == want, (partial, i)
+        seen[got] += 1
+    assert seen[True] > 10 and seen[False] > 10, seen
+
+
 @pytest.mark.parametrize("G", [0, 1, 3, 7, 8, 9, 15, 16, 17, 24, 31, 64, 127, 128])
 def test_masked_row_sum_is_numpys_sum(G):
     """``victim_rows.masked_row_sum`` is numpy's ``(dev * valid).sum(axis=1)`` bit for bit, on rows of
