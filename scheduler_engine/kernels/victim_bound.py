@@ -103,10 +103,17 @@ def move_tasks(tasks: np.ndarray, task_node: np.ndarray, where: np.ndarray, head
 
 @leaf_kernel
 def leaf_task_nodes(leaves: np.ndarray, cj: np.ndarray, lo: np.ndarray, n: np.ndarray, job_start: np.ndarray,
-                    job_count: np.ndarray, task_node: np.ndarray, out: np.ndarray) -> int:
-    """The nodes of every placed task of the member jobs of ``leaves`` (each leaf's run ``cj[lo[q]:lo[q] +
-    n[q]]``, :class:`~scheduler_engine.solvers.victim_order.LeafRuns`) into ``out`` (repeats included);
-    returns how many: the only nodes whose bound sum a leaf mask with or without those leaves can change."""
+                    job_count: np.ndarray, task_node: np.ndarray, stamped: bool, node_epoch: np.ndarray, since: int,
+                    limit: int, mark: np.ndarray, out: np.ndarray) -> int:
+    """The distinct nodes of every placed task of the member jobs of ``leaves`` (each leaf's run ``cj[lo[q]:lo[q] +
+    n[q]]``, :class:`~scheduler_engine.solvers.victim_order.LeafRuns`) and, with ``stamped``, of every node whose
+    ``node_epoch`` is above ``since`` into ``out`` (N,), in no particular order; returns how many, or stops at
+    once when more than ``limit`` (returns a count above it). ``mark`` (N,) is all False on entry and on return.
+
+    Those are the only nodes whose bound sum a leaf mask with or without those leaves can change, each summed
+    again on its own (:func:`member_gpu` rows mode: one node's terms in task order, whatever the order of the
+    nodes, but each node once). The member jobs' tasks repeat nodes many times: their distinct nodes by the
+    mark row instead of ``np.unique`` of every task's node (a sort of thousands of entries per new mask)."""
     m = 0
     for i in range(leaves.shape[0]):
         q = leaves[i]
@@ -114,9 +121,22 @@ def leaf_task_nodes(leaves: np.ndarray, cj: np.ndarray, lo: np.ndarray, n: np.nd
             j = cj[x]
             for t in range(job_start[j], job_start[j] + job_count[j]):
                 v = task_node[t]
-                if v >= 0:
+                if v >= 0 and not mark[v]:
+                    mark[v] = True
                     out[m] = v
                     m += 1
+            if m > limit:
+                break
+        if m > limit:
+            break
+    if stamped and m <= limit:
+        for v in range(node_epoch.shape[0]):
+            if node_epoch[v] > since and not mark[v]:
+                mark[v] = True
+                out[m] = v
+                m += 1
+    for i in range(m):
+        mark[out[i]] = False
     return m
 
 

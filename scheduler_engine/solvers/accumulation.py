@@ -522,12 +522,14 @@ class PrefixSearch:
                 n_good += _mark_good(good, recn, cap_rec, thr)
             self.good_l = good
             self.n_good = n_good
-        gneed = s.task_order_req[partial, GPU]
-        self.multi = not fast and len(partial) > 1 and bool(np.any(gneed > EPS)) and s.N > 0
-        # one GPU task with a node selector: the same best-fit packing (one request, its nodes)
-        sel1 = not fast and len(partial) == 1 and float(gneed[0]) > EPS and s.N > 0
-        if self.multi or sel1:
-            self.mthr = float(gneed[gneed > EPS].min()) - 1e-9
+        sel1 = False
+        if not fast:  # (the single-task filter needs neither)
+            gneed = s.task_order_req[partial, GPU]
+            self.multi = len(partial) > 1 and bool(np.any(gneed > EPS)) and s.N > 0
+            # one GPU task with a node selector: the same best-fit packing (one request, its nodes)
+            sel1 = len(partial) == 1 and float(gneed[0]) > EPS and s.N > 0
+            if self.multi or sel1:
+                self.mthr = float(gneed[gneed > EPS].min()) - 1e-9
         self.pack = self.multi or sel1
         # the same candidates on the same cluster (memo): the queue starts as the last one did
         proto = memo.get(("vq", id(cands))) if memo is not None else None
@@ -749,8 +751,10 @@ class PrefixSearch:
         ist[vr.IS_GEN] = scratch[5]
         ist[vr.IS_STAMP] = scratch[11]["stamp"]
         ist[vr.IS_OSTAMP] = scratch[10]
-        if dem is None:  # (only read by the packing filter)
-            dem = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, N), dtype=np.bool_))
+        if dem is None:  # (only read by the packing filter: empty arrays, kept on the state)
+            dem = s.__dict__.get("_victims_no_demand")
+            if dem is None:
+                dem = s._victims_no_demand = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, N), dtype=np.bool_))
         if (self.pack and USE_SORTED_PACK and base is getattr(s, "_victims_fit_base", (None,))[0]
                 and not bool((dem[1] >= 0).any())):
             # the packing filters search the sorted base; every other node's GPUs are 0.0 but the

@@ -259,7 +259,7 @@ class LeafRuns:
         #: how :meth:`bound` answered: full passes, kept sums as they were, kept sums patched, searches
         #: with recorded victims (tests)
         self.bound_counts = {"full": 0, "kept": 0, "patched": 0, "recorded": 0, "near": 0}
-        self._node_buf: np.ndarray | None = None  # (_near_bound's nodes)
+        self._node_buf: tuple | None = None  # (_near_bound's nodes, its clean mark row)
         self._keys: tuple | None = None  # the victim keys of every leaf with members (full_keys)
         self._key_leaves: list[np.ndarray] = []  # leaves whose runs sync patched since (full_keys)
         #: how :meth:`full_keys` answered: built, brought up to date (tests)
@@ -485,15 +485,14 @@ class LeafRuns:
             return None
         b2, ep2 = self.bounds[best[0]]
         if self._node_buf is None:
-            self._node_buf = np.empty(s.T, dtype=np.int64)
+            self._node_buf = (np.empty(s.N, dtype=np.int64), np.zeros(s.N, dtype=np.bool_))
+        # (the nodes in no particular order: each is summed again on its own)
         m = victim_bound.leaf_task_nodes(best[1], self.cj, self.lo, self.n, s.job_start, s.job_count, s.task_node,
-                                         self._node_buf)
-        rows = self._node_buf[:m]
-        if ep2 < self.epoch:
-            rows = np.concatenate((rows, np.flatnonzero(self.node_epoch > ep2)))
-        rows = np.unique(rows)
-        if self.NEAR_ROWS_DIV * rows.shape[0] > s.N:
+                                         ep2 < self.epoch, self.node_epoch, ep2, s.N // self.NEAR_ROWS_DIV,
+                                         self._node_buf[1], self._node_buf[0])
+        if self.NEAR_ROWS_DIV * m > s.N:
             return None
+        rows = self._node_buf[0][:m]
         b = b2.copy()
         b[rows] = 0.0
         victim_bound.member_gpu(False, rows, *args, b)

@@ -298,6 +298,40 @@ def test_bound_from_the_leaves_is_candidate_gpu_bit_for_bit(monkeypatch, nodes, 
         assert _cycle(snap) == kept
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_leaf_task_nodes_are_the_distinct_nodes(seed):
+    """``victim_bound.leaf_task_nodes`` (a new leaf mask's nodes to sum again, ``LeafRuns._near_bound``): the
+    set of nodes of the leaves' member jobs' placed tasks, with the stamped nodes when asked, each once,
+    its mark row clean after; past the limit it stops with a count above it."""
+    from scheduler_engine.kernels import victim_bound
+    rng = np.random.default_rng(seed)
+    N, J, Q = 50, 40, 6
+    job_count = rng.integers(1, 6, J)
+    job_start = np.r_[0, np.cumsum(job_count)[:-1]].astype(np.int64)
+    task_node = rng.integers(-1, N, int(job_count.sum())).astype(np.int64)
+    leaf_of = rng.integers(0, Q, J)
+    cj = np.argsort(leaf_of, kind="stable").astype(np.int64)
+    n = np.bincount(leaf_of, minlength=Q).astype(np.int64)
+    lo = (np.cumsum(n) - n).astype(np.int64)
+    epoch = rng.integers(0, 4, N).astype(np.int64)
+    mark, out = np.zeros(N, dtype=np.bool_), np.empty(N, dtype=np.int64)
+    for leaves in ([0], [1, 3], list(range(Q))):
+        lv = np.asarray(leaves, dtype=np.int64)
+        jobs = [int(j) for q in leaves for j in cj[lo[q]:lo[q] + n[q]]]
+        tasks = [t for j in jobs for t in range(job_start[j], job_start[j] + job_count[j])]
+        for stamped in (False, True):
+            want = {int(task_node[t]) for t in tasks if task_node[t] >= 0}
+            if stamped:
+                want |= set(np.flatnonzero(epoch > 2).tolist())
+            m = victim_bound.leaf_task_nodes(lv, cj, lo, n, job_start, job_count, task_node, stamped, epoch, 2, N,
+                                             mark, out)
+            assert sorted(out[:m].tolist()) == sorted(want) and m == len(want) and not mark.any()
+            if len(want) > 3:
+                m = victim_bound.leaf_task_nodes(lv, cj, lo, n, job_start, job_count, task_node, stamped, epoch, 2, 2,
+                                                 mark, out)
+                assert m > 2 and not mark.any()
+
+
 def _task_lists_differ(state: CycleState, runs) -> list[int]:
     """The nodes whose task list in ``runs`` (``t_head`` / ``t_next``) is not every task on the node,
     ascending (and tasks whose ``t_where`` is not their node)."""
