@@ -474,6 +474,11 @@ class JobQueue:
         # changes) and the re-key call's argument tuple with its entry point (:meth:`_rekey`)
         self._lreq: list = [None] * Q
         self._rk: dict[int, tuple] = {}
+        # the leaf re-keyed last, with the queue version of its path's top-level queue then; -1 after
+        # any write to the rows a re-key reads (a leaf's request or live flag, every key: ``build``)
+        self._last = -1
+        self._last_ver = -1
+        self._qv = st.queue_version
 
     def _set_req(self, leaf: int, r: tuple) -> None:
         """Write ``r`` into the leaf's request row unless the row holds it already: a tuple equal to
@@ -670,14 +675,35 @@ class JobQueue:
         if k is not None:
             # ``_leaf_entry`` and ``_request`` inline (once per popped job)
             h = self.heaps[leaf]
+            live = k[7]
             if h:
                 j = h[0][1]
                 hit = self._req_cache.get(j)
-                k[7][leaf] = True
-                self._set_req(leaf, hit[1] if hit is not None and hit[0] == self._jver[j] else self._request(j))
-            else:
-                k[7][leaf] = False
+                if not live[leaf]:
+                    live[leaf] = True
+                    self._last = -1
+                r = hit[1] if hit is not None and hit[0] == self._jver[j] else self._request(j)
+                if r != self._lreq[leaf] or 0.0 in r:  # (the row is written: ``_set_req``'s test)
+                    self._last = -1
+                self._set_req(leaf, r)
+            elif live[leaf]:
+                live[leaf] = False
+                self._last = -1
+            # A re-key reads the leaf's path's allocations, the request and live flag of leaves, and the
+            # keys of the path's siblings; it writes the path's keys and returns the next leaf. The same
+            # leaf re-keyed again with none of those written since (no request or flag written, no other
+            # re-key or build; no allocation on the path changed: every change bumps ``queue_version``
+            # of each queue on the changed job's path, its top-level queue included) writes the same
+            # keys and returns the same leaf: ``_next`` already holds it. (A job loop's refusals pop the
+            # same leaf's jobs of one request in a row.)
+            ver = int(self._qv[self.paths[leaf][-1]])
+            if leaf == self._last and ver == self._last_ver:
+                if self.check_skips:
+                    self._check_skip(leaf)
+                return
             self._next = self._rekey(leaf)
+            self._last = leaf
+            self._last_ver = ver
             return
         h = self.heaps[leaf]
         j = h[0][1] if h else -1
@@ -704,6 +730,18 @@ class JobQueue:
         if changed:
             bc[self._root] = best(self._root)
 
+    #: tests: every refresh that keeps ``_next`` without re-keying re-keys anyway and checks that
+    #: the keys, representatives and next leaf are what they were (:meth:`_check_skip`)
+    check_skips = False
+    skipped = 0  # (tests: refreshes that kept ``_next``, counted with ``check_skips``)
+
+    def _check_skip(self, leaf: int) -> None:
+        key, vrep = self._k[9], self._k[10]
+        before = (key.copy(), vrep.copy(), self._next)
+        nxt = self._rekey(leaf)
+        assert nxt == before[2] and np.array_equal(key, before[0]) and np.array_equal(vrep, before[1])
+        self.skipped += 1
+
     def refresh_all(self) -> None:
         """Recompute every queue's representative and order (after changes anywhere in the state).
 
@@ -711,6 +749,7 @@ class JobQueue:
         representative's request changed (the same validity rule as on the refresh path), so a
         refresh after a few evictions costs O(Q) cheap checks plus the changed keys."""
         if self._k is not None:
+            self._last = -1
             for q in self._leafq:
                 self._leaf_entry(q)
             path, kid_ptr, kids, stat, tot, prio, tb, live, req, key, vrep = self._k

@@ -450,11 +450,15 @@ def bind_what_waits_for_nothing(state: CycleState, sol: Solution) -> list[int]:
     """
     s = state
     sc = sol.scenario
-    jobs = dict.fromkeys([sc.job] + [int(s.task_job[t]) for t in sc.moved])
+    tj = s._task_job_list
+    jobs = dict.fromkeys([sc.job] + [tj[t] for t in sc.moved])
     bound: list[int] = []
     for jj in jobs:
-        fresh = [t for t in s.job_task_range(jj)
-                 if s.task_state[t] == _PIPE and s._input_state[t] != _RUN]
+        # (the job's tasks are the range job_start[jj]:+job_count[jj]: one pass over its two state slices
+        # instead of two numpy scalars per task; the same tasks, ascending)
+        a = int(s.job_start[jj])
+        b = a + int(s.job_count[jj])
+        fresh = (np.flatnonzero((s.task_state[a:b] == _PIPE) & (s._input_state[a:b] != _RUN)) + a).tolist()
         if fresh and not any(s.takes_releasing(t) for t in fresh):
             for t in fresh:
                 s.mark_binding(t)

@@ -36,6 +36,7 @@ from ..snapshot import UNLIMITED
 from ..solvers.simulation import Scenario
 from ..solvers.victim_order import LeafRuns
 from ..state import CycleState, fmt_amount
+from .allocate import rows_sum
 from .common import EvictingAction, pending_ready_jobs, run_evicting
 
 
@@ -61,7 +62,7 @@ def _request(state: CycleState, tasks: list[int]) -> np.ndarray:
     starts from the first row; read only)."""
     if len(tasks) == 1:
         return state.task_order_req[tasks[0]]
-    return state.task_order_req[tasks].sum(axis=0)
+    return rows_sum(state.task_order_req, tasks)  # (``task_order_req[tasks].sum(axis=0)``, a range summed as a slice)
 
 
 class Reclaim(EvictingAction):
@@ -89,6 +90,16 @@ class Reclaim(EvictingAction):
         self._runs: LeafRuns | None | bool = None  # per-leaf runs of the candidates (False: not used)
         self._static_rows: StaticRows | None = None  # the validator's static queue rows (made on first use)
         self._check: ReclaimCheck | None = None  # the compiled validator's arrays (made on first use)
+        self._view: QueueShares | None = None  # shares_now(state) (:meth:`_shares`)
+
+    def _shares(self) -> QueueShares:
+        """``shares_now(state)``: views of the state's queue arrays, which are updated in place and
+        never replaced during the cycle, so one view serves every gate and candidate filter (made
+        on first use; ~5 us each time otherwise)."""
+        sh = self._view
+        if sh is None:
+            sh = self._view = shares_now(self.state)
+        return sh
 
     def candidate_jobs(self) -> list[int]:
         return pending_ready_jobs(self.state)
@@ -137,7 +148,7 @@ class Reclaim(EvictingAction):
         if hit is not self:
             return hit
         why = None
-        if not can_reclaim_resources(shares_now(s), leaf, req, pre):
+        if not can_reclaim_resources(self._shares(), leaf, req, pre):
             why = gate_failure(s, leaf, req, pre)
         self._gates[key] = why
         return why
@@ -188,7 +199,7 @@ class Reclaim(EvictingAction):
         vqs = np.flatnonzero(keep_q)
         mr_q = None
         if vqs.size:
-            keep_q[vqs] = victim_filter_many(shares_now(s), leaf, vqs, full_req, paths=self._paths)
+            keep_q[vqs] = victim_filter_many(self._shares(), leaf, vqs, full_req, paths=self._paths)
             mr_q = self._min_runtimes(leaf, np.flatnonzero(keep_q))
         ident = keep_q.tobytes() + (b"" if mr_q is None else mr_q.tobytes())
         set_key = self._set_keys.setdefault(ident, len(self._set_keys))
@@ -259,7 +270,7 @@ class Reclaim(EvictingAction):
         start = shares_now(s, copy=True)  # OnJobSolutionStart
         if self._static_rows is None:  # (the tree and the static rows: the same for the whole cycle)
             self._static_rows = StaticRows(start)
-        rows = ShareRows(start, self._static_rows)  # the start copy's rows, read by every scenario's check
+        rows: list[ShareRows] = []  # the start copy's rows, read by every scenario's Python check (made on first use)
         preemptible = s.job_is_preemptible(j)
         check = None
         if COMPILED_VALIDATOR:
@@ -277,9 +288,11 @@ class Reclaim(EvictingAction):
             if check is not None and sc.varr is not None:
                 verdict = check.verdict(sc.varr, sc.valloc, start, leaf, req, preemptible)
             else:
+                if not rows:
+                    rows.append(ShareRows(start, self._static_rows))
                 victims = victim_vectors(s, sc)
                 verdict = validate_reclaim(start, reclaimer_leaf=leaf, req=req, reclaimer_preemptible=preemptible,
-                                           victims=victims, multiplier=self.multiplier, rows=rows)
+                                           victims=victims, multiplier=self.multiplier, rows=rows[0])
             if not verdict:
                 sc.blocked = verdict.taken_from
                 # the text is written only if it is shown (the last refusal of a failed solve): about

@@ -27,7 +27,8 @@ evicts for a placement that would then not happen.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from itertools import repeat
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -374,7 +375,7 @@ class Scenario:
     released: list[int]  # victims that end Releasing (or Pending: placed earlier this cycle)
     moved: list[int]  # victims re-placed on another node / device (Pipelined)
     kept: list[int]  # victims put back where they were (un-evicted, Running)
-    orig_alloc: dict[int, np.ndarray]
+    orig_alloc: Mapping[int, np.ndarray]
     orig_node: dict[int, int]
     # set by a validator that refuses: the queue whose released victims made it refuse (more
     # victims from under it cannot help), or -1
@@ -488,17 +489,25 @@ class Simulation:
         s = self.state
         ka = self._ka
         io = ka.io
-        i1, lo1 = int(io[3]), int(io[4])
+        i1, lo1, protect, freed = io[3:7].tolist()
         s.node_log.set_len(lo1)  # (the kernel appended to the log's own buffer: ``ka.log``)
-        s._protect_len = int(io[5])
-        s.resources_freed += nv + int(io[6])
+        s._protect_len = protect
+        s.resources_freed += nv + freed
         if i1 > i0:
             # the journal's object half, entry by entry as CycleState._record_objects writes it (a
             # shared task's entry copies its node's gpuGroup map), and each task's gpuGroup list as
             # the Python steps leave it (a shared placement names its device's group: new ones here)
             jo, tg, dg, sl = s._journal, s.task_gpu_groups, s.dev_group, s._shared_list
             ji = s._ji
-            for t, n, (c, d) in zip(ji[i0:i1, 0].tolist(), ji[i0:i1, 4].tolist(), ka.clear[:i1 - i0].tolist()):
+            ts = ji[i0:i1, 0].tolist()
+            cs, ds = ka.clear[:i1 - i0].T.tolist()
+            if (max(cs) <= _scenario_k.GROUPS_CLEAR and not any(map(sl.__getitem__, ts))
+                    and not any(map(tg.__getitem__, ts))):
+                # (the usual scenario: no shared task, and every gpuGroup list empty, which a clear
+                # leaves as it is: the entries below with no list changed, made in one pass)
+                jo.extend(zip(ts, ji[i0:i1, 4].tolist(), map(tg.__getitem__, ts), repeat(None), repeat(None)))
+                return r
+            for t, n, c, d in zip(ts, ji[i0:i1, 4].tolist(), cs, ds):
                 jo.append((t, n, tg[t], dict(dg[n]) if sl[t] and n >= 0 else None, None))
                 if c == _scenario_k.GROUPS_CLEAR:
                     if tg[t]:

@@ -581,3 +581,51 @@ def test_pop_after_refreshes_the_deferred_leaf_first(shape):
     except IndexError:  # (its stale order may even point at a leaf it emptied)
         wrong = None
     assert wrong != plain
+
+
+@pytest.mark.parametrize("shape,features", [("mixed", {}), ("one-gpu", {}), ("mixed", {"sub_groups": 0.2})])
+def test_refresh_keeps_the_next_leaf_only_when_a_rekey_would(monkeypatch, shape, features):
+    """``JobQueue.refresh`` (key-kernel mode) skips the re-key of the leaf it re-keyed last when nothing a
+    re-key reads was written since (no request row or live flag, no allocation on the path: its top-level
+    queue's ``queue_version``). At every such skip of whole cycles a re-key made anyway writes the same keys
+    and representatives and returns the same next leaf (``check_skips``; more than 50 skips per cycle); the
+    cycles decide as without skips. Keeping the next leaf when only the allocations changed
+    (a placement of allocate) fails the check."""
+    from scheduler_engine import bench, ordering
+
+    snap = bench.with_features(bench.generate(nodes=60, jobs=500, queues=16, seed=3, shape=shape), seed=3,
+                               **features)
+    monkeypatch.setattr(ordering.JobQueue, "check_skips", True)
+    real = ordering.JobQueue._check_skip
+    seen = []
+
+    def counted(self, leaf):
+        real(self, leaf)
+        seen.append(self.victim)
+
+    monkeypatch.setattr(ordering.JobQueue, "_check_skip", counted)
+    kept = _whole_cycle(snap)
+    assert len(seen) > 50
+
+    real_refresh = ordering.JobQueue.refresh
+
+    def never_skip(self, leaf):
+        self._last = -1
+        real_refresh(self, leaf)
+
+    with monkeypatch.context() as m:
+        m.setattr(ordering.JobQueue, "refresh", never_skip)
+        assert _whole_cycle(snap) == kept
+
+    class NoVersion:  # the path's version read as always the same
+        def __getitem__(self, q):
+            return 0
+
+    def versionless(self, leaf):
+        self._qv = NoVersion()
+        real_refresh(self, leaf)
+
+    with monkeypatch.context() as m:
+        m.setattr(ordering.JobQueue, "refresh", versionless)
+        with pytest.raises(AssertionError):
+            _whole_cycle(snap)

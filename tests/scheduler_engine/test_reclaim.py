@@ -593,3 +593,17 @@ def test_compiled_validator_gives_the_python_verdict_on_random_trees():
         assert (check.jloc == -1).all() and (check.qloc == -1).all() and (check.rmark == -1).all()
         assert not check.invset.any()
     assert kinds == {"ok", "strategy", "saturation", "non-preemptible over quota"}
+
+
+def test_rows_by_task_is_the_dict_of_the_rows_made_on_first_read():
+    """A scenario's ``orig_alloc`` (``job_solver.RowsByTask``) reads as ``dict(zip(tasks, rows))``: the same
+    keys in the same order, each task's own row, made only when first read."""
+    from scheduler_engine.solvers.job_solver import RowsByTask
+
+    rows = np.arange(12, dtype=float).reshape(4, 3)
+    tasks = [7, 3, 9, 4]
+    m = RowsByTask(tasks, rows)
+    assert m._d is None
+    assert list(m) == tasks and len(m) == 4 and 9 in m and 5 not in m
+    assert all(np.array_equal(m[t], rows[i]) for i, t in enumerate(tasks))
+    assert dict(m.items()).keys() == dict(zip(tasks, rows)).keys()
