@@ -169,17 +169,22 @@ class TaskRows:
 class NodeLog:
     """``CycleState.node_log``: the append-only log of nodes whose resources changed, as int64.
 
-    Why an array and not a list: at 10,000 nodes one cycle logs ~9.4 million entries (every simulated
-    scenario logs its nodes twice, applied and rolled back). As a Python list that is ~9.4 million int
-    objects (hundreds of MB), every compiled reader needed an int64 copy of it (``ScenarioArrays`` kept
-    a mirror and copied each new entry up, allocate another), and each scenario's nodes went from the
-    kernel's array to the list through ``tolist``. Here the compiled code writes into the log's own
-    buffer (:meth:`reserve`, then :meth:`set_len`), readers slice it without a copy, and the Python
-    paths append as before.
+    Why an array and not a list: at 10,000 nodes one cycle logged ~9.4 million entries when every
+    simulated scenario logged its nodes twice, applied and rolled back (the compiled search now drops a
+    failed scenario's). As a Python list that was ~9.4 million int objects (hundreds of MB), every
+    compiled reader needed an int64 copy of it (``ScenarioArrays`` kept a mirror and copied each new
+    entry up, allocate another), and each scenario's nodes went from the kernel's array to the list
+    through ``tolist``. Here the compiled code writes into the log's own buffer (:meth:`reserve`, then
+    :meth:`set_len`), readers slice it without a copy, and the Python paths append as before.
 
-    ``buf[:len(self)]`` is the log; a slice ``log[a:b]`` is a view of it (entries are never rewritten,
-    so a view stays valid, also after the buffer grew: the old buffer keeps its entries). The buffer
-    is replaced when it grows: holders of ``buf`` check ``buf is log.buf`` before writing into it.
+    ``buf[:len(self)]`` is the log; a slice ``log[a:b]`` is a view of it (entries below the length a
+    reader saw are never rewritten, so its view stays valid, also after the buffer grew: the old buffer
+    keeps its entries). The buffer is replaced when it grows: holders of ``buf`` check ``buf is log.buf``
+    before writing into it. One exception to "append-only", invisible to readers: inside one call of the
+    compiled victim search (``kernels.search.run_search``) a failed scenario's entries are cut off again
+    after its undo (``kernels.scenario.forget_log``), never below the length Python passed in, so no
+    holder of an earlier position sees an entry change; the rows an index queried in that scenario are
+    caught up there (why the log ends a 10k cycle at ~0.3 M entries, not ~17 M).
     """
 
     __slots__ = ("buf", "n")
@@ -195,8 +200,9 @@ class NodeLog:
         """A buffer with room for ``extra`` more entries beyond the current length (grown fourfold:
         amortised O(1) per entry); returns it (a new array when it grew).
 
-        Why fourfold, not doubling: at 10,000 nodes the log reaches ~17 million entries (134 MB) and
-        each growth copies the log into fresh memory that the kernel then faults in page by page
+        Why fourfold, not doubling (chosen when the log reached ~17 million entries, 134 MB, at 10,000
+        nodes; ~0.3 million since the compiled search drops failed scenarios' entries): each growth
+        copies the log into fresh memory that the kernel then faults in page by page
         (large buffers are mapped and unmapped whole). Doubling copied ~1x the final log and touched
         ~2x its pages over a cycle (2.4 % of reclaim's samples at 10k); fourfold copies ~1/3 and
         touches ~4/3. The resident size is the same (the new buffer's tail is untouched until
