@@ -35,7 +35,6 @@ from queues_app.models import (
     KubeWorkloadRef,
     Node,
     SchedulingEvent,
-    SubGroup,
     Task,
     Workload,
 )

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..snapshot import GPU, TaskState
+from ..snapshot import TaskState
 from . import leaf_kernel
 
 _PEND = int(TaskState.PENDING)

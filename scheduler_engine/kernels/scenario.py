@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernel, leaf_kernel
+from . import leaf_kernel
 from .devices import choose_shared, choose_whole
 from .journal import (_BIND, _PEND, _PIPE, _REL, _RUN, add_to_path, evict, give_back_pipelined, place, place_dev,
                       record, undo, unevict)

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..kernels import victim_bound, victim_keys, victim_rows, victim_run
-from ..ordering import (_QueueProfile, _alloc_rows, _dom, _profile_less, _static, chain_tiebreaks, kernel_static,
+from ..ordering import (_QueueProfile, _dom, _profile_less, _static, chain_tiebreaks, kernel_static,
                         queue_kids)
 from .. import subgroups
 from ..plugins.elastic import tasks_to_evict

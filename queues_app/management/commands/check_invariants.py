@@ -1,7 +1,6 @@
 """``manage.py check_invariants``: the SQL invariant checker (exit status 1 on any violation)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
